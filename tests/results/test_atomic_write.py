@@ -1,0 +1,99 @@
+"""A write killed half-way leaves the original file intact: a real child process, a real SIGKILL.
+
+The child runs the real `write_atomic`; a wrapper around os.write (or os.replace) in the child lets the
+first half of the new text reach the temporary file, says so on stdout, and then blocks, so the parent
+kills it at exactly that point, not at a moment picked by a timer.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from toolkit.adapters.results_store import stale_temp_files, write_atomic
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from toolkit.adapters.results_store import write_atomic
+
+    target, new_text_file, stop_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+    new_text = new_text_file.read_text()
+    real_write, real_replace = os.write, os.replace
+
+    def half_write(fd, data):
+        # Let half of the first chunk through, then stop: the temp file holds a torn copy.
+        n = real_write(fd, bytes(data[: max(1, len(data) // 2)]))
+        print("STOPPED", n, flush=True)
+        time.sleep(120)
+        return n
+
+    def blocked_replace(src, dst):
+        print("STOPPED", os.path.getsize(src), flush=True)
+        time.sleep(120)
+        return real_replace(src, dst)
+
+    if stop_at == "write":
+        os.write = half_write
+    else:
+        os.replace = blocked_replace
+    write_atomic(target, new_text)
+    print("FINISHED", flush=True)
+    """
+)
+
+
+def _kill_child_at(stop_at: str, target: Path, new_text: str, tmp_path: Path) -> int:
+    new_file = tmp_path / "new.txt"
+    new_file.write_text(new_text)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(target), str(new_file), stop_at],
+                             stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().split()
+        assert line and line[0] == "STOPPED", f"child did not reach the stop point: {line}"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+        return int(line[1])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+@pytest.mark.parametrize("stop_at", ["write", "replace"])
+def test_sigkill_mid_write_leaves_the_original(tmp_path: Path, stop_at: str) -> None:
+    target = tmp_path / "glm5-tp8.yaml"
+    original = "# the author's comment\nname: glm5-tp8\nserver: {tp_size: 8}\n"
+    target.write_text(original)
+    os.chmod(target, 0o640)
+    new_text = original + "# --- results ---\n" + "results: {}\n" * 5000
+
+    written = _kill_child_at(stop_at, target, new_text, tmp_path)
+
+    assert target.read_text() == original, "the killed write changed the original"
+    assert target.stat().st_mode & 0o777 == 0o640
+    leftovers = stale_temp_files(target)
+    assert len(leftovers) == 1, "the torn copy should be in a temp file beside the target"
+    torn = leftovers[0].read_bytes()
+    assert len(torn) == written
+    if stop_at == "write":
+        assert 0 < len(torn) < len(new_text.encode()), "the child was killed half-way through the write"
+    else:
+        assert torn == new_text.encode(), "killed after the write, before the rename"
+
+    # The next write succeeds, cleans the leftover and keeps the mode.
+    write_atomic(target, new_text)
+    assert target.read_text() == new_text
+    assert stale_temp_files(target) == []
+    assert target.stat().st_mode & 0o777 == 0o640

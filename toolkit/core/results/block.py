@@ -1,0 +1,137 @@
+"""The results block as text: parse (with migration), render (deterministic), and add an entry.
+
+The block is the YAML mapping `results: {...}` after the profile's marker line. Rendering is a pure
+function of the entries: fixed key order (the models' field order), figures rounded once when the entry
+is built, no timestamps of its own. So recording the same run twice gives byte-identical files, and a
+git diff of a new run shows the new entry and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.results.migrate import migrate_block
+from toolkit.core.results.model import DEFAULT_KEEP_LAST, RESULTS_SCHEMA_VERSION, ResultsBlock, ResultsEntry
+
+_FIX_BROKEN = (
+    "the results block is written by the toolkit: restore it from git (`git checkout -p` on the profile), "
+    "or delete everything below the marker line to start a fresh history"
+)
+
+
+def empty_block(keep_last: int = DEFAULT_KEEP_LAST) -> ResultsBlock:
+    return ResultsBlock(schema_version=RESULTS_SCHEMA_VERSION, keep_last=keep_last, entries=[])
+
+
+def _line_of(node: Any, path: tuple[Any, ...]) -> int | None:
+    """1-based line of `path` inside a composed YAML node tree (None when the path is not there)."""
+    line: int | None = node.start_mark.line + 1 if node is not None else None
+    for key in path:
+        if isinstance(node, yaml.MappingNode):
+            found = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            found = node.value[key]
+        else:
+            found = None
+        if found is None:
+            break
+        node = found
+        line = node.start_mark.line + 1
+    return line
+
+
+def parse_block(text: str, *, file: str, first_line: int = 1) -> ResultsBlock:
+    """Parse the YAML text below the marker into a current-schema block.
+
+    `first_line` is the file line where `text` starts, so errors point into the profile itself.
+    An empty text (a profile that was never recorded) is an empty block.
+    """
+    if not text.strip():
+        return empty_block()
+    offset = first_line - 1
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        line = mark.line + 1 + offset if mark is not None else None
+        problem = getattr(err, "problem", None) or str(err)
+        raise ToolkitError.of(f"the results block is not valid YAML: {problem}", file=file, line=line,
+                              field="results", fix=_FIX_BROKEN) from None
+    if not isinstance(data, dict) or set(data) != {"results"} or not isinstance(data["results"], dict):
+        raise ToolkitError.of("below the marker line there must be exactly one mapping, `results:`",
+                              file=file, line=first_line, field="results", fix=_FIX_BROKEN)
+    raw = data["results"]
+    results_node = _line_of(root, ("results",))
+    migrated = migrate_block(raw, file=file, line=(results_node or 1) + offset)
+    try:
+        return ResultsBlock.model_validate(migrated)
+    except ValidationError as err:
+        problems = []
+        for e in err.errors():
+            loc = tuple(e["loc"])
+            # Line numbers come from the file as written; after a migration the path may not exist there.
+            line = _line_of(root, ("results", *loc))
+            problems.append(Problem(
+                e["msg"], file=file, line=(line + offset) if line else None,
+                field="results." + ".".join(str(p) for p in loc), fix=_FIX_BROKEN))
+        raise ToolkitError(problems) from None
+
+
+def _clean(value: Any) -> Any:
+    """Model dump -> plain YAML-able data: drop unset (None) fields, keep the models' field order."""
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Block style for mappings, flow style for short lists of scalars (a window_s pair)."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = bool(data) and all(isinstance(v, int | float | str | bool) for v in data) and len(data) <= 4
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_BlockDumper.add_representer(list, _represent_list)
+
+
+def render_block(block: ResultsBlock) -> str:
+    """The block as YAML text (ending in a newline), deterministic for equal blocks."""
+    data = {"results": _clean(block.model_dump(mode="python", by_alias=True))}
+    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False,
+                     width=10_000, allow_unicode=True, indent=2)
+
+
+def add_entry(block: ResultsBlock, entry: ResultsEntry, keep_last: int | None = None) -> ResultsBlock:
+    """A new block with `entry` recorded: replaced in place when its run_id is there, else inserted
+    (entries are kept oldest first, by date); then only the last `keep_last` toolkit entries are kept.
+
+    Manual entries are never pruned: they are imported history (the seed's figures) that no artifact
+    directory can regenerate.
+    """
+    keep = keep_last if keep_last is not None else block.keep_last
+    entries = list(block.entries)
+    for i, old in enumerate(entries):
+        if old.run_id == entry.run_id:
+            entries[i] = entry
+            break
+    else:
+        entries.append(entry)
+        # A stable sort: entries of equal date keep the order they were recorded in.
+        entries.sort(key=lambda e: e.date)
+    return ResultsBlock(schema_version=RESULTS_SCHEMA_VERSION, keep_last=keep, entries=prune(entries, keep))
+
+
+def prune(entries: list[ResultsEntry], keep_last: int) -> list[ResultsEntry]:
+    """Keep every manual entry and the newest `keep_last` toolkit entries, in their order."""
+    toolkit_ids = [id(e) for e in entries if e.source == "toolkit"]
+    kept = set(toolkit_ids[-keep_last:]) if keep_last > 0 else set()
+    return [e for e in entries if e.source == "manual" or id(e) in kept]

@@ -1,0 +1,152 @@
+"""The results block's data: one `ResultsEntry` per measured run, inside a `ResultsBlock`.
+
+This is the `status` half of a profile (what was observed), next to the author's `spec` (what is wanted):
+each entry records the hash of the resolved spec it measured, so a later change to the spec makes the
+entry visibly stale instead of silently wrong.
+
+Field order here IS the order in the file: the block is rendered from these models, so a reviewer
+always finds the stamp first, then the figures, then the verdict. Units are in the names.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Schema history (migrations live in toolkit/core/results/migrate.py):
+#   1: written by the profiles engineer's importer: flat manual entries (figures beside the stamp).
+#   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict).
+RESULTS_SCHEMA_VERSION = 2
+DEFAULT_KEEP_LAST = 10
+
+
+class _Strict(BaseModel):
+    # A hand-edited typo in the block must be an error naming the field, not a silently dropped figure.
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class LabNote(_Strict):
+    """Set when the figures did not come from a real GPU: the entry says so in the file itself."""
+
+    kind: Literal["stand-in", "replay"]
+    note: str
+
+
+class GpuStamp(_Strict):
+    model: str | None = None
+    count: int | None = None
+    driver: str | None = None
+
+
+class BenchSettings(_Strict):
+    """The bench_serving settings that make two runs comparable (never its raw command line: secrets)."""
+
+    dataset: str | None = None
+    num_prompts: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    range_ratio: float | None = None
+    # "inf" (all requests at t0, the seed's setting) or requests per second.
+    request_rate: float | Literal["inf"] | None = None
+    max_concurrency: int | None = None
+    seed: int | None = None
+
+
+class Rates(_Strict):
+    output_tok_per_s: float | None = None
+    total_tok_per_s: float | None = None
+
+
+class SteadyRates(Rates):
+    # The window [start, end] in seconds since the run's start over which the rates were taken.
+    window_s: list[float] | None = None
+
+
+class Throughput(_Strict):
+    full_run: Rates = Field(default_factory=Rates)
+    steady_state: SteadyRates | None = None
+    peak_output_tok_per_s: float | None = None
+
+
+class Percentiles(_Strict):
+    mean: float | None = None
+    median: float | None = None
+    p90: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+
+
+class Latency(_Strict):
+    ttft: Percentiles | None = None
+    itl: Percentiles | None = None
+    tpot: Percentiles | None = None
+    e2e: Percentiles | None = None
+
+
+class GpuPower(_Strict):
+    gpu: int
+    mean_w: float | None = None
+    p95_w: float | None = None
+    limit_w: float | None = None
+    # mean_w against limit_w: the seed's "~250 W of 600 W" in one number.
+    mean_of_limit_pct: float | None = None
+
+
+class Power(_Strict):
+    window: Literal["steady", "full"] | None = None  # which part of the run the figures cover
+    per_gpu: list[GpuPower] = Field(default_factory=list)
+    mean_w: float | None = None  # mean over GPUs of each GPU's mean (per GPU, not the sum)
+    idle_w: float | None = None  # per GPU, before the load started
+
+
+class Energy(_Strict):
+    window: Literal["steady", "full"] | None = None
+    j_per_output_tok: float | None = None
+    output_tok_per_j: float | None = None
+    # How the energy was obtained: "counter" (NVML total-energy deltas) or "integrated" (power x time).
+    method: str | None = None
+
+
+EvidenceValue = str | int | float | bool | None
+
+
+class Verdict(_Strict):
+    class_: str = Field(alias="class")
+    summary: str | None = None
+    evidence: list[dict[str, EvidenceValue]] = Field(default_factory=list)
+
+
+class ResultsEntry(_Strict):
+    run_id: str
+    source: Literal["toolkit", "manual"]
+    date: str  # ISO 8601 (UTC) of the run's start: the run's date, not the recording's, so re-recording is a no-op
+    spec_hash: str | None = None
+    lab: LabNote | None = None
+    sglang_version: str | None = None
+    host: str | None = None
+    gpu: GpuStamp = Field(default_factory=GpuStamp)
+    bench: BenchSettings = Field(default_factory=BenchSettings)
+    throughput: Throughput = Field(default_factory=Throughput)
+    latency_ms: Latency | None = None
+    power: Power | None = None
+    energy: Energy | None = None
+    verdict: Verdict | None = None
+    artifacts: str | None = None
+    note: str | None = None  # manual entries: where the figures came from
+
+    # Convenience views used by compare, diff and report.
+    def output_tok_per_s(self) -> tuple[float | None, str]:
+        """The best comparable output rate and which one it is ("steady" or "full")."""
+        if self.throughput.steady_state and self.throughput.steady_state.output_tok_per_s is not None:
+            return self.throughput.steady_state.output_tok_per_s, "steady"
+        return self.throughput.full_run.output_tok_per_s, "full"
+
+    def verdict_class(self) -> str | None:
+        return self.verdict.class_ if self.verdict else None
+
+
+class ResultsBlock(_Strict):
+    schema_version: int = RESULTS_SCHEMA_VERSION
+    keep_last: int = Field(default=DEFAULT_KEEP_LAST, ge=1)
+    entries: list[ResultsEntry] = Field(default_factory=list)
