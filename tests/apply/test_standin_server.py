@@ -1,0 +1,194 @@
+"""The lab's stand-in SGLang server, run for real as a process and spoken to over HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.lab.standin_server import SERVER_PATH
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc = proc
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        req = urllib.request.Request(self.base + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, dict(r.headers), r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, dict(e.headers), e.read()
+
+    def post(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        req = urllib.request.Request(
+            self.base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json",
+                                                                       **(headers or {})}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def wait_healthy(self, timeout_s: float = 10) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("stand-in never became healthy")
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=10)
+        return out
+
+
+def _start(*flags: str, env: dict[str, str] | None = None) -> Server:
+    port = _free_port()
+    full_env = {**os.environ, "SGLANG_STANDIN_STARTUP_S": "0.5", **(env or {})}
+    proc = subprocess.Popen(
+        [sys.executable, str(SERVER_PATH), "--host", "127.0.0.1", "--port", str(port), *flags],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+    )
+    server = Server(proc, port)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return server
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = _start("--served-model-name", "glm-5", "--model-path", "lukealonso/GLM-5-NVFP4", "--tp-size", "8",
+               "--nsa-decode-backend", "trtllm", "--disable-cuda-graph", "--max-running-requests", "1024")
+    yield s
+    s.stop()
+
+
+def test_version_says_stand_in() -> None:
+    out = subprocess.run([sys.executable, str(SERVER_PATH), "--version"], capture_output=True, text=True, check=True)
+    assert "lab stand-in" in out.stdout
+
+
+def test_health_is_503_while_starting_then_200(server: Server) -> None:
+    code, headers, body = server.get("/health")
+    assert code == 503 and json.loads(body)["reason"] == "starting"
+    server.wait_healthy()
+    code, headers, body = server.get("/health")
+    assert code == 200
+    assert headers["X-Lab-Standin"] == "lab stand-in"
+
+
+def test_server_info_carries_the_rendered_flags(server: Server) -> None:
+    for path in ("/get_server_info", "/server_info"):
+        code, _headers, body = server.get(path)
+        info = json.loads(body)
+        assert code == 200 and info["lab_standin"] is True
+        assert info["tp_size"] == 8 and info["served_model_name"] == "glm-5"
+        assert info["nsa_decode_backend"] == "trtllm" and info["disable_cuda_graph"] is True
+        assert info["max_running_requests"] == 1024
+
+
+def test_streaming_completion_in_openai_format(server: Server) -> None:
+    server.wait_healthy()
+    code, raw = server.post("/v1/completions", {"model": "glm-5", "prompt": "a b c", "max_tokens": 5, "stream": True})
+    assert code == 200
+    events = [line[len("data: "):] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    texts = [c["choices"][0]["text"] for c in chunks]
+    assert sum(1 for t in texts if t) == 5  # one chunk per token, then the usage chunk
+    assert chunks[-1]["usage"]["completion_tokens"] == 5
+    assert all(c["lab_standin"] for c in chunks)
+
+
+def test_chat_completion_streaming_and_plain(server: Server) -> None:
+    server.wait_healthy()
+    code, raw = server.post("/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True})
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in raw.decode().splitlines()
+              if line.startswith("data: {")]
+    assert code == 200 and deltas[0]["role"] == "assistant" and "".join(d.get("content", "") for d in deltas)
+    code, raw = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+    body = json.loads(raw)
+    assert body["choices"][0]["message"]["content"].split() == ["lab", "stand-in", "tokens"]
+    assert body["usage"]["completion_tokens"] == 3
+
+
+def test_models_lists_the_served_name(server: Server) -> None:
+    code, _, body = server.get("/v1/models")
+    assert code == 200 and json.loads(body)["data"][0]["id"] == "glm-5"
+
+
+def test_api_key_is_required_when_set_but_not_for_health() -> None:
+    s = _start("--api-key", "k-123")
+    try:
+        s.wait_healthy()
+        assert s.get("/v1/models")[0] == 401
+        assert s.get("/v1/models", {"Authorization": "Bearer k-123"})[0] == 200
+        assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 1})[0] == 401
+        info = json.loads(s.get("/get_server_info", {"Authorization": "Bearer k-123"})[2])
+        assert info["api_key_set"] is True and "k-123" not in json.dumps(info)
+    finally:
+        out = s.stop()
+    assert "k-123" not in out
+
+
+def test_told_to_fail_health_stays_503_and_says_why() -> None:
+    s = _start(env={"SGLANG_STANDIN_FAIL_HEALTH": "1"})
+    try:
+        time.sleep(0.8)
+        code, _, body = s.get("/health")
+        assert code == 503 and "SGLANG_STANDIN_FAIL_HEALTH" in json.loads(body)["reason"]
+    finally:
+        out = s.stop()
+    assert "told to fail its health check" in out
+
+
+def test_told_to_log_nan_prints_sglangs_line_once() -> None:
+    s = _start(env={"SGLANG_STANDIN_NAN_LOG": "1"})
+    try:
+        s.wait_healthy()
+        for _ in range(2):
+            assert s.post("/v1/completions", {"prompt": "x", "max_tokens": 2})[0] == 200
+    finally:
+        out = s.stop()
+    assert out.count("NaN in the logits") == 1
+    assert "lab stand-in" in out.splitlines()[0]
+
+
+def test_server_file_needs_only_the_standard_library() -> None:
+    # It is copied into the container and run by a python with no toolkit installed.
+    import ast
+
+    tree = ast.parse(Path(SERVER_PATH).read_text())
+    mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
