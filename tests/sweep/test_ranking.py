@@ -1,0 +1,85 @@
+"""Ranking and the Pareto front, from the recorded 3 x 2 table (sweep_3x2_results.json).
+
+The expected orders below were worked out by hand from the table (tokens per joule = steady output
+tok/s / total power W), and the front is checked again against the definition, point by point.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolkit.core.sweep.ranking import best_variant, pareto_front, rank_by_efficiency, rank_by_throughput
+from toolkit.core.sweep.recorded import TableRunner
+from toolkit.core.sweep.run import run_sweep
+from toolkit.core.sweep.state import DONE, SweepState
+
+from .conftest import base_spec
+
+
+def measured(state: SweepState, table: dict[str, Any]) -> SweepState:
+    t = iter(range(10_000))
+    run_sweep(state, base_spec(), TableRunner(table, source="f"), save=lambda s: None, clock=lambda: float(next(t)))
+    return state
+
+
+def test_throughput_ranking(fresh_state: SweepState, table: dict[str, Any]) -> None:
+    rows = rank_by_throughput(measured(fresh_state, table))
+    # v05 never came up and is not ranked; v03 is ranked on its two good levels (1024 gave NaN).
+    assert [(r.variant_id, r.concurrency, r.steady_output_tok_per_s) for r in rows] == [
+        ("v06", 1024, 3740.0),
+        ("v04", 1024, 2650.0),
+        ("v03", 256, 1910.0),
+        ("v01", 1024, 1530.0),
+        ("v02", 1024, 1440.0),
+    ]
+    assert [r.rank for r in rows] == [1, 2, 3, 4, 5]
+    assert rows[2].outcome == "partial"
+    assert rows[0].label == "max_running_requests=1024 cuda_graph=off"
+    best = best_variant(fresh_state)
+    assert best is not None and best.variant_id == "v06"
+
+
+def test_efficiency_ranking_differs(fresh_state: SweepState, table: dict[str, Any]) -> None:
+    rows = rank_by_efficiency(measured(fresh_state, table))
+    got = [(r.variant_id, r.concurrency, round(r.tokens_per_j or 0, 3)) for r in rows]
+    assert got == [
+        ("v02", 256, round(1390 / 760, 3)),  # 1.829
+        ("v01", 1024, round(1530 / 900, 3)),  # 1.700
+        ("v06", 1024, round(3740 / 2400, 3)),  # 1.558
+        ("v04", 1024, round(2650 / 1880, 3)),  # 1.410
+        ("v03", 256, round(1910 / 1700, 3)),  # 1.124
+    ]
+    best = best_variant(fresh_state, by="tokens_per_j")
+    assert best is not None and best.variant_id == "v02"
+
+
+def test_pareto_front(fresh_state: SweepState, table: dict[str, Any]) -> None:
+    state = measured(fresh_state, table)
+    front = pareto_front(state)
+    assert [(p.variant_id, p.concurrency) for p in front] == [("v02", 256), ("v01", 1024), ("v06", 1024)]
+    # Along the front, more throughput costs more energy per token.
+    assert [p.steady_output_tok_per_s for p in front] == sorted(p.steady_output_tok_per_s for p in front)
+    assert [p.energy_per_output_token_j for p in front] == sorted(p.energy_per_output_token_j for p in front)
+
+    # The definition, checked on every measured point: on the front iff no other point dominates it.
+    points = [
+        (v.id, p.concurrency, p.measurement.steady_output_tok_per_s, p.measurement.energy_per_output_token_j)
+        for v in state.planned()
+        for p in v.points
+        if p.status == DONE and p.measurement and p.measurement.energy_per_output_token_j is not None
+    ]
+    assert len(points) == 14  # 5 variants x 3 levels, less the NaN point
+    on_front = {(p.variant_id, p.concurrency) for p in front}
+    for vid, c, tput, energy in points:
+        dominated = any(
+            t2 >= tput and e2 <= energy and (t2 > tput or e2 < energy)
+            for _v, _c, t2, e2 in points
+            if (_v, _c) != (vid, c)
+        )
+        assert ((vid, c) in on_front) == (not dominated), (vid, c)
+
+
+def test_nothing_measured_ranks_nothing(fresh_state: SweepState) -> None:
+    assert rank_by_throughput(fresh_state) == []
+    assert pareto_front(fresh_state) == []
+    assert best_variant(fresh_state) is None

@@ -1,0 +1,113 @@
+"""Ranking a sweep's variants and the Pareto front of throughput against energy per token.
+
+Pure functions of a SweepState's recorded measurements. A variant's row is its best point: the
+concurrency level with the highest steady-state output throughput (for the throughput ranking) or the
+most output tokens per joule (for the efficiency ranking); ties go to the lower variant number, so the
+order is stable across runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolkit.core.sweep.state import DONE, Measurement, SweepState, VariantState
+
+
+@dataclass(frozen=True)
+class RankedRow:
+    rank: int
+    variant_index: int
+    variant_id: str
+    label: str
+    concurrency: int
+    steady_output_tok_per_s: float
+    tokens_per_j: float | None
+    energy_per_output_token_j: float | None
+    power_w_total: float | None
+    verdict: str | None
+    outcome: str  # done or partial
+    data_source: str
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    variant_index: int
+    variant_id: str
+    label: str
+    concurrency: int
+    steady_output_tok_per_s: float
+    energy_per_output_token_j: float
+
+
+def _done(v: VariantState) -> list[tuple[int, Measurement]]:
+    return [(p.concurrency, p.measurement) for p in v.points if p.status == DONE and p.measurement is not None]
+
+
+def _row(rank: int, v: VariantState, concurrency: int, m: Measurement) -> RankedRow:
+    return RankedRow(
+        rank=rank,
+        variant_index=v.index,
+        variant_id=v.id,
+        label=v.label,
+        concurrency=concurrency,
+        steady_output_tok_per_s=m.steady_output_tok_per_s,
+        tokens_per_j=m.tokens_per_j,
+        energy_per_output_token_j=m.energy_per_output_token_j,
+        power_w_total=m.power_w_total,
+        verdict=m.verdict,
+        outcome=v.outcome,
+        data_source=m.data_source,
+    )
+
+
+def rank_by_throughput(state: SweepState) -> list[RankedRow]:
+    """Variants by their best steady-state output throughput, highest first."""
+    best: list[tuple[VariantState, int, Measurement]] = []
+    for v in state.planned():
+        points = _done(v)
+        if points:
+            # Highest throughput; among equals the lower concurrency (the same rate with less queueing).
+            c, m = max(points, key=lambda cm: (cm[1].steady_output_tok_per_s, -cm[0]))
+            best.append((v, c, m))
+    best.sort(key=lambda b: (-b[2].steady_output_tok_per_s, b[0].index))
+    return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
+
+
+def rank_by_efficiency(state: SweepState) -> list[RankedRow]:
+    """Variants by their best output tokens per joule, highest first; variants without energy data last."""
+    best: list[tuple[VariantState, int, Measurement]] = []
+    for v in state.planned():
+        points = [(c, m) for c, m in _done(v) if m.tokens_per_j is not None]
+        if points:
+            c, m = max(points, key=lambda cm: (cm[1].tokens_per_j or 0.0, cm[1].steady_output_tok_per_s))
+            best.append((v, c, m))
+    best.sort(key=lambda b: (-(b[2].tokens_per_j or 0.0), b[0].index))
+    return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
+
+
+def pareto_front(state: SweepState) -> list[ParetoPoint]:
+    """The measured points no other point beats on both throughput (higher) and energy per token (lower).
+
+    Every (variant, concurrency) point takes part: a variant may be on the front at one load and not at
+    another. Sorted by throughput, lowest first, which is also energy per token rising along the front.
+    """
+    points = [
+        ParetoPoint(v.index, v.id, v.label, c, m.steady_output_tok_per_s, m.energy_per_output_token_j)
+        for v in state.planned()
+        for c, m in _done(v)
+        if m.energy_per_output_token_j is not None
+    ]
+    # Highest throughput first; among equal throughput the least energy first, so the first of a tie wins.
+    points.sort(key=lambda p: (-p.steady_output_tok_per_s, p.energy_per_output_token_j, p.variant_index, p.concurrency))
+    front: list[ParetoPoint] = []
+    best_energy = float("inf")
+    for p in points:
+        if p.energy_per_output_token_j < best_energy:
+            front.append(p)
+            best_energy = p.energy_per_output_token_j
+    return sorted(front, key=lambda p: (p.steady_output_tok_per_s, p.variant_index))
+
+
+def best_variant(state: SweepState, by: str = "throughput") -> RankedRow | None:
+    rows = rank_by_throughput(state) if by == "throughput" else rank_by_efficiency(state)
+    return rows[0] if rows else None
