@@ -1,0 +1,133 @@
+"""Profiles on disk: find the profiles directory, read files (keeping line numbers), write atomically.
+
+The only module of the profile layer that touches the filesystem; everything it returns is
+handed to the pure toolkit.core.profile functions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.model import Profile
+from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
+from toolkit.core.profile.source import ProfileSource, parse_profile_text
+
+PROFILES_ENV = "TOOLKIT_PROFILES_DIR"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def _shipped_profiles() -> Path:
+    """The example profiles: the repository's profiles/ in a checkout, toolkit/_share/profiles in a wheel."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "_share" / "profiles"
+    return packaged if packaged.is_dir() else here.parent / "profiles"
+
+
+def find_profiles_dir(explicit: str | None = None, *, cwd: str | Path | None = None) -> Path:
+    """`--profiles-dir DIR`, else $TOOLKIT_PROFILES_DIR, else `profiles/` at the top of the git
+    repository you stand in, else `./profiles`."""
+    for given, origin in ((explicit, "--profiles-dir"), (os.environ.get(PROFILES_ENV) or None, PROFILES_ENV)):
+        if given is not None:
+            path = Path(given).expanduser()
+            if not path.is_dir():
+                raise ToolkitError.of(
+                    f"profiles directory {str(path)!r} (from {origin}) does not exist",
+                    fix=f"give an existing directory to {origin}",
+                )
+            return path.resolve()
+    start = Path(cwd) if cwd is not None else Path.cwd()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            if (folder / "profiles").is_dir():
+                return (folder / "profiles").resolve()
+            break
+    if (start / "profiles").is_dir():
+        return (start / "profiles").resolve()
+    raise ToolkitError.of(
+        f"no profiles/ directory in the git repository or the current directory ({start})",
+        fix=f"run from a repository with profiles/, pass --profiles-dir DIR or set {PROFILES_ENV} "
+        f"(the shipped examples are in {_shipped_profiles()})",
+    )
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the new one, never half of one:
+    a temp file in the same directory, fsync, then os.replace (keeps the old file's mode)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        else:  # mkstemp makes 0600; a new profile gets the usual mode
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(tmp, 0o666 & ~mask)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
+    """Read and parse one profile file (any path: textconv hands us git's temp files)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
+    except UnicodeDecodeError as err:
+        raise ToolkitError.of(
+            f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8"
+        ) from None
+    except OSError as err:
+        raise ToolkitError.of(f"cannot read: {err.strerror}", file=str(p), fix="check permissions") from None
+    return parse_profile_text(name or p.stem, str(p), text)
+
+
+class ProfileStore:
+    """The profiles of one directory, by name (`<dir>/<name>.yaml`)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.dir = Path(directory)
+        self._cache: dict[str, ProfileSource] = {}
+
+    def names(self) -> list[str]:
+        return sorted(p.stem for p in self.dir.glob("*.yaml") if not p.name.startswith("."))
+
+    def path(self, name: str) -> Path:
+        if not _NAME.match(name):
+            raise ToolkitError.of(
+                f"{name!r} is not a profile name",
+                fix="a profile name is its file name without .yaml: lower-case letters, digits, '.', '_', '-'",
+            )
+        return self.dir / f"{name}.yaml"
+
+    def source(self, name: str) -> ProfileSource:
+        if name not in self._cache:
+            path = self.path(name)
+            if not path.is_file():
+                known = ", ".join(self.names()) or "none"
+                raise ProfileNotFound.of(f"no profile {name!r} in {self.dir}", fix=f"use one of: {known}")
+            self._cache[name] = read_source(path, name)
+        return self._cache[name]
+
+    def load(self, name: str) -> tuple[Profile, str]:
+        """The file's own content, type-checked (not merged with its parents), and its text."""
+        source = self.source(name)
+        return check_file(source), source.text
+
+    def resolve(self, name: str) -> ResolvedProfile:
+        return resolve(name, self.source)
+
+    def write_text(self, name: str, text: str) -> None:
+        """Replace a profile's text atomically (the results writer keeps the author's part intact)."""
+        atomic_write_text(self.path(name), text)
+        self._cache.pop(name, None)

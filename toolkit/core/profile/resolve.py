@@ -1,0 +1,319 @@
+"""`extends:` resolution: deep merge (a list replaces, `null` removes), cycles and missing parents refused.
+
+Pure: the caller passes a `loader(name) -> ProfileSource`; the filesystem lives in
+toolkit.adapters.profile_store.
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.model import Profile
+from toolkit.core.profile.source import Path, ProfileSource, dotted
+
+Loader = Callable[[str], ProfileSource]
+
+# Keys that belong to one file and are never inherited from a parent.
+OWN_KEYS = ("name", "description", "extends", "results", "schema_version")
+
+
+class ProfileNotFound(ToolkitError):
+    """The loader has no profile of that name (as opposed to one that fails to parse)."""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a merged value was set: the file, its line, and the profile's name."""
+
+    profile: str
+    file: str
+    line: int | None
+
+
+@dataclass
+class ResolvedProfile:
+    """The merged spec of a profile and its `extends:` chain."""
+
+    name: str
+    file: str
+    spec: Profile
+    chain: list[str]  # this profile first, then its parent, grandparent, ...
+    data: dict[str, Any]  # the merged data the spec was validated from
+    origins: dict[str, Origin] = field(default_factory=dict)  # dotted path -> where it was set
+    source: ProfileSource | None = None
+
+    # Section shortcuts, so callers write resolved.server.tp_size.
+    @property
+    def target(self) -> Any:
+        return self.spec.target
+
+    @property
+    def engine(self) -> Any:
+        return self.spec.engine
+
+    @property
+    def model(self) -> Any:
+        return self.spec.model
+
+    @property
+    def server(self) -> Any:
+        return self.spec.server
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.spec.env
+
+    @property
+    def bench(self) -> Any:
+        return self.spec.bench
+
+    @property
+    def probe(self) -> Any:
+        return self.spec.probe
+
+    @property
+    def why(self) -> Any:
+        return self.spec.why
+
+    @property
+    def results(self) -> Any:
+        return self.spec.results
+
+    def origin(self, path: str) -> Origin | None:
+        """Where `path` (dotted) or its nearest ancestor was set."""
+        parts = path.split(".")
+        for cut in range(len(parts), 0, -1):
+            hit = self.origins.get(".".join(parts[:cut]))
+            if hit is not None:
+                return hit
+        return None
+
+    def problem(
+        self, path: str, message: str, fix: str, severity: str = "error", rule_id: str | None = None
+    ) -> Problem:
+        """A Problem located where `path` was set (or, if never set, in this profile's file)."""
+        where = self.origin(path)
+        return Problem(
+            message,
+            file=where.file if where else self.file,
+            line=where.line if where else None,
+            field=path,
+            fix=fix,
+            severity=severity,
+            rule_id=rule_id,
+        )
+
+
+def strip_nulls(value: Any) -> Any:
+    """Drop `key: null` (a merge directive: remove) so a file alone can be type-checked."""
+    if isinstance(value, dict):
+        return {k: strip_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def deep_merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key; a list or scalar replaces; `null` removes the key."""
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for key, value in over.items():
+            if value is None:
+                out.pop(key, None)
+            elif key in out:
+                out[key] = deep_merge(out[key], value)
+            else:
+                out[key] = value
+        return out
+    return over
+
+
+def check_file(source: ProfileSource) -> Profile:
+    """Type-check one file on its own, reporting every problem with its line."""
+    try:
+        return Profile.model_validate(strip_nulls(source.data))
+    except ValidationError as err:
+        raise ToolkitError([_pydantic_problem(source, e) for e in err.errors()]) from None
+
+
+def _pydantic_problem(source: ProfileSource, error: Any) -> Problem:
+    loc: Path = tuple(error["loc"])
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        parent, key = loc[:-1], str(loc[-1])
+        allowed = _allowed_keys(parent)
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return Problem(
+            f"unknown key {key!r}",
+            file=source.file,
+            line=source.line_of(loc),
+            field=dotted(loc),
+            fix=f"{hint}allowed here: {', '.join(sorted(allowed))}" if allowed else "remove it",
+        )
+    if kind == "missing":
+        return Problem(
+            "required key is missing",
+            file=source.file,
+            line=source.line_of(loc[:-1]),
+            field=dotted(loc),
+            fix=f"add `{loc[-1]}:`",
+        )
+    got = error.get("input")
+    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    return Problem(
+        f"{error['msg']} (got {shown})",
+        file=source.file,
+        line=source.line_of(loc),
+        field=dotted(loc),
+        fix=_type_fix(loc),
+    )
+
+
+def _field_model(parent: Path) -> type[BaseModel] | None:
+    model: type[BaseModel] | None = Profile
+    for part in parent:
+        if model is None:
+            return None
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        if info is None:
+            return None
+        model = _model_in(info.annotation)
+    return model
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _allowed_keys(parent: Path) -> list[str]:
+    model = _field_model(parent)
+    return list(model.model_fields) if model else []
+
+
+def _type_fix(loc: Path) -> str:
+    model = _field_model(loc[:-1])
+    if model is not None and isinstance(loc[-1], str) and loc[-1] in model.model_fields:
+        info = model.model_fields[loc[-1]]
+        text = f"give {loc[-1]} a value of type {_type_name(info.annotation)}"
+        if info.description:
+            text += f" ({info.description})"
+        return text
+    if loc and loc[0] == "env":
+        return 'environment values are strings: quote the value, e.g. NCCL_P2P_DISABLE: "1"'
+    return "correct the value's type"
+
+
+def _type_name(annotation: Any) -> str:
+    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+
+
+def resolve(name: str, loader: Loader) -> ResolvedProfile:
+    """Load `name` and its parents, merge them child-over-parent and validate the result's types."""
+    chain: list[ProfileSource] = []
+    seen: list[str] = []
+    current: str | None = name
+    child: ProfileSource | None = None
+    while current is not None:
+        if current in seen:
+            assert child is not None
+            cycle = " -> ".join([*seen, current])
+            raise ToolkitError.of(
+                f"extends forms a cycle: {cycle}",
+                file=child.file,
+                line=child.line_of(("extends",)),
+                field="extends",
+                fix=f"make one profile in {cycle} stand on its own (remove its extends:)",
+            )
+        try:
+            source = loader(current)
+        except ProfileNotFound as err:
+            if child is None:
+                raise
+            raise ToolkitError.of(
+                f"parent profile {current!r} not found",
+                file=child.file,
+                line=child.line_of(("extends",)),
+                field="extends",
+                fix=f"create profiles/{current}.yaml or extend an existing profile ({err.problems[0].message})",
+            ) from None
+        check_file(source)
+        declared = source.data.get("name")
+        if declared != source.name:
+            raise ToolkitError.of(
+                f"name is {declared!r} but the file is {source.name}.yaml",
+                file=source.file,
+                line=source.line_of(("name",)),
+                field="name",
+                fix=f"set `name: {source.name}` (a profile's name is its file name)",
+            )
+        seen.append(current)
+        chain.append(source)
+        parent = source.data.get("extends")
+        child, current = source, parent if isinstance(parent, str) else None
+
+    merged: dict[str, Any] = {}
+    origins: dict[str, Origin] = {}
+    for source in reversed(chain):
+        inheritable = {k: v for k, v in source.data.items() if k not in OWN_KEYS}
+        merged = deep_merge(merged, inheritable)
+        _drop_removed(origins, inheritable, ())
+        for path, line in source.lines.items():
+            if path and path[0] not in OWN_KEYS:
+                origins[dotted(path)] = Origin(source.name, source.file, line)
+    own = chain[0]
+    for key in OWN_KEYS:
+        if key in own.data and own.data[key] is not None:
+            merged[key] = own.data[key]
+    for path, line in own.lines.items():
+        if path and path[0] in OWN_KEYS:
+            origins[dotted(path)] = Origin(own.name, own.file, line)
+    try:
+        spec = Profile.model_validate(merged)
+    except ValidationError as err:  # a combination only the merge creates
+        problems = []
+        for e in err.errors():
+            where = origins.get(dotted(tuple(e["loc"])))
+            problems.append(
+                Problem(
+                    f"after merging extends: {e['msg']}",
+                    file=where.file if where else own.file,
+                    line=where.line if where else None,
+                    field=dotted(tuple(e["loc"])),
+                    fix="correct the value in the file that sets it",
+                )
+            )
+        raise ToolkitError(problems) from None
+    return ResolvedProfile(
+        name=own.name,
+        file=own.file,
+        spec=spec,
+        chain=[s.name for s in chain],
+        data=merged,
+        origins=origins,
+        source=own,
+    )
+
+
+def _drop_removed(origins: dict[str, Origin], over: dict[str, Any], path: Path) -> None:
+    for key, value in over.items():
+        child = (*path, key)
+        if value is None or isinstance(value, list):
+            prefix = dotted(child) + "."
+            for existing in [k for k in origins if k.startswith(prefix)]:
+                del origins[existing]
+        elif isinstance(value, dict):
+            _drop_removed(origins, value, child)
