@@ -1,0 +1,118 @@
+"""The sglang_venv role run for real (ansible-runner, connection=local) into a temporary directory.
+
+A real SGLang wheel from PyPI is installed offline from a wheelhouse, and a real patch is applied to
+one of its files: once (changed), again (nothing changes), and with a wrong expected sha256 (refused,
+and nothing in the venv changes).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolkit.adapters.ansible import run_playbook
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).parent
+SGLANG_VERSION = "0.5.9"
+TARGET = "sglang/version.py"
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    dest = tmp_path_factory.mktemp("wheelhouse")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
+         "-d", str(dest), f"sglang=={SGLANG_VERSION}"],
+        check=True,
+    )
+    return dest
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]]) -> Any:
+    inventory = tmp / "inventory.ini"
+    inventory.write_text(f"[local]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
+    return run_playbook(
+        str(HERE / "playbooks" / "venv_local.yml"),
+        inventory=inventory,
+        private_data_dir=tmp / "runner",
+        extravars={
+            "sglang_venv_path": str(tmp / "venv"),
+            "sglang_venv_sglang_version": SGLANG_VERSION,
+            "sglang_venv_requirements": [f"sglang=={SGLANG_VERSION}"],
+            "sglang_venv_wheelhouse_src": str(wheelhouse),
+            "sglang_venv_wheelhouse_dir": str(tmp / "wheelhouse"),
+            "sglang_venv_patch_dir": str(tmp / "patches"),
+            "sglang_venv_hf_home": str(tmp / "hf"),
+            "sglang_venv_python": "/usr/bin/python3",
+            "sglang_venv_patches": patches,
+        },
+    )
+
+
+def _site(tmp: Path) -> Path:
+    return next((tmp / "venv" / "lib").glob("python3*/site-packages"))
+
+
+def test_install_patch_idempotent_and_refuse_wrong_sha(tmp_path: Path, wheelhouse: Path) -> None:
+    # 1. Install without patches, to learn the real file the patch is written against.
+    first = _run(tmp_path, wheelhouse, [])
+    assert first.rc == 0, first.failures
+    target = _site(tmp_path) / TARGET
+    original = target.read_text()
+    sha = hashlib.sha256(target.read_bytes()).hexdigest()
+    patched = original + "# toolkit test patch: applied once\n"
+    diff = "".join(difflib.unified_diff(original.splitlines(True), patched.splitlines(True),
+                                        f"a/{TARGET}", f"b/{TARGET}"))
+    patch_file = tmp_path / "version.patch"
+    patch_file.write_text(diff)
+    patches = [{"name": "test-patch", "target": TARGET, "patch_src": str(patch_file), "sha256": sha}]
+
+    # 2. The patch is applied.
+    second = _run(tmp_path, wheelhouse, patches)
+    assert second.rc == 0, second.failures
+    assert target.read_text() == patched
+    assert second.hosts["localhost"].changed >= 1
+
+    # 3. Again: nothing changes (the patch reverses cleanly, so it counts as applied).
+    third = _run(tmp_path, wheelhouse, patches)
+    assert third.rc == 0, third.failures
+    assert third.hosts["localhost"].changed == 0
+    assert target.read_text().count("applied once") == 1
+
+    # 4. A second patch whose expected file is not the installed one: refused before any patch is applied.
+    other = _site(tmp_path) / "sglang" / "__init__.py"
+    other_before = other.read_text()
+    other_diff = "".join(difflib.unified_diff(other_before.splitlines(True),
+                                              (other_before + "# must never be applied\n").splitlines(True),
+                                              "a/sglang/__init__.py", "b/sglang/__init__.py"))
+    (tmp_path / "init.patch").write_text(other_diff)
+    good_first = {"name": "would-apply", "target": "sglang/__init__.py", "patch_src": str(tmp_path / "init.patch"),
+                  "sha256": hashlib.sha256(other.read_bytes()).hexdigest()}
+    wrong = {"name": "wrong-release", "target": TARGET, "patch_src": str(patch_file), "sha256": "0" * 64}
+    # The wrong one's target has been patched by hand since: make it not reverse cleanly either.
+    target.write_text(target.read_text().replace("applied once", "edited by hand"))
+    before = _tree_digest(tmp_path / "venv")
+    fourth = _run(tmp_path, wheelhouse, [good_first, wrong])
+    assert fourth.rc != 0
+    message = "\n".join(f.message for f in fourth.failures)
+    assert "patch wrong-release refused" in message and "0" * 64 in message
+    assert "nothing in the venv was changed" in message
+    assert _tree_digest(tmp_path / "venv") == before
+    assert "must never be applied" not in other.read_text()
