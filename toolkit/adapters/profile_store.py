@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
@@ -84,19 +85,17 @@ def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
     except FileNotFoundError:
         raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
     except UnicodeDecodeError as err:
-        raise ToolkitError.of(
-            f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8"
-        ) from None
+        raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
     except OSError as err:
         raise ToolkitError.of(f"cannot read: {err.strerror}", file=str(p), fix="check permissions") from None
     return parse_profile_text(name or p.stem, str(p), text)
 
 
 class ProfileStore:
-    """The profiles of one directory, by name (`<dir>/<name>.yaml`)."""
+    """The profiles of one directory, by name (`<dir>/<name>.yaml`). No directory: find_profiles_dir(None)."""
 
-    def __init__(self, directory: str | Path) -> None:
-        self.dir = Path(directory)
+    def __init__(self, directory: str | Path | None = None) -> None:
+        self.dir = Path(directory) if directory is not None else find_profiles_dir(None)
         self._cache: dict[str, ProfileSource] = {}
 
     def names(self) -> list[str]:
@@ -131,3 +130,12 @@ class ProfileStore:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""
         atomic_write_text(self.path(name), text)
         self._cache.pop(name, None)
+
+
+def load_catalogue(version: str | None) -> Catalogue | None:
+    """The stored SGLang flag catalogue of `version` (None when there is none)."""
+    if not version:
+        return None
+    from toolkit.adapters.sglang_catalogue import load_catalogue as _load
+
+    return _load(version)
