@@ -1,0 +1,80 @@
+"""The extravars `toolkit apply` hands the roles, from the shipped profiles (pure code, no hosts)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.core import deploy
+from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.render import render_bench_argv, render_launch_argv, render_systemd_unit
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def store() -> ProfileStore:
+    return ProfileStore(REPO / "profiles")
+
+
+def _extravars(store: ProfileStore, name: str, lab: deploy.LabOptions | None = None) -> dict:
+    resolved = store.resolve(name)
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
+    bench = render_bench_argv(resolved, base_url="http://127.0.0.1:8000", output_file="/x/bench.jsonl")
+    return deploy.build_extravars(inputs, run_id="r1", wheelhouse_dir="/wh", fetch_dir="/f",
+                                  standin_server_src="/s/server.py", lab=lab, bench_argv=bench)
+
+
+def test_roles_get_exactly_what_profile_render_prints(store: ProfileStore) -> None:
+    resolved = store.resolve("glm5-tp8")
+    ev = _extravars(store, "glm5-tp8")
+    assert ev["sglang_service_argv"] == render_launch_argv(resolved)
+    assert ev["sglang_service_unit"] == render_systemd_unit(resolved)
+    assert ev["sglang_venv_requirements"][0] == "sglang==0.5.9"
+    assert ev["sglang_service_base_url"] == "http://127.0.0.1:8000"
+    assert ev["sglang_service_standin"] is False and ev["sglang_service_standin_exec"] == ""
+    assert ev["sglang_venv_model_fetch"] is True  # a real host fetches lukealonso/GLM-5-NVFP4
+    (patch,) = ev["sglang_venv_patches"]
+    assert patch["name"] == "sm120-cutlass-moe-autotune"
+    assert patch["sha256"] == "be071c1567de4b63e82d070623f95aa4bb5f537698659526c68b1c7d05074640"
+    assert Path(patch["patch_src"]).is_file()
+
+
+def test_lab_runs_the_standin_with_the_same_flags(store: ProfileStore) -> None:
+    lab = deploy.LabOptions(standin_server=True, bench_num_prompts=64, tokenizer_dir="/t", dataset_path="/d.json")
+    ev = _extravars(store, "glm5-tp8", lab)
+    argv = ev["sglang_service_argv"]
+    standin = shlex.split(ev["sglang_service_standin_exec"])
+    assert standin[0] == argv[0] == "/opt/sglang/venv/bin/python"
+    assert standin[1] == "/opt/sglang/standin/server.py"
+    assert standin[2:] == argv[3:]  # every rendered flag, unchanged
+    assert "--nsa-decode-backend" in standin and "--disable-cuda-graph" in standin
+    bench = ev["bench_probe_bench_argv"]
+    assert bench[bench.index("--num-prompts") + 1] == "64"
+    assert bench[bench.index("--tokenizer") + 1] == "/t"
+    assert bench[bench.index("--dataset-path") + 1] == "/d.json"
+    assert ev["sglang_venv_model_fetch"] is False
+    assert any("lab stand-in" in n for n in ev["deploy_lab_notes"])
+    assert any("--num-prompts 64" in n for n in ev["deploy_lab_notes"])
+
+
+def test_standin_needs_a_launch_server_argv() -> None:
+    with pytest.raises(ToolkitError, match="sglang.launch_server"):
+        deploy.standin_argv(["/venv/bin/python", "-m", "something.else", "--port", "1"], "/s.py")
+
+
+def test_exec_line_keeps_the_api_key_variable_for_systemd() -> None:
+    line = deploy.systemd_exec_line(["/p", "--api-key", "${SGLANG_API_KEY}", "--x", "a b$c%d"])
+    assert "${SGLANG_API_KEY}" in line
+    assert '"a b$$c%%d"' in line  # systemd would expand $ and % otherwise
+
+
+def test_missing_patch_file_is_refused_before_anything_runs(store: ProfileStore, tmp_path: Path) -> None:
+    resolved = store.resolve("glm5-tp8")
+    with pytest.raises(ToolkitError) as err:
+        deploy.inputs_from_resolved(resolved, repo_root=tmp_path)  # no profiles/patches/ there
+    (problem,) = err.value.problems
+    assert problem.field == "engine.patches[0].patch" and problem.fix

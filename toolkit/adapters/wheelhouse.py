@@ -1,0 +1,131 @@
+"""The wheelhouse: wheels the controller downloads from PyPI for a container that has no internet.
+
+The lab container (and many real GPU containers) cannot reach PyPI, so `toolkit apply` fills a
+directory here once per SGLang release, copies it in, and the roles install from it with
+`pip install --no-index --find-links`. Built for the container's interpreter (CPython 3.11,
+manylinux x86_64: Debian 12), not the controller's.
+
+What goes in: the pinned `sglang` wheel itself (without its dependencies), SGLang's serving-side
+Python imports that install without a GPU (toolkit.core.deploy.SERVING_REQUIREMENTS, with SGLang's
+own pins), and the toolkit's probe (its wheel, plus rich and nvidia-ml-py). What SGLang requires
+and is left out (torch, flashinfer, sgl-kernel, ...) is written to LEFT_OUT.txt, so the closing note
+can say exactly which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.core.deploy import SERVING_REQUIREMENTS
+from toolkit.core.errors import EXIT_FAILED, ToolkitError
+
+TARGET_PYTHON = "3.11"
+# Debian 12 has glibc 2.36: every manylinux tag up to 2_36 installs there.
+PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
+             "manylinux2014_x86_64", "linux_x86_64")
+PROBE_REQUIREMENTS = ("rich", "nvidia-ml-py", "pyyaml")
+STAMP = ".complete"
+
+
+@dataclass(frozen=True)
+class Wheelhouse:
+    path: Path
+    sglang_version: str
+    left_out: list[str]  # SGLang requirements not in the wheelhouse (GPU-only or not needed to serve the lab)
+    built: bool  # False when a complete cached one was reused
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TOOLKIT_WHEELHOUSE_DIR", "/var/cache/toolkit/wheelhouse"))
+
+
+def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool) -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
+           "--only-binary=:all:", "--python-version", TARGET_PYTHON, "--implementation", "cp", "--abi", "cp311",
+           "--abi", "abi3", "--abi", "none"]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    if no_deps:
+        cmd.append("--no-deps")
+    cmd += reqs
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+        raise ToolkitError.of(
+            f"pip download failed for {' '.join(reqs)}:\n{tail}",
+            field="wheelhouse",
+            fix="check that PyPI is reachable from this machine and that the pinned release exists",
+            exit_code=EXIT_FAILED,
+        )
+
+
+def _requires(wheel: Path) -> list[str]:
+    """Requires-Dist lines without extras or markers that exclude Linux x86_64."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = zf.read(meta_name).decode()
+    out = []
+    for line in meta.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = line.split(":", 1)[1].strip()
+        if "extra ==" in req:
+            continue
+        out.append(req)
+    return out
+
+
+def _name(req: str) -> str:
+    m = re.match(r"[A-Za-z0-9_.-]+", req)
+    return (m.group(0) if m else req).lower().replace("_", "-")
+
+
+def _pins(reqs: list[str]) -> dict[str, str]:
+    pins = {}
+    for r in reqs:
+        spec = r.split(";", 1)[0].strip()
+        name = _name(spec)
+        rest = spec[len(name):].strip() if spec.lower().replace("_", "-").startswith(name) else ""
+        if rest:
+            pins[name] = rest
+    return pins
+
+
+def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
+    """The toolkit itself, for the probe's small venv on the container."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
+                           "-w", str(dest), str(repo_root)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolkitError.of(f"could not build the toolkit wheel: {proc.stderr.strip()[-400:]}", field="wheelhouse",
+                              exit_code=EXIT_FAILED)
+
+
+def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) -> Wheelhouse:
+    """A complete wheelhouse for this SGLang release (built once, then reused)."""
+    dest = (root or cache_root()) / f"sglang-{sglang_version}-cp311"
+    # The toolkit's own wheel follows the checkout, so it is rebuilt every time (seconds).
+    for old in dest.glob("gpu_serving_toolkit-*.whl"):
+        old.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    _build_toolkit_wheel(dest, repo_root)
+    if (dest / STAMP).exists():
+        return Wheelhouse(dest, sglang_version, (dest / "LEFT_OUT.txt").read_text().split(), built=False)
+    _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True)
+    wheel = next(dest.glob(f"sglang-{sglang_version}-*.whl"))
+    sglang_reqs = _requires(wheel)
+    pins = _pins(sglang_reqs)
+    serving = [f"{r}{pins.get(_name(r), '')}" for r in SERVING_REQUIREMENTS]
+    _pip_download(dest, [*serving, *PROBE_REQUIREMENTS], no_deps=False)
+    have = {_name(p.name.split("-")[0]) for p in dest.glob("*.whl")}
+    left_out = sorted({_name(r) for r in sglang_reqs} - have)
+    tmp = dest / "LEFT_OUT.txt.tmp"
+    tmp.write_text("\n".join(left_out) + "\n")
+    os.replace(tmp, dest / "LEFT_OUT.txt")
+    (dest / STAMP).write_text(sglang_version + "\n")
+    return Wheelhouse(dest, sglang_version, left_out, built=True)
