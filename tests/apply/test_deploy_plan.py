@@ -62,7 +62,7 @@ def test_lab_runs_the_standin_with_the_same_flags(store: ProfileStore) -> None:
 
 
 def test_standin_needs_a_launch_server_argv() -> None:
-    with pytest.raises(ToolkitError, match="sglang.launch_server"):
+    with pytest.raises(ToolkitError, match=r"sglang\.launch_server"):
         deploy.standin_argv(["/venv/bin/python", "-m", "something.else", "--port", "1"], "/s.py")
 
 
