@@ -104,14 +104,19 @@ def from_installed() -> Catalogue:
 
 def regenerate(version: str, *, wheel: Path | None = None, out_dir: Path = DATA_DIR) -> tuple[Path, Catalogue]:
     """Build the catalogue of `version` and store it as <out_dir>/<version>.json (atomically)."""
-    from toolkit.adapters.profile_store import atomic_write_text
-
     if wheel is None:
         with tempfile.TemporaryDirectory(prefix="toolkit-sglang-") as tmp:
             catalogue = from_wheel(download_wheel(version, Path(tmp)), version)
     else:
         catalogue = from_wheel(wheel, version)
+    return store(catalogue, out_dir)
+
+
+def store(catalogue: Catalogue, out_dir: Path = DATA_DIR) -> tuple[Path, Catalogue]:
+    """Write <out_dir>/<version>.json atomically, keys sorted (a regenerated catalogue diffs cleanly)."""
+    from toolkit.adapters.profile_store import atomic_write_text
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{version}.json"
+    path = out_dir / f"{catalogue.sglang_version}.json"
     atomic_write_text(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
     return path, catalogue

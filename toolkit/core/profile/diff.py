@@ -96,7 +96,7 @@ def why_for(resolved: ResolvedProfile, path: str) -> str | None:
     for cut in range(len(parts), 0, -1):
         why = resolved.spec.why.get(".".join(parts[:cut]))
         if why is not None:
-            return why.reason + (f" ({why.link})" if why.link else "")
+            return " ".join(why.reason.split()) + (f" ({why.link})" if why.link else "")
     return None
 
 

@@ -1,0 +1,323 @@
+"""`toolkit profile ...`: list, show, validate, render, diff, textconv, catalogue.
+
+Thin: parse, call the profile library, print. Nothing here imports ansible_runner, pynvml or
+matplotlib, and `validate` stays off rich and jinja2, so it starts fast (benchmarks/bench_cli_start.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_OK, Problem, ToolkitError
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="profile_command", metavar="SUBCOMMAND")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.add_argument(
+            "--profiles-dir",
+            metavar="DIR",
+            help="where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the git repository here)",
+        )
+        return p
+
+    p = add("list", "list the profiles with what they extend and their pinned SGLang")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_list)
+
+    p = add("show", "print a profile (its file, or with --resolved the merged spec and where each value is set)")
+    p.add_argument("name")
+    p.add_argument("--resolved", action="store_true", help="merge the extends: chain, defaults filled in")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_show)
+
+    p = add("validate", "check profiles (types, parallelism, hardware rules, flags of the pinned SGLang)")
+    p.add_argument("name", help="a profile name, or `all`")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    p.set_defaults(func=cmd_validate)
+
+    p = add("render", "print the launch argv, environment, systemd unit, SGLang --config YAML and bench argv")
+    p.add_argument("name")
+    p.add_argument(
+        "--only",
+        choices=["argv", "env", "unit", "config", "bench"],
+        help="print one of them only (raw, for scripts)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_render)
+
+    p = add("diff", "semantic diff: knobs changed, added, removed through extends:, each with its why")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_diff)
+
+    p = add("textconv", "a profile file as sorted knob lines with their why (git diff textconv)")
+    p.add_argument("file", help="a profile file (git passes a temporary copy)")
+    p.set_defaults(func=cmd_textconv)
+
+    p = sub.add_parser(
+        "catalogue",
+        help="regenerate SGLang's flag catalogue for a version from that release itself",
+        description="Download sglang==VERSION from PyPI (no deps), read sglang/srt/server_args.py from the wheel "
+        "and store every flag in toolkit/data/sglang_flags/VERSION.json.",
+    )
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--sglang-version", metavar="X.Y.Z")
+    group.add_argument("--from-installed", action="store_true", help="walk ServerArgs.add_cli_args of the SGLang here")
+    p.add_argument("--wheel", metavar="PATH", help="use this downloaded wheel instead of pip download")
+    p.add_argument("--out-dir", metavar="DIR", help="where to write VERSION.json (default: the toolkit's data)")
+    p.set_defaults(func=cmd_catalogue)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
+
+    return ProfileStore(find_profiles_dir(args.profiles_dir))
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+    sys.stdout.write("\n")
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    store = _store(args)
+    rows = []
+    for name in store.names():
+        try:
+            data = store.source(name).data
+            rows.append(
+                {
+                    "name": name,
+                    "extends": data.get("extends"),
+                    "sglang_version": (data.get("engine") or {}).get("sglang_version"),
+                    "description": " ".join(str(data.get("description") or "").split()),
+                }
+            )
+        except ToolkitError as err:
+            rows.append({"name": name, "error": err.problems[0].message if err.problems else str(err)})
+    if args.json:
+        _print_json(rows)
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("profile", "extends", "sglang", "description", title=f"profiles in {store.dir}")
+    for row in rows:
+        if "error" in row:
+            table.add_row(row["name"], "", "", f"[red]unreadable: {row['error']}[/red]")
+        else:
+            table.add_row(row["name"], row["extends"] or "", row["sglang_version"] or "(inherited)", row["description"])
+    Console().print(table)
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    store = _store(args)
+    if not args.resolved:
+        profile, text = store.load(args.name)
+        if args.json:
+            _print_json(profile.model_dump(mode="json", exclude_unset=True))
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    resolved = store.resolve(args.name)
+    data = resolved.spec.model_dump(mode="json")
+    if args.json:
+        _print_json(
+            {
+                "name": resolved.name,
+                "file": resolved.file,
+                "chain": resolved.chain,
+                "spec": data,
+                "origins": {k: f"{o.file}:{o.line}" for k, o in sorted(resolved.origins.items())},
+            }
+        )
+        return EXIT_OK
+    from toolkit.core.profile.diff import flatten
+    from toolkit.core.profile.hashing import spec_hash
+
+    print(f"# {resolved.name}: {' -> '.join(resolved.chain)} (spec {spec_hash(resolved)[:12]})")
+    for path, value in flatten({k: v for k, v in data.items() if k not in ("why", "results")}).items():
+        origin = resolved.origins.get(path)
+        where = f"    # {origin.profile}:{origin.line}" if origin else "    # default"
+        print(f"{path} = {json.dumps(value)}{where}")
+    return EXIT_OK
+
+
+def validate_profiles(store: Any, names: list[str]) -> dict[str, list[Problem]]:
+    """name -> problems (a profile that fails to load has its load errors as problems)."""
+    from toolkit.adapters.profile_store import load_catalogue
+    from toolkit.core.profile.validate import validate
+
+    out: dict[str, list[Problem]] = {}
+    for name in names:
+        try:
+            resolved = store.resolve(name)
+        except ToolkitError as err:
+            out[name] = list(err.problems)
+            continue
+        out[name] = validate(resolved, load_catalogue(resolved.spec.engine.sglang_version))
+    return out
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    store = _store(args)
+    names = store.names() if args.name == "all" else [args.name]
+    if not names:
+        raise ToolkitError.of(f"no profiles in {store.dir}", fix="add a profile file (profiles/NAME.yaml)")
+    results = validate_profiles(store, names)
+    failing = {"error", "warning"} if args.strict else {"error"}
+    bad = sorted(name for name, problems in results.items() if any(p.severity in failing for p in problems))
+    if args.json:
+        _print_json({name: [p.__dict__ for p in problems] for name, problems in results.items()})
+        return EXIT_BAD_INPUT if bad else EXIT_OK
+    errors: list[Problem] = []
+    for name, problems in results.items():
+        counts = {s: sum(p.severity == s for p in problems) for s in ("error", "warning", "info")}
+        status = "FAIL" if name in bad else "ok"
+        summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
+        print(f"{status:4} {name}" + (f" ({summary})" if summary else ""))
+        for p in problems:
+            if p.severity in failing:
+                errors.append(p)
+            else:
+                print("  " + p.render().replace("\n", "\n  "))
+    if errors:
+        raise ToolkitError(errors)
+    return EXIT_OK
+
+
+def _render_all(resolved: Any) -> dict[str, Any]:
+    from toolkit.core.profile import render
+
+    server = resolved.spec.server
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
+    return {
+        "argv": render.render_launch_argv(resolved),
+        "env": render.render_env(resolved),
+        "unit": render.render_systemd_unit(resolved),
+        "config": render.render_sglang_config_yaml(resolved),
+        "bench": render.render_bench_argv(
+            resolved, base_url=f"http://{host}:{server.port}", output_file=f"{resolved.name}.bench.jsonl"
+        ),
+    }
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    import shlex
+
+    store = _store(args)
+    resolved = store.resolve(args.name)
+    _refuse_errors(store, args.name)
+    out = _render_all(resolved)
+    if args.json:
+        _print_json(out if args.only is None else out[args.only])
+        return EXIT_OK
+    if args.only in ("argv", "bench"):
+        print(shlex.join(out[args.only]))
+        return EXIT_OK
+    if args.only == "env":
+        for key, value in out["env"].items():
+            print(f"{key}={shlex.quote(value)}")
+        return EXIT_OK
+    if args.only in ("unit", "config"):
+        sys.stdout.write(out[args.only])
+        return EXIT_OK
+    print(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})")
+    print(" \\\n    ".join(shlex.quote(a) for a in out["argv"]))
+    print("\n# environment")
+    for key, value in out["env"].items():
+        print(f"{key}={shlex.quote(value)}")
+    if not out["env"]:
+        print("(none)")
+    print("\n# systemd unit")
+    sys.stdout.write(out["unit"])
+    print("\n# SGLang --config YAML")
+    sys.stdout.write(out["config"])
+    print("\n# benchmark (bench_serving)")
+    print(shlex.join(out["bench"]))
+    return EXIT_OK
+
+
+def _refuse_errors(store: Any, name: str) -> None:
+    problems = validate_profiles(store, [name])[name]
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise ToolkitError(errors)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    from toolkit.core.profile.diff import diff_profiles
+
+    store = _store(args)
+    result = diff_profiles(store.resolve(args.a), store.resolve(args.b))
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        sys.stdout.write(result.render())
+    return EXIT_OK
+
+
+def cmd_textconv(args: argparse.Namespace) -> int:
+    """git runs this on old and new versions of a profile. A version that does not resolve (a broken
+    revision, a parent that no longer exists) is shown as its raw text, so `git diff` never fails."""
+    from pathlib import Path
+
+    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir, read_source
+    from toolkit.core.profile.diff import textconv_text
+    from toolkit.core.profile.resolve import resolve
+
+    path = Path(args.file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ToolkitError.of(f"cannot read: {err}", file=str(path), fix="give a profile file") from None
+    try:
+        source = read_source(path)
+        name = source.data.get("name") if isinstance(source.data.get("name"), str) else source.name
+        source.name = str(name)
+        try:
+            store: Any = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None), cwd=path.parent))
+        except ToolkitError:
+            store = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None)))
+
+        def loader(n: str) -> Any:
+            return source if n == source.name else store.source(n)
+
+        sys.stdout.write(textconv_text(resolve(source.name, loader)))
+    except ToolkitError as err:
+        sys.stdout.write(f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n")
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def cmd_catalogue(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from toolkit.adapters import sglang_catalogue
+
+    console = Console(stderr=True)
+    if args.from_installed:
+        catalogue = sglang_catalogue.from_installed()
+        out_dir = Path(args.out_dir) if args.out_dir else sglang_catalogue.DATA_DIR
+        path, catalogue = sglang_catalogue.store(catalogue, out_dir)
+    else:
+        with console.status(f"reading SGLang {args.sglang_version}'s server_args.py (pip download --no-deps)"):
+            path, catalogue = sglang_catalogue.regenerate(
+                args.sglang_version,
+                wheel=Path(args.wheel) if args.wheel else None,
+                out_dir=Path(args.out_dir) if args.out_dir else sglang_catalogue.DATA_DIR,
+            )
+    deprecated = sum(f.deprecated for f in catalogue.flags)
+    print(f"{path}: {len(catalogue.flags)} flags of SGLang {catalogue.sglang_version} ({deprecated} deprecated)")
+    return EXIT_OK
