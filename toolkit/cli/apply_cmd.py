@@ -1,0 +1,360 @@
+"""`toolkit apply profile NAME`: deploy a profile as a service, then (--probe) measure it and (--record) record it.
+
+Thin: resolve and validate the profile (an invalid one touches no host), compute the extravars
+(toolkit.core.deploy), fill the wheelhouse, run playbooks/deploy.yml through the ansible-runner
+adapter with live progress, then summarise per host. The work is in the core and the roles.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitError
+
+# The lab (toolkit lab up) writes this inventory; with no -i it is the default, as issue #7 asks.
+LAB_INVENTORY = Path("inventory/lab.yml")
+LAB_TOKENIZER_DIR = "/opt/sglang/standin/lab-tokenizer"
+LAB_DATASET_PATH = "/opt/sglang/standin/lab-sharegpt.json"
+# 1024 prompts (the seed's count) against the single-threaded stand-in would only measure Python; 64
+# keep a lab run to seconds while every code path (streaming, concurrency, the JSONL) is exercised.
+LAB_NUM_PROMPTS = 64
+LAB_HEALTH_TIMEOUT_S = 60
+REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="apply_command", metavar="SUBCOMMAND")
+    p = sub.add_parser(
+        "profile",
+        help="deploy a profile to the GPU containers of an inventory (the lab's by default)",
+        description="Resolve and validate the profile, deploy it as a systemd service through Ansible, "
+        "optionally probe (benchmark + GPU power) and record the result into the profile.",
+    )
+    p.add_argument("name", help="profile name (profiles/NAME.yaml)")
+    p.add_argument("-i", "--inventory", help=f"Ansible inventory (default: the lab's, {LAB_INVENTORY})")
+    p.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
+    p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change")
+    p.add_argument("--probe", action="store_true", help="after the deploy, run the probe with the profile's bench")
+    p.add_argument("--record", action="store_true", help="record the probe's results into the profile (needs --probe)")
+    p.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
+    p.add_argument("--runs-dir", default=os.environ.get("TOOLKIT_RUNS_DIR", "runs"),
+                   help="where fetched run artifacts go on this machine (default: ./runs)")
+    lab = p.add_mutually_exclusive_group()
+    lab.add_argument("--lab", dest="lab", action="store_true", default=None,
+                     help="treat the inventory as the lab's: stand-in server, smaller bench (default: detected)")
+    lab.add_argument("--no-lab", dest="lab", action="store_false", help="a real host, even if the inventory says lab")
+    p.add_argument("--lab-fail-health", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in fails /health
+    p.add_argument("--lab-nan-log", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in logs a NaN line
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run_apply_profile)
+
+
+def _is_lab_inventory(path: Path) -> bool:
+    """The lab's inventory says so (`lab: true` in all.vars, written by `toolkit lab up`); a real one never does."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return False
+
+    def walk(node: Any) -> bool:
+        if isinstance(node, dict):
+            if node.get("lab") is True or node.get("toolkit_lab") is True:
+                return True
+            return any(walk(v) for v in node.values())
+        return False
+
+    return walk(data)
+
+
+def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(secrets, extravars) for the API key reference. The key itself only ever travels as a secret."""
+    if not ref:
+        return {}, {}
+    kind, _, name = ref.partition(":")
+    if kind == "env":
+        value = os.environ.get(name)
+        if not value:
+            raise ToolkitError.of(
+                f"the profile's API key comes from the environment variable {name}, which is not set",
+                field="server.api_key_secret",
+                fix=f"export {name}=... before `toolkit apply` (it is written only to the unit's 0600 env file)",
+            )
+        return {"sglang_service_api_key": value}, {}
+    if kind == "file":
+        return {"sglang_service_api_key": Path(name).expanduser().read_text().strip()}, {}
+    if kind == "vault":
+        # Ansible resolves the vaulted variable on the host side; the value never passes through here.
+        return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
+    raise ToolkitError.of(f"unknown secret reference {ref!r}", field="server.api_key_secret",
+                          fix="use env:NAME, file:PATH or vault:NAME")
+
+
+def _resolve(name: str, profiles_dir: str | None) -> Any:
+    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
+
+    store = ProfileStore(find_profiles_dir(profiles_dir))
+    resolved = store.resolve(name)
+    problems = _validate(resolved)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise ToolkitError(errors)  # nothing has touched a host yet
+    return resolved, store
+
+
+def _validate(resolved: Any) -> list[Any]:
+    from toolkit.adapters.sglang_catalogue import load_catalogue
+    from toolkit.core.profile import validate
+
+    return list(validate(resolved, load_catalogue(str(resolved.spec.engine.sglang_version))))
+
+
+def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
+    """A recorded GPU trace the lab's probe replays (lab data), from the probe's committed fixtures."""
+    fixtures = repo_root / "tests" / "fixtures" / "probe"
+    for pattern in (f"*{gpus}gpu*busy*", "*seed*", "*busy*", "*.csv"):
+        found = sorted(fixtures.glob(pattern))
+        if found:
+            return str(found[0])
+    return ""
+
+
+@dataclass
+class ApplyPlan:
+    """Everything one apply runs with; benchmarks/bench_apply.py runs the same plan through plain ansible-playbook."""
+
+    profile_name: str
+    inventory: Path
+    extravars: dict[str, Any]
+    secrets: dict[str, str]
+    fetch_dir: Path
+    left_out: list[str]
+    is_lab: bool
+
+
+def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
+    """Resolve, validate and plan: raises ToolkitError (exit 2) before any host is touched."""
+    from toolkit.adapters.ansible import share_dir
+    from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
+    from toolkit.core import deploy
+    from toolkit.core.profile.render import render_bench_argv
+    from toolkit.lab.standin_server import SERVER_PATH
+
+    if args.record and not args.probe:
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    resolved, _store = _resolve(args.name, args.profiles_dir)
+
+    share = share_dir()
+    inventory = Path(args.inventory) if args.inventory else share / LAB_INVENTORY
+    if not inventory.exists():
+        raise ToolkitError.of(
+            f"inventory not found: {inventory}",
+            file=str(inventory),
+            field="--inventory",
+            fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY",
+        )
+    is_lab = _is_lab_inventory(inventory) if args.lab is None else bool(args.lab)
+    repo_root = share
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=repo_root)
+
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
+    fetch_dir = Path(args.runs_dir).resolve() / run_id
+    lab = deploy.LabOptions(
+        standin_server=is_lab,
+        standin_fail_health=args.lab_fail_health,
+        standin_nan_log=args.lab_nan_log,
+        bench_num_prompts=LAB_NUM_PROMPTS if is_lab else None,
+        tokenizer_dir=LAB_TOKENIZER_DIR if is_lab else None,
+        dataset_path=LAB_DATASET_PATH if is_lab else None,
+    )
+    remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
+    bench_argv = render_bench_argv(
+        resolved,
+        base_url=f"http://127.0.0.1:{inputs.port}",
+        output_file=f"{remote_run}/bench.jsonl",
+        python=inputs.venv_path.rstrip("/") + "/bin/python",
+    )
+    probe_args: list[str] = []
+    gpu_trace = ""
+    if is_lab:
+        gpu_trace = _gpu_trace_for_lab(repo_root, resolved.spec.target.gpu_count or 8)
+        # A short idle baseline: the replayed trace carries its own idle phase; no live view in a log.
+        probe_args = ["--idle-s", "2", "--live", "off"]
+        if gpu_trace:
+            # The trace's directory travels whole: the replay reads topology.json next to it.
+            trace = Path(gpu_trace)
+            probe_args += ["--replay-gpu-trace", f"/var/lib/toolkit/lab/{trace.parent.name}/{trace.name}"]
+
+    with console.status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)"):
+        wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=repo_root)
+    extravars = deploy.build_extravars(
+        inputs,
+        run_id=run_id,
+        wheelhouse_dir=str(wheelhouse.path),
+        fetch_dir=str(fetch_dir),
+        standin_server_src=str(SERVER_PATH),
+        lab=lab,
+        bench_argv=bench_argv,
+        probe_args=probe_args,
+    )
+    extravars["deploy_probe"] = bool(args.probe)
+    extravars["bench_probe_gpu_trace_src"] = str(Path(gpu_trace).parent) if gpu_trace else ""
+    extravars["bench_probe_bench_data_src"] = str(SERVER_PATH.with_name("make_bench_data.py"))
+    if is_lab:
+        extravars["sglang_service_health_timeout_s"] = LAB_HEALTH_TIMEOUT_S
+    secrets, key_vars = _api_key(inputs.api_key_secret)
+    extravars.update(key_vars)
+    if os.environ.get("HF_TOKEN"):
+        secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
+    return ApplyPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out, is_lab)
+
+
+def run_apply_profile(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toolkit.adapters.ansible import run_playbook
+
+    console = Console(stderr=True)
+    plan = prepare(args, console)
+    extravars, fetch_dir = plan.extravars, plan.fetch_dir
+    for note in extravars["deploy_lab_notes"]:
+        console.print(f"[yellow]{note}[/]")
+    if plan.left_out:
+        console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(plan.left_out)}[/]")
+
+    with _Progress(console, title=f"apply {plan.profile_name}") as progress:
+        result = run_playbook(
+            "deploy",
+            inventory=plan.inventory,
+            extravars=extravars,
+            limit=args.limit,
+            check=args.check,
+            on_event=progress.on_event,
+            secrets=plan.secrets,
+        )
+
+    summary = _summary(result, fetch_dir, args, plan.profile_name)
+    if args.probe and result.rc == 0:
+        summary["probe"] = _probe_results(fetch_dir)
+        if args.record:
+            summary["record"] = _record(fetch_dir, plan.profile_name, args.profiles_dir, summary["probe"])
+    _print_summary(console, summary, as_json=args.json)
+    failed = result.rc != 0 or summary["unreachable"] or summary["failed_hosts"]
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+class _Progress:
+    """Live progress of the playbook: the current task, and a line per host result that matters."""
+
+    def __init__(self, console: Any, *, title: str) -> None:
+        self.console = console
+        self.title = title
+        self.tasks = 0
+        self._status: Any = None
+
+    def __enter__(self) -> _Progress:
+        self._status = self.console.status(self.title)
+        self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._status.__exit__(*exc)
+
+    def on_event(self, event: Any) -> None:
+        kind = getattr(event, "kind", "")
+        if kind == "task_start":
+            self.tasks += 1
+            self._status.update(f"{self.title}: [{self.tasks}] {event.task}")
+        elif kind == "play_start":
+            self.console.print(f"[bold]{event.play}[/]")
+        elif kind == "changed":
+            self.console.print(f"  [yellow]changed[/] {event.host}: {event.task}")
+        elif kind in ("failed", "unreachable") and not getattr(event, "ignore_errors", False):
+            self.console.print(f"  [red]{kind}[/] {event.host}: {event.task}")
+
+
+def _summary(result: Any, fetch_dir: Path, args: argparse.Namespace, profile: str) -> dict[str, Any]:
+    hosts = {
+        h: {"ok": s.ok, "changed": s.changed, "failed": s.failed, "unreachable": s.unreachable, "skipped": s.skipped}
+        for h, s in sorted(result.hosts.items())
+    }
+    return {
+        "profile": profile,
+        "rc": result.rc,
+        "status": result.status,
+        "check": bool(args.check),
+        "hosts": hosts,
+        "changed": sum(s["changed"] for s in hosts.values()),
+        "unreachable": sorted(h for h, s in hosts.items() if s["unreachable"]),
+        "failed_hosts": sorted(h for h, s in hosts.items() if s["failed"]),
+        "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
+        "artifacts_dir": str(fetch_dir),
+        "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
+    }
+
+
+def _probe_results(fetch_dir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for host_dir in sorted(p for p in fetch_dir.glob("*/probe") if p.is_dir()):
+        verdict_file = host_dir / "verdict.json"
+        verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
+        out[host_dir.parent.name] = {"run_dir": str(host_dir), "verdict": verdict}
+    return out
+
+
+def _record(fetch_dir: Path, profile: str, profiles_dir: str | None, probe: dict[str, Any]) -> dict[str, Any]:
+    import importlib
+
+    try:
+        record_run = importlib.import_module("toolkit.results").record_run
+    except (ImportError, AttributeError):
+        return {"skipped": "toolkit.results.record_run does not exist yet (issue #4); nothing recorded"}
+    from toolkit.adapters.profile_store import find_profiles_dir
+
+    recorded = {}
+    for host, info in probe.items():
+        recorded[host] = str(record_run(Path(info["run_dir"]), profile, find_profiles_dir(profiles_dir)))
+    return {"recorded": recorded}
+
+
+def _verdict_line(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "no verdict (the probe wrote none)"
+    cls = verdict.get("verdict") or verdict.get("class") or verdict.get("label") or "?"
+    conf = verdict.get("confidence")
+    lab = " (lab data)" if verdict.get("lab_data") or verdict.get("source") in ("recorded", "lab") else ""
+    return f"{cls}" + (f", confidence {conf}" if conf is not None else "") + lab
+
+
+def _print_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"toolkit apply profile {summary['profile']}" + (" (check mode)" if summary["check"] else ""))
+    for col in ("host", "ok", "changed", "failed", "unreachable"):
+        table.add_column(col)
+    for host, s in summary["hosts"].items():
+        table.add_row(host, str(s["ok"]), str(s["changed"]), str(s["failed"]), str(s["unreachable"]))
+    console.print(table)
+    for f in summary["failures"]:
+        console.print(f"[red]{f['host']}: {f['task']}[/]\n{f['message']}")
+    if summary["unreachable"]:
+        console.print(f"[red]unreachable: {', '.join(summary['unreachable'])}[/] (the other hosts were deployed)")
+    for host, info in (summary.get("probe") or {}).items():
+        console.print(f"[bold]{host}[/]: verdict {_verdict_line(info['verdict'])}; run {info['run_dir']}")
+    rec = summary.get("record")
+    if rec:
+        console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
+    console.print(f"artifacts: {summary['artifacts_dir']}")
+
+
+__all__ = ["EXIT_BAD_INPUT", "configure", "run_apply_profile"]
