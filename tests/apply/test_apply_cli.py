@@ -1,0 +1,59 @@
+"""`toolkit apply profile` refuses bad input before any host is touched (exit 2, file:line, a fix)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from toolkit.cli.apply_cmd import _is_lab_inventory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _apply(tmp: Path, profiles: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    inventory = tmp / "inventory.ini"
+    # A host that would leave a mark if anything ran against it.
+    host = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}"
+    inventory.write_text(f"[gpu_containers]\n{host}\n")
+    env = {**os.environ, "TOOLKIT_STATE_DIR": str(tmp / "state"), "TOOLKIT_WHEELHOUSE_DIR": str(tmp / "wheels")}
+    return subprocess.run(
+        [sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i", str(inventory),
+         "--profiles-dir", str(profiles), "--runs-dir", str(tmp / "runs"), *extra],
+        capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
+    )
+
+
+def test_invalid_profile_touches_no_host(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    shutil.copytree(REPO / "profiles", profiles)
+    tp8 = profiles / "glm5-tp8.yaml"
+    text = tp8.read_text()
+    tp8.write_text(text.replace("  max_running_requests: 1024", "  max_running_requests: -3"))
+    line = next(i for i, t in enumerate(tp8.read_text().splitlines(), 1) if "max_running_requests: -3" in t)
+    proc = _apply(tmp_path, profiles)
+    assert proc.returncode == 2, proc.stderr
+    assert f"glm5-tp8.yaml:{line}" in proc.stderr and "max_running_requests" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # Nothing ran: no Ansible run directory, no wheelhouse, no fetched artifacts.
+    assert not (tmp_path / "state").exists() and not (tmp_path / "wheels").exists()
+    assert not (tmp_path / "runs").exists()
+
+
+def test_record_needs_probe(tmp_path: Path) -> None:
+    proc = _apply(tmp_path, REPO / "profiles", "--record")
+    assert proc.returncode == 2 and "--probe" in proc.stderr
+    assert not (tmp_path / "state").exists()
+
+
+def test_lab_inventory_is_detected_and_a_real_one_is_not(tmp_path: Path) -> None:
+    lab = tmp_path / "lab.yml"
+    lab.write_text("all:\n  vars:\n    lab: true\n  children:\n    gpu_containers:\n      hosts: {ct: {}}\n")
+    real = tmp_path / "real.yml"
+    real.write_text("all:\n  children:\n    gpu_containers:\n      hosts: {gpu1: {ansible_host: 192.0.2.1}}\n")
+    assert _is_lab_inventory(lab) and not _is_lab_inventory(real)
+    example = REPO / "inventory" / "lab.example.yml"
+    if example.exists():
+        assert _is_lab_inventory(example)

@@ -1,0 +1,204 @@
+"""`toolkit apply profile glm5-tp8` against the lab, for real: Ansible over SSH into a real LXC container
+running systemd, the pinned SGLang installed from PyPI wheels, the real patch applied, the lab stand-in
+server behind the rendered unit, SGLang's own bench_serving, the probe replaying a recorded GPU trace.
+
+The container is provisioned first with the provision playbooks (#6). Tests share one provisioned lab
+and run in file order: scratch deploy, no-change deploy, then the failure cases, each of which
+restores a healthy service before the next.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.adapters.ansible import run_playbook
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+PATCH_TARGET = "sglang/srt/model_executor/model_runner.py"
+PATCH_SHA = "be071c1567de4b63e82d070623f95aa4bb5f537698659526c68b1c7d05074640"
+
+
+def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([sys.executable, "-m", "toolkit", *args, "--json"], capture_output=True, text=True,
+                          cwd=cwd, timeout=1200)
+    try:
+        summary = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    except json.JSONDecodeError:
+        summary = {}
+    return proc.returncode, summary, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def provisioned(lab: Any) -> Any:
+    """The lab with its GPU container created and its NVIDIA userspace installed (the #6 playbooks)."""
+    for book in ("host", "container"):
+        if not (REPO / "playbooks" / f"{book}.yml").exists():
+            pytest.skip(f"playbooks/{book}.yml (issue #6) is not in this checkout yet")
+        result = run_playbook(book, inventory=lab.inventory_path)
+        assert result.rc == 0, [f"{f.host}: {f.task}: {f.message}" for f in result.failures]
+    return lab
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the profiles, so that --record writes there and not into the checkout."""
+    root = tmp_path_factory.mktemp("apply")
+    shutil.copytree(REPO / "profiles", root / "profiles")
+    return root
+
+
+def ct(lab: Any, command: str) -> subprocess.CompletedProcess[str]:
+    return lab.ssh("ct", command)  # type: ignore[no-any-return]
+
+
+def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
+    text = (profiles / f"{name}.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    return len(((data.get("results") or {}).get("entries")) or [])
+
+
+def apply(lab: Any, work: Path, *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    return toolkit("apply", "profile", "glm5-tp8", "-i", str(inventory or lab.inventory_path),
+                   "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
+
+
+def test_apply_from_scratch_probe_and_record(provisioned: Any, work: Path) -> None:
+    before = _entries(work / "profiles")
+    rc, summary, err = apply(provisioned, work, "--probe", "--record")
+    assert rc == 0, err[-4000:]
+    assert summary["hosts"]["ct"]["changed"] > 0 and not summary["failures"]
+
+    # What runs is what `toolkit profile render` prints.
+    rendered = subprocess.run([sys.executable, "-m", "toolkit", "profile", "render", "glm5-tp8", "--unit"],
+                              capture_output=True, text=True, cwd=REPO)
+    unit = ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
+    if rendered.returncode == 0:
+        assert rendered.stdout.strip() == unit.strip()
+    assert "-m sglang.launch_server" in unit
+    assert ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
+    dropin = ct(provisioned, "cat /etc/systemd/system/sglang.service.d/lab-standin.conf").stdout
+    assert "LAB STAND-IN" in dropin and "/opt/sglang/standin/server.py" in dropin
+
+    # The real pinned SGLang from PyPI, patched for real.
+    py = "/opt/sglang/venv/bin/python -c"
+    version = ct(provisioned, f"{py} 'import importlib.metadata as m; print(m.version(\"sglang\"))'")
+    assert version.stdout.strip() == "0.5.9"
+    site = ct(provisioned, f"{py} 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'")
+    target = f"{site.stdout.strip()}/{PATCH_TARGET}"
+    assert ct(provisioned, f"sha256sum {target}").stdout.split()[0] != PATCH_SHA
+    reverse = ct(provisioned, f"patch --dry-run -R -f -s {target} /opt/sglang/patches/sm120-cutlass-moe-autotune.patch")
+    assert reverse.returncode == 0
+
+    # Artifacts on the controller: server info from the stand-in, environment, smoke text, the probe run.
+    run_dir = Path(summary["artifacts_dir"]) / "ct"
+    info = json.loads((run_dir / "server_info.json").read_text())
+    assert info["lab_standin"] is True and info["version"] == "0.5.9" and info["tp_size"] == 8
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert env.get("SGLANG_STANDIN") == "1"
+    assert json.loads((run_dir / "smoke.json").read_text())["text"].strip()
+    probe = summary["probe"]["ct"]
+    bench = (Path(probe["run_dir"]) / "bench.jsonl").read_text()
+    assert json.loads(bench.splitlines()[-1])["completed"] == 64  # SGLang's own bench_serving wrote it
+    assert probe["verdict"] is not None
+
+    record = summary.get("record") or {}
+    if "skipped" not in record:
+        assert _entries(work / "profiles") == before + 1
+
+
+def test_second_apply_changes_nothing(provisioned: Any, work: Path) -> None:
+    rc, summary, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+    assert summary["hosts"]["ct"]["changed"] == 0, summary
+
+
+def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Any, work: Path) -> None:
+    before = (work / "profiles" / "glm5-tp8.yaml").read_bytes()
+    rc, summary, err = apply(provisioned, work, "--probe", "--record", "--lab-fail-health")
+    assert rc != 0
+    message = "\n".join(f["message"] for f in summary["failures"])
+    assert "service sglang did not answer" in message
+    assert "told to fail its health check" in message  # the log tail, from the journal
+    assert "probe" not in summary and (work / "profiles" / "glm5-tp8.yaml").read_bytes() == before
+    rc, summary, err = apply(provisioned, work)  # healthy again: the drop-in changed back, so it restarts
+    assert rc == 0, err[-4000:]
+
+
+def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Any, work: Path) -> None:
+    rc, summary, _ = apply(provisioned, work, "--lab-nan-log")
+    assert rc != 0
+    assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
+    rc, _, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+
+
+def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: Any, work: Path,
+                                                                    tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    shutil.copytree(work / "profiles", profiles)
+    tp8 = profiles / "glm5-tp8.yaml"
+    tp8.write_text(tp8.read_text().replace(PATCH_SHA, "1" * 64))
+    digest = ("find /opt/sglang/venv -type f -not -path '*__pycache__*' -print0 | sort -z "
+              "| xargs -0 sha256sum | sha256sum")
+    venv_before = ct(provisioned, digest).stdout
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i",
+                           str(provisioned.inventory_path), "--profiles-dir", str(profiles), "--runs-dir",
+                           str(tmp_path / "runs"), "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200)
+    assert proc.returncode != 0
+    message = "\n".join(f["message"] for f in json.loads(proc.stdout)["failures"])
+    assert "patch sm120-cutlass-moe-autotune refused" in message and "1" * 64 in message
+    assert ct(provisioned, digest).stdout == venv_before
+
+
+def test_unreachable_host_among_several(provisioned: Any, work: Path, tmp_path: Path) -> None:
+    inv = yaml.safe_load(Path(provisioned.inventory_path).read_text())
+    hosts = inv["all"]["children"]["gpu_containers"]["hosts"]
+    ghost = dict(hosts["ct"])
+    # An address inside the lab's own container subnet that nothing answers (traffic stays in the lab).
+    ghost["ansible_host"] = ".".join([*ghost["ansible_host"].split(".")[:3], "250"])
+    hosts["ct-ghost"] = ghost
+    path = tmp_path / "two.yml"
+    path.write_text(yaml.safe_dump(inv))
+    rc, summary, _ = apply(provisioned, work, inventory=path)
+    assert rc != 0
+    assert summary["unreachable"] == ["ct-ghost"]
+    assert summary["hosts"]["ct"]["failed"] == 0 and summary["hosts"]["ct"]["unreachable"] == 0
+
+
+def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Any, work: Path, tmp_path: Path) -> None:
+    key = hashlib.sha256(b"toolkit-apply-test-key").hexdigest()
+    profiles = tmp_path / "profiles"
+    shutil.copytree(work / "profiles", profiles)
+    tp8 = profiles / "glm5-tp8.yaml"
+    keyed = tp8.read_text().replace("\nserver:\n", "\nserver:\n  api_key_secret: env:TOOLKIT_TEST_SGLANG_KEY\n", 1)
+    tp8.write_text(keyed)
+    runs = tmp_path / "runs"
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i",
+                           str(provisioned.inventory_path), "--profiles-dir", str(profiles), "--runs-dir", str(runs),
+                           "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200,
+                          env={**os.environ, "TOOLKIT_TEST_SGLANG_KEY": key})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    summary = json.loads(proc.stdout)
+    assert key not in proc.stdout + proc.stderr
+    for root in (runs, Path(summary["ansible_artifacts_dir"])):
+        for f in root.rglob("*"):
+            if f.is_file():
+                assert key not in f.read_text(errors="replace"), f
+    assert "${SGLANG_API_KEY}" in ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
+    assert ct(provisioned, "stat -c %a /etc/sglang/glm5-tp8.env").stdout.strip() == "600"
+    info = json.loads((runs / summary["artifacts_dir"].rsplit("/", 1)[-1] / "ct" / "server_info.json").read_text())
+    assert info["api_key_set"] is True
+    rc, _, err = apply(provisioned, work)  # back to the profile without a key
+    assert rc == 0, err[-4000:]
