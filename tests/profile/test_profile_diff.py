@@ -1,0 +1,101 @@
+"""Semantic diff through extends:, and the same view in a real `git diff` via textconv."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.cli.main import main
+from toolkit.core.profile.diff import DiffSection, _HOOKS, diff_profiles, register_diff_section
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_baseline_to_tp8(shipped) -> None:
+    d = diff_profiles(shipped.resolve("glm5-baseline"), shipped.resolve("glm5-tp8"))
+    by_path = {c.path: c for c in d.changes}
+    mrr = by_path["server.max_running_requests"]
+    assert (mrr.kind, mrr.old, mrr.new) == ("changed", 64, 1024)
+    assert mrr.why and "1024" in mrr.why
+    assert by_path["server.nsa_decode_backend"].kind == "added"
+    assert by_path["server.cuda_graph"].old is True and by_path["server.cuda_graph"].new is False
+    assert "server.tp_size" not in by_path
+    assert "~ server.max_running_requests: 64 -> 1024" in d.render()
+
+
+def test_removed_knob_and_inherited_change(write_profiles, base_yaml) -> None:
+    store = write_profiles(
+        {
+            "base": base_yaml,
+            "a": "schema_version: 1\nname: a\nextends: base\n",
+            "b": "schema_version: 1\nname: b\nextends: base\nserver:\n  nsa_decode_backend: null\n  tp_size: 4\n"
+            "why:\n  server.tp_size: {reason: half the allreduce group, link: 'https://example.org/t'}\n",
+        }
+    )
+    d = diff_profiles(store.resolve("a"), store.resolve("b"))
+    kinds = {c.path: (c.kind, c.why) for c in d.changes}
+    assert kinds["server.nsa_decode_backend"] == ("removed", None)
+    assert kinds["server.tp_size"] == ("changed", "half the allreduce group (https://example.org/t)")
+
+
+def test_diff_hook_adds_a_section(shipped) -> None:
+    def hook(a, b):
+        return DiffSection("results", [f"{a.name} vs {b.name}"])
+
+    register_diff_section(hook)
+    try:
+        text = diff_profiles(shipped.resolve("glm5-baseline"), shipped.resolve("glm5-tp8")).render()
+        assert "results:\n  glm5-baseline vs glm5-tp8" in text
+    finally:
+        _HOOKS.remove(hook)
+
+
+def test_cli_diff(capsys) -> None:
+    assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", str(REPO / "profiles")]) == 0
+    assert "~ server.max_running_requests: 64 -> 1024" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_diff_shows_the_semantic_view(tmp_path: Path) -> None:
+    """The documented git config line + .gitattributes make `git diff` of a profile show knob lines."""
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    for name in ("glm5-baseline", "glm5-tp8"):
+        shutil.copy(REPO / "profiles" / f"{name}.yaml", repo / "profiles" / f"{name}.yaml")
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "TOOLKIT_PROFILES_DIR": ""}
+    toolkit = f"{sys.executable} -m toolkit"
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
+        ).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    # The documented line (docs/profiles.md), with this test's interpreter standing in for `toolkit`.
+    git("config", "diff.toolkit-profile.textconv", f"{toolkit} profile textconv")
+    git("add", ".")
+    git("commit", "-qm", "profiles")
+    path = repo / "profiles" / "glm5-tp8.yaml"
+    path.write_text(path.read_text().replace("max_running_requests: 1024", "max_running_requests: 2048"))
+    out = git("diff", "--", "profiles/glm5-tp8.yaml")
+    assert "-server.max_running_requests = 1024" in out
+    assert "+server.max_running_requests = 2048" in out
+    assert "why: 64 -> 1024 let the scheduler" in out
+    changed = [line for line in out.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    assert len(changed) == 2, out
+
+
+def test_textconv_of_a_broken_file_falls_back_to_text(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "x.yaml"
+    bad.write_text("server: [\n")
+    assert main(["profile", "textconv", str(bad), "--profiles-dir", str(REPO / "profiles")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# toolkit textconv: shown as text") and out.endswith("server: [\n")

@@ -1,0 +1,145 @@
+"""Golden files for every shipped profile's render, and systemd quoting that survives any value.
+
+Regenerate the goldens after an intended change: TOOLKIT_UPDATE_GOLDEN=1 pytest tests/profile
+(then read the diff: it is the review of the change).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests_profile_helpers import split_systemd_words  # type: ignore[import-not-found]
+from toolkit.core.profile.render import (
+    render_bench_argv,
+    render_env,
+    render_launch_argv,
+    render_sglang_config_yaml,
+    render_systemd_unit,
+    systemd_word,
+)
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SHIPPED = ["glm5-baseline", "glm5-tp8", "glm5-tp4-pp2", "glm5-ep8"]
+
+
+def _renders(resolved) -> dict[str, str]:
+    return {
+        "argv.json": json.dumps(render_launch_argv(resolved), indent=1) + "\n",
+        "env.json": json.dumps(render_env(resolved), indent=1) + "\n",
+        "service": render_systemd_unit(resolved),
+        "config.yaml": render_sglang_config_yaml(resolved),
+        "bench.json": json.dumps(
+            render_bench_argv(resolved, base_url="http://127.0.0.1:8000", output_file="/tmp/bench.jsonl"), indent=1
+        )
+        + "\n",
+    }
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_golden_render(shipped, name: str) -> None:
+    for suffix, text in _renders(shipped.resolve(name)).items():
+        golden = GOLDEN / f"{name}.{suffix}"
+        if os.environ.get("TOOLKIT_UPDATE_GOLDEN"):
+            golden.write_text(text, encoding="utf-8")
+        assert golden.read_text(encoding="utf-8") == text, f"{golden.name} differs from the render"
+
+
+def test_tp8_argv_carries_the_seed_knobs(shipped) -> None:
+    argv = render_launch_argv(shipped.resolve("glm5-tp8"))
+    assert argv[:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+    pairs = {argv[i]: argv[i + 1] for i in range(3, len(argv) - 1) if not argv[i + 1].startswith("--")}
+    assert pairs["--tp-size"] == "8" and pairs["--max-running-requests"] == "1024"
+    assert pairs["--nsa-decode-backend"] == "trtllm" and pairs["--moe-runner-backend"] == "flashinfer_cutlass"
+    assert "--disable-cuda-graph" in argv and "--disable-radix-cache" in argv
+    assert "--enable-flashinfer-allreduce-fusion" not in argv
+
+
+def test_bench_defaults_are_the_seed_command(shipped) -> None:
+    seed = (
+        "python3 -m sglang.bench_serving --backend sglang-oai --model glm-5 --tokenizer lukealonso/GLM-5-NVFP4 "
+        "--base-url http://localhost:8000 --dataset-name random --num-prompts 1024 --random-input-len 256 "
+        "--random-output-len 128 --request-rate inf"
+    ).split()
+    argv = render_bench_argv(shipped.resolve("glm5-baseline"), base_url="http://localhost:8000", output_file="o.jsonl")
+    assert argv[: len(seed)] == seed and argv[len(seed) :] == ["--output-file", "o.jsonl"]
+    argv = render_bench_argv(shipped.resolve("glm5-tp8"), base_url="u", output_file="o", max_concurrency=64)
+    assert argv[argv.index("--max-concurrency") + 1] == "64"
+
+
+NASTY = [
+    'a "quoted" word',
+    "back\\slash",
+    "100%",
+    "$HOME and ${PATH}",
+    "tab\there",
+    "new\nline",
+    "semi;colon && | > <",
+    "'single'",
+    "",
+    "ünïcødé",
+    "%n%%",
+]
+
+
+@pytest.mark.parametrize("value", NASTY)
+def test_systemd_word_round_trips(value: str) -> None:
+    assert split_systemd_words(systemd_word(value)) == [value]
+
+
+def test_unit_never_holds_the_key_and_expands_it_from_the_environment_file(write_profiles, base_yaml) -> None:
+    store = write_profiles(
+        {"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\nserver:\n  api_key_secret: vault:k\n"}
+    )
+    unit = render_systemd_unit(store.resolve("c"))
+    assert "EnvironmentFile=/etc/sglang/c.env" in unit
+    assert re.search(r"--api-key \$\{SGLANG_API_KEY\}", unit)
+    argv = render_launch_argv(store.resolve("c"))
+    assert argv[argv.index("--api-key") + 1] == "${SGLANG_API_KEY}"
+
+
+def test_unit_with_hostile_values_parses_back_to_the_argv(write_profiles, base_yaml) -> None:
+    body = (
+        "schema_version: 1\nname: c\nextends: base\nserver:\n  extra_args: "
+        + json.dumps(["--log-level", *NASTY[:-3], "%n%%"])
+        + "\nenv:\n  NCCL_DEBUG_SUBSYS: 'INIT,%h \"x\" $y'\n"
+    )
+    store = write_profiles({"base": base_yaml, "c": body})
+    resolved = store.resolve("c")
+    unit = render_systemd_unit(resolved)
+    exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)\n", unit, re.S | re.M)
+    assert exec_start is not None
+    assert split_systemd_words(exec_start.group(1).replace("\\\n", " ")) == render_launch_argv(resolved)
+    env_line = next(line for line in unit.splitlines() if line.startswith("Environment=\"NCCL_DEBUG_SUBSYS"))
+    assert split_systemd_words(env_line[len("Environment=") :], expand=False) == ['NCCL_DEBUG_SUBSYS=INIT,%h "x" $y']
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify_accepts_the_units(shipped, tmp_path: Path, write_profiles, base_yaml) -> None:
+    """systemd's own parser reads every shipped unit (and a hostile one) without a syntax complaint."""
+    units = [render_systemd_unit(shipped.resolve(n)) for n in SHIPPED]
+    hostile = write_profiles(
+        {"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\nserver:\n  extra_args: "
+         + json.dumps(["--log-level", *NASTY]) + "\n"}
+    )
+    units.append(render_systemd_unit(hostile.resolve("c")))
+    python = tmp_path / "opt/sglang/venv/bin/python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    for i, unit in enumerate(units):
+        # verify checks that the binary exists: point ExecStart at a stand-in under tmp_path.
+        path = tmp_path / f"toolkit-test-{i}.service"
+        path.write_text(unit.replace("ExecStart=/opt/", f"ExecStart={tmp_path}/opt/"))
+        proc = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False)
+        complaints = [
+            line for line in proc.stderr.splitlines()
+            if path.name in line or "ExecStart" in line or "Unbalanced" in line or "Invalid" in line
+        ]
+        assert complaints == [] and proc.returncode == 0, proc.stderr + unit

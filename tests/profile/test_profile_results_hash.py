@@ -1,0 +1,82 @@
+"""The toolkit-written results block never touches the author's text; spec_hash sees knobs only."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from toolkit.core.profile import (
+    RESULTS_MARKER,
+    dump_results_block,
+    join_results_block,
+    parse_profile_text,
+    spec_hash,
+    split_results_block,
+)
+from toolkit.core.profile.resolve import resolve
+
+AUTHOR = "# my comment, kept\nschema_version: 1\nname: p\nserver:   # odd spacing, kept\n  tp_size:    8\n\n"
+
+
+def test_split_join_round_trip_keeps_author_bytes() -> None:
+    block = dump_results_block({"schema_version": 1, "keep_last": 10, "entries": [{"b": 2, "a": 1}]})
+    text = join_results_block(AUTHOR, block)
+    assert text.startswith(AUTHOR) and f"\n{RESULTS_MARKER}\nresults:\n" in text
+    author, got = split_results_block(text)
+    assert author == AUTHOR and got == block
+    assert join_results_block(author, got) == text
+    assert split_results_block(AUTHOR) == (AUTHOR, None)
+
+
+def test_rewriting_the_block_changes_only_the_block() -> None:
+    one = join_results_block(AUTHOR, dump_results_block({"entries": [{"x": 1}]}))
+    two = join_results_block(split_results_block(one)[0], dump_results_block({"entries": [{"x": 1}, {"x": 2}]}))
+    assert two.startswith(AUTHOR) and split_results_block(two)[0] == AUTHOR
+
+
+def test_block_is_deterministic_and_parses_as_the_results_key() -> None:
+    a = dump_results_block({"entries": [{"z": 1.5, "a": "x"}], "keep_last": 10, "schema_version": 1})
+    b = dump_results_block({"schema_version": 1, "keep_last": 10, "entries": [{"a": "x", "z": 1.5}]})
+    assert a == b
+    text = join_results_block(AUTHOR, a)
+    src = parse_profile_text("p", "p.yaml", text)
+    assert src.data["results"]["entries"] == [{"a": "x", "z": 1.5}]
+
+
+def _resolved(text: str):
+    src = parse_profile_text("p", "p.yaml", text)
+    return resolve("p", lambda name: src)
+
+
+BASE = "schema_version: 1\nname: p\nserver:\n  tp_size: 8\n"
+
+
+def test_hash_ignores_prose_why_and_results() -> None:
+    h = spec_hash(_resolved(BASE))
+    assert len(h) == 64
+    prose = BASE + "description: new words\nwhy:\n  server.tp_size: {reason: because}\n"
+    assert spec_hash(_resolved(prose)) == h
+    assert spec_hash(_resolved(join_results_block(BASE, dump_results_block({"entries": [{"x": 1}]})))) == h
+
+
+@pytest.mark.parametrize("change", ["  tp_size: 4\n", "  max_running_requests: 64\n"])
+def test_hash_changes_with_a_knob(change: str) -> None:
+    assert spec_hash(_resolved(BASE)) != spec_hash(_resolved("schema_version: 1\nname: p\nserver:\n" + change))
+
+
+def test_explicit_default_hashes_like_the_default() -> None:
+    # Writing SGLang's default out does not change what runs, so results stay current.
+    assert spec_hash(_resolved(BASE)) == spec_hash(_resolved(BASE + "  cuda_graph: true\n"))
+
+
+def test_shipped_results_are_imported_history(shipped) -> None:
+    for name in ("glm5-baseline", "glm5-tp8"):
+        entries = shipped.resolve(name).results.entries
+        assert entries and all(e["source"] == "manual" and e["measured_by_toolkit"] is False for e in entries)
+    tp8 = shipped.resolve("glm5-tp8").results.entries[0]
+    assert (tp8["output_tok_per_s"], tp8["peak_output_tok_per_s"], tp8["gpu_power_limit_w"]) == (3740, 3945, 600)
+    assert len(tp8["gpu_power_w_per_gpu"]) == 8
+    text = (shipped.dir / "glm5-tp8.yaml").read_text()
+    author, block = split_results_block(text)
+    assert yaml.safe_load(block)["results"]["schema_version"] == 1
+    assert "results:" not in author

@@ -1,0 +1,124 @@
+"""validate(): parallelism, hardware rules as data, secrets, flags against the pinned catalogue."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolkit.adapters.sglang_catalogue import available_versions, load_catalogue
+from toolkit.core.profile import validate
+from toolkit.core.profile.rules import RULES, matching_rules
+
+
+def _problems(store, name: str, version: str | None = None):
+    r = store.resolve(name)
+    return validate(r, load_catalogue(version or r.engine.sglang_version))
+
+
+def _child(base_yaml: str, body: str) -> dict[str, str]:
+    return {"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\n" + body}
+
+
+def test_the_base_fixture_is_clean(write_profiles, base_yaml) -> None:
+    store = write_profiles({"base": base_yaml})
+    assert [p for p in _problems(store, "base") if p.severity != "info"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "rule_id", "severity"),
+    [
+        ("server:\n  allreduce_fusion: true\n", "sm120-allreduce-fusion", "error"),
+        ("server:\n  cuda_graph: true\n", "sm120-nsa-cuda-graph", "warning"),
+        ("server:\n  tp_size: 4\n  pp_size: 2\n  radix_cache: true\n", "pp-radix-nsa", "warning"),
+        ("server:\n  nsa_decode_backend: null\n", "sm120-nsa-default-backends", "warning"),
+    ],
+)
+def test_each_rule_fires_where_its_condition_holds(write_profiles, base_yaml, body, rule_id, severity) -> None:
+    store = write_profiles(_child(base_yaml, body))
+    hits = [p for p in _problems(store, "c") if p.rule_id == rule_id]
+    assert len(hits) == 1 and hits[0].severity == severity
+    assert hits[0].file.endswith("c.yaml") and hits[0].line is not None
+
+
+def test_rules_are_data_with_sources() -> None:
+    ids = [r.id for r in RULES]
+    assert len(ids) == len(set(ids))
+    for rule in RULES:
+        assert rule.severity in {"error", "warning", "info"} and rule.source and rule.fix and rule.when
+
+
+def test_rule_does_not_fire_off_sm120(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "target:\n  compute_capability: SM90\nserver:\n  allreduce_fusion: true\n"))
+    assert not [r for r in matching_rules(store.resolve("c")) if r.id == "sm120-allreduce-fusion"]
+
+
+def test_dp_attention_does_not_multiply_gpus(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "server:\n  dp_size: 8\n  enable_dp_attention: true\n"))
+    assert [p for p in _problems(store, "c") if p.severity == "error"] == []
+    store = write_profiles(_child(base_yaml, "server:\n  dp_size: 2\n"))
+    errors = [p for p in _problems(store, "c") if p.severity == "error"]
+    assert len(errors) == 1 and "= 16 GPUs" in errors[0].message
+
+
+def test_fewer_gpus_than_the_target_is_a_warning(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "server:\n  tp_size: 4\n"))
+    (p,) = [p for p in _problems(store, "c") if p.field == "server.tp_size" and p.severity != "info"]
+    assert p.severity == "warning" and "4 would sit idle" in p.message
+
+
+def test_required_facts_name_the_chain(write_profiles) -> None:
+    store = write_profiles({"bare": "schema_version: 1\nname: bare\n"})
+    fields = sorted(p.field for p in _problems(store, "bare") if p.severity == "error")
+    assert fields == ["engine.sglang_version", "model.repo_id", "target.compute_capability", "target.gpu_count"]
+
+
+@pytest.mark.parametrize("ref", ["env:SGLANG_API_KEY", "vault:sglang_api_key", "file:/etc/sglang/key"])
+def test_secret_references_pass(write_profiles, base_yaml, ref) -> None:
+    store = write_profiles(_child(base_yaml, f"server:\n  api_key_secret: {ref}\n"))
+    assert not [p for p in _problems(store, "c") if p.field == "server.api_key_secret"]
+
+
+@pytest.mark.parametrize("body", ["server:\n  extra_args: [--api-key, abc]\n", "env:\n  HF_TOKEN: hf_x\n"])
+def test_secrets_in_args_or_env_are_errors(write_profiles, base_yaml, body) -> None:
+    store = write_profiles(_child(base_yaml, body))
+    assert len([p for p in _problems(store, "c") if p.severity == "error"]) == 1
+
+
+def test_deprecated_alias_in_a_newer_release_is_a_warning_naming_the_new_flag(write_profiles, base_yaml) -> None:
+    assert "0.5.15" in available_versions()
+    store = write_profiles(_child(base_yaml, "engine:\n  sglang_version: 0.5.15\n"))
+    warnings = {p.message: p.fix for p in _problems(store, "c") if p.severity == "warning"}
+    assert warnings["--nsa-decode-backend is deprecated in SGLang 0.5.15"].startswith("use --dsa-decode-backend")
+    assert "--disable-cuda-graph is deprecated in SGLang 0.5.15" in warnings
+    assert not [p for p in _problems(store, "c") if p.severity == "error"]
+
+
+def test_flag_missing_in_the_pinned_version_is_an_error(write_profiles, base_yaml) -> None:
+    # --dsa-decode-backend exists from 0.5.15 on; pinned to 0.5.9 it is unknown, with a suggestion.
+    store = write_profiles(_child(base_yaml, "server:\n  extra_args: [--dsa-decode-backend, trtllm]\n"))
+    (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
+    assert p.message == "SGLang 0.5.9 has no flag --dsa-decode-backend"
+    assert "--nsa-decode-backend" in p.fix and p.field == "server.extra_args.0" and p.line == 5
+
+
+def test_value_outside_choices_in_extra_args(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "server:\n  extra_args: ['--moe-runner-backend=cutlas']\n"))
+    (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
+    assert "'cutlas' is not a value" in p.message and "cutlass" in p.fix
+
+
+def test_no_catalogue_for_the_version_is_an_error(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "engine:\n  sglang_version: 0.1.0\n"))
+    (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
+    assert p.field == "engine.sglang_version" and "toolkit profile catalogue --sglang-version 0.1.0" in p.fix
+
+
+def test_shipped_profiles_have_no_errors_and_a_why_for_every_set_server_knob(shipped) -> None:
+    from toolkit.core.profile.diff import why_for
+
+    assert set(shipped.names()) >= {"glm5-baseline", "glm5-tp8", "glm5-tp4-pp2", "glm5-ep8"}
+    for name in shipped.names():
+        r = shipped.resolve(name)
+        assert [p.render() for p in validate(r, load_catalogue(r.engine.sglang_version)) if p.severity == "error"] == []
+        own = r.source.data.get("server", {})
+        missing = [k for k in own if why_for(r, f"server.{k}") is None and k not in ("host",)]
+        assert missing == [], f"{name}: server knobs without a why: {missing}"
