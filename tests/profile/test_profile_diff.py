@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.core.profile.diff import DiffSection, _HOOKS, diff_profiles, register_diff_section
+from toolkit.core.profile.diff import _HOOKS, DiffSection, diff_profiles, register_diff_section
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,9 +72,7 @@ def test_git_diff_shows_the_semantic_view(tmp_path: Path) -> None:
     toolkit = f"{sys.executable} -m toolkit"
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True
-        ).stdout
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
 
     git("init", "-q")
     git("config", "user.email", "t@example.org")

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from tests_profile_helpers import split_systemd_words  # type: ignore[import-not-found]
+
 from toolkit.core.profile.render import (
     render_bench_argv,
     render_env,
@@ -62,11 +62,29 @@ def test_tp8_argv_carries_the_seed_knobs(shipped) -> None:
 
 
 def test_bench_defaults_are_the_seed_command(shipped) -> None:
-    seed = (
-        "python3 -m sglang.bench_serving --backend sglang-oai --model glm-5 --tokenizer lukealonso/GLM-5-NVFP4 "
-        "--base-url http://localhost:8000 --dataset-name random --num-prompts 1024 --random-input-len 256 "
-        "--random-output-len 128 --request-rate inf"
-    ).split()
+    seed = [
+        "python3",
+        "-m",
+        "sglang.bench_serving",
+        "--backend",
+        "sglang-oai",
+        "--model",
+        "glm-5",
+        "--tokenizer",
+        "lukealonso/GLM-5-NVFP4",
+        "--base-url",
+        "http://localhost:8000",
+        "--dataset-name",
+        "random",
+        "--num-prompts",
+        "1024",
+        "--random-input-len",
+        "256",
+        "--random-output-len",
+        "128",
+        "--request-rate",
+        "inf",
+    ]
     argv = render_bench_argv(shipped.resolve("glm5-baseline"), base_url="http://localhost:8000", output_file="o.jsonl")
     assert argv[: len(seed)] == seed and argv[len(seed) :] == ["--output-file", "o.jsonl"]
     argv = render_bench_argv(shipped.resolve("glm5-tp8"), base_url="u", output_file="o", max_concurrency=64)
@@ -116,7 +134,7 @@ def test_unit_with_hostile_values_parses_back_to_the_argv(write_profiles, base_y
     exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)\n", unit, re.S | re.M)
     assert exec_start is not None
     assert split_systemd_words(exec_start.group(1).replace("\\\n", " ")) == render_launch_argv(resolved)
-    env_line = next(line for line in unit.splitlines() if line.startswith("Environment=\"NCCL_DEBUG_SUBSYS"))
+    env_line = next(line for line in unit.splitlines() if line.startswith('Environment="NCCL_DEBUG_SUBSYS'))
     assert split_systemd_words(env_line[len("Environment=") :], expand=False) == ['NCCL_DEBUG_SUBSYS=INIT,%h "x" $y']
 
 
@@ -125,8 +143,12 @@ def test_systemd_analyze_verify_accepts_the_units(shipped, tmp_path: Path, write
     """systemd's own parser reads every shipped unit (and a hostile one) without a syntax complaint."""
     units = [render_systemd_unit(shipped.resolve(n)) for n in SHIPPED]
     hostile = write_profiles(
-        {"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\nserver:\n  extra_args: "
-         + json.dumps(["--log-level", *NASTY]) + "\n"}
+        {
+            "base": base_yaml,
+            "c": "schema_version: 1\nname: c\nextends: base\nserver:\n  extra_args: "
+            + json.dumps(["--log-level", *NASTY])
+            + "\n",
+        }
     )
     units.append(render_systemd_unit(hostile.resolve("c")))
     python = tmp_path / "opt/sglang/venv/bin/python"
@@ -139,7 +161,8 @@ def test_systemd_analyze_verify_accepts_the_units(shipped, tmp_path: Path, write
         path.write_text(unit.replace("ExecStart=/opt/", f"ExecStart={tmp_path}/opt/"))
         proc = subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, check=False)
         complaints = [
-            line for line in proc.stderr.splitlines()
+            line
+            for line in proc.stderr.splitlines()
             if path.name in line or "ExecStart" in line or "Unbalanced" in line or "Invalid" in line
         ]
         assert complaints == [] and proc.returncode == 0, proc.stderr + unit

@@ -72,7 +72,10 @@ def test_cycle_and_missing_parent_name_the_extends_line(write_profiles) -> None:
 
 def test_a_broken_parent_reports_its_own_error_not_missing(write_profiles) -> None:
     store = write_profiles(
-        {"base": "schema_version: 1\nname: base\nserver: [\n", "child": "schema_version: 1\nname: child\nextends: base\n"}
+        {
+            "base": "schema_version: 1\nname: base\nserver: [\n",
+            "child": "schema_version: 1\nname: child\nextends: base\n",
+        }
     )
     with pytest.raises(ToolkitError) as err:
         store.resolve("child")

@@ -47,7 +47,9 @@ def test_rules_are_data_with_sources() -> None:
 
 
 def test_rule_does_not_fire_off_sm120(write_profiles, base_yaml) -> None:
-    store = write_profiles(_child(base_yaml, "target:\n  compute_capability: SM90\nserver:\n  allreduce_fusion: true\n"))
+    store = write_profiles(
+        _child(base_yaml, "target:\n  compute_capability: SM90\nserver:\n  allreduce_fusion: true\n")
+    )
     assert not [r for r in matching_rules(store.resolve("c")) if r.id == "sm120-allreduce-fusion"]
 
 

@@ -3,7 +3,19 @@ and systemd.syntax(7) (quotes, C escapes, `%%`, `$$`), to read rendered units ba
 
 from __future__ import annotations
 
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "s": " ", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+_ESCAPES = {
+    "n": "\n",
+    "t": "\t",
+    "r": "\r",
+    "\\": "\\",
+    '"': '"',
+    "'": "'",
+    "s": " ",
+    "a": "\a",
+    "b": "\b",
+    "f": "\f",
+    "v": "\v",
+}
 
 
 def split_systemd_words(text: str, *, expand: bool = True) -> list[str]:
