@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 
 from toolkit.core.errors import Problem
 from toolkit.core.sweep.state import SweepState, new_state
-from toolkit.core.sweep.variants import parse_axes, plan
+from toolkit.core.sweep.variants import Variant, parse_axes, plan
 
 FIXTURES = Path(__file__).parent / "fixtures"
 VARY = ["server.max_running_requests=256,512,1024", "server.cuda_graph=on,off"]
@@ -22,7 +21,7 @@ def base_spec() -> dict[str, Any]:
     return {"name": "glm5-tp8", "server": {"tp": 8, "max_running_requests": 1024, "cuda_graph": False}}
 
 
-def no_problems(_spec: Mapping[str, Any]) -> list[Problem]:
+def no_problems(_variant: Variant) -> list[Problem]:
     return []
 
 

@@ -24,7 +24,7 @@ from toolkit.core.sweep.state import (
     parse_concurrency,
     state_from_dict,
 )
-from toolkit.core.sweep.variants import parse_axes, plan
+from toolkit.core.sweep.variants import Variant, parse_axes, plan, variant_spec
 
 from .conftest import LEVELS, VARY, base_spec
 
@@ -140,7 +140,8 @@ def test_invalid_variants_are_skipped_with_their_rule() -> None:
     base = base_spec()
     axes = parse_axes(VARY, base)
 
-    def validate(spec: Any) -> list[Problem]:
+    def validate(variant: Variant) -> list[Problem]:
+        spec = variant_spec(base, variant)
         if spec["server"]["cuda_graph"] and spec["server"]["max_running_requests"] >= 1024:
             return [Problem("graphs at 1024", rule_id="sm120-graph-capture-hang")]
         return []

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from toolkit.core.errors import Problem, ToolkitError
-from toolkit.core.sweep.variants import changed_knobs, expand, parse_axes, parse_vary, plan, variant_spec
+from toolkit.core.sweep.variants import Variant, changed_knobs, expand, parse_axes, parse_vary, plan, variant_spec
 
 BASE: dict[str, Any] = {
     "name": "glm5-tp8",
@@ -96,8 +95,9 @@ def test_variant_spec_copies_and_changed_knobs() -> None:
 
 
 def test_plan_keeps_the_rule_that_rejected_a_variant() -> None:
-    def validate(spec: Mapping[str, Any]) -> list[Problem]:
+    def validate(variant: Variant) -> list[Problem]:
         # A stand-in for the profile validator with the shape it returns: Problems with rule ids.
+        spec = variant_spec(BASE, variant)
         out = []
         if spec["server"]["cuda_graph"]:
             out.append(Problem("CUDA graphs with NSA on SM120", severity="warning", rule_id="sm120-nsa-cuda-graph"))

@@ -76,7 +76,8 @@ class PlannedVariant:
         return not self.errors
 
 
-Validator = Callable[[Mapping[str, Any]], Sequence[Problem]]
+# Validates one variant as a resolved profile (the CLI passes the profile package's resolve + validate).
+Validator = Callable[[Variant], Sequence[Problem]]
 
 
 def format_value(value: Scalar) -> str:
@@ -183,6 +184,8 @@ def parse_vary(text: str, base: Mapping[str, Any], *, source: str = "--vary") ->
         raise bad(f"{path}: an empty value in {values_text!r}", "list the values separated by commas, none empty")
     like = get_path(base, path)
     like = None if like is _MISSING else like
+    if section == "env":
+        like = ""  # environment values are strings, even when they look like numbers (NCCL_P2P_DISABLE=0,1)
     if isinstance(like, Mapping | list):
         raise bad(f"{path} is a {type(like).__name__} in the base profile, not a knob", "vary one of its keys instead")
     values: list[Scalar] = []
@@ -251,7 +254,7 @@ def plan(base: Mapping[str, Any], axes: Sequence[Axis], validate: Validator) -> 
     planned: list[PlannedVariant] = []
     for variant in expand(axes):
         spec = variant_spec(base, variant)
-        planned.append(PlannedVariant(variant=variant, spec=spec, problems=list(validate(spec))))
+        planned.append(PlannedVariant(variant=variant, spec=spec, problems=list(validate(variant))))
     return planned
 
 

@@ -1,0 +1,134 @@
+"""The sweep's result as data for tables and as Markdown (pure; the CLI prints it, the store writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from toolkit.core.sweep.ranking import ParetoPoint, RankedRow, pareto_front, rank_by_efficiency, rank_by_throughput
+from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
+
+
+def _f(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
+    return [
+        [
+            str(r.rank),
+            r.variant_id,
+            r.label,
+            str(r.concurrency),
+            _f(r.steady_output_tok_per_s, ",.1f"),
+            _f(r.tokens_per_j, ".3f"),
+            _f(r.energy_per_output_token_j, ".3f"),
+            _f(r.power_w_total, ",.0f"),
+            r.verdict or "-",
+            r.outcome,
+        ]
+        for r in rows
+    ]
+
+
+RANK_HEADER = ["#", "variant", "knobs", "concurrency", "steady tok/s", "tok/J", "J/tok", "power W", "verdict", "runs"]
+
+
+def not_measured(state: SweepState) -> list[tuple[str, str, str]]:
+    """(variant, knobs, why not ranked) for invalid, over-budget and failed variants and failed points."""
+    out: list[tuple[str, str, str]] = []
+    for v in state.variants:
+        if v.status == INVALID:
+            out.append((v.id, v.label, "invalid: " + ", ".join(v.rejected_by())))
+        elif v.status == OVER_BUDGET:
+            out.append((v.id, v.label, f"over budget ({state.budget})"))
+        else:
+            for p in v.points:
+                if p.status not in (DONE, "pending"):
+                    out.append((v.id, v.label, f"c={p.concurrency} failed: {p.reason}"))
+                elif p.status == "pending":
+                    out.append((v.id, v.label, f"c={p.concurrency} not measured yet"))
+    return out
+
+
+def curves(state: SweepState) -> list[dict[str, Any]]:
+    """Throughput against concurrency per variant: the points of the first plot."""
+    out = []
+    for v in state.planned():
+        pts = [
+            (p.concurrency, p.measurement.steady_output_tok_per_s)
+            for p in v.points
+            if p.status == DONE and p.measurement is not None
+        ]
+        if pts:
+            out.append({"variant": v.id, "label": v.label, "points": sorted(pts)})
+    return out
+
+
+def to_json(state: SweepState) -> dict[str, Any]:
+    def row(r: RankedRow) -> dict[str, Any]:
+        return dict(r.__dict__)
+
+    def pp(p: ParetoPoint) -> dict[str, Any]:
+        return dict(p.__dict__)
+
+    return {
+        "run_id": state.run_id,
+        "profile": state.profile,
+        "runner": state.runner,
+        "by_throughput": [row(r) for r in rank_by_throughput(state)],
+        "by_tokens_per_j": [row(r) for r in rank_by_efficiency(state)],
+        "pareto_front": [pp(p) for p in pareto_front(state)],
+        "not_measured": [{"variant": a, "knobs": b, "reason": c} for a, b, c in not_measured(state)],
+    }
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
+    """The sweep report: both rankings, the Pareto front, what was not measured and why, the plots."""
+    axes = ", ".join(f"`{a.path}` in {list(a.values)}" for a in state.axes)
+    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
+    parts = [
+        f"# Sweep {state.run_id}",
+        "",
+        f"Base profile `{state.profile}` (spec hash {state.base_spec_hash}); varied {axes}; "
+        f"concurrency {', '.join(map(str, state.concurrency))}.",
+        f"Runner: {state.runner}. Data: {', '.join(sources) or 'none yet'}.",
+        "",
+        "## Ranked by steady-state output throughput",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
+        "",
+        "## Ranked by output tokens per joule",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
+        "",
+        "## Pareto front: throughput against energy per token",
+        "",
+        "No other measured point has both more throughput and less energy per token than these.",
+        "",
+        _md_table(
+            ["variant", "knobs", "concurrency", "steady tok/s", "J/tok"],
+            [
+                [
+                    p.variant_id,
+                    p.label,
+                    str(p.concurrency),
+                    f"{p.steady_output_tok_per_s:,.1f}",
+                    f"{p.energy_per_output_token_j:.3f}",
+                ]
+                for p in pareto_front(state)
+            ],
+        ),
+    ]
+    missing = not_measured(state)
+    if missing:
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+    for title, file in plots:
+        parts += ["", f"![{title}]({file})"]
+    return "\n".join(parts) + "\n"
