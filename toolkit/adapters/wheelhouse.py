@@ -14,6 +14,7 @@ can say exactly which.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -97,6 +98,22 @@ def _pins(reqs: list[str]) -> dict[str, str]:
     return pins
 
 
+def _source_digest(repo_root: Path) -> str:
+    """sha256 over the toolkit's package and metadata: what the probe on the host runs. (Profiles, roles and
+    playbooks ride in the wheel too but are not used there; recording into a profile must not force a rebuild.)"""
+    import hashlib
+
+    h = hashlib.sha256()
+    paths = [repo_root / "pyproject.toml"]
+    for part in ("toolkit",):
+        paths += sorted(p for p in (repo_root / part).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for p in paths:
+        if p.exists():
+            h.update(str(p.relative_to(repo_root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
 def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
     """The toolkit itself, for the probe's small venv on the container."""
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check",
@@ -109,12 +126,20 @@ def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
 def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) -> Wheelhouse:
     """A complete wheelhouse for this SGLang release (built once, then reused)."""
     dest = (root or cache_root()) / f"sglang-{sglang_version}-cp311"
-    # The toolkit's own wheel follows the checkout, so it is rebuilt every time (seconds).
-    for old in dest.glob("gpu_serving_toolkit-*.whl"):
-        old.unlink()
     dest.mkdir(parents=True, exist_ok=True)
-    _build_toolkit_wheel(dest, repo_root)
-    if (dest / STAMP).exists():
+    # The toolkit's own wheel follows the checkout: rebuilt when its sources changed (a build costs
+    # seconds, and a no-change apply should cost little more than the playbook).
+    source = _source_digest(repo_root)
+    marker = dest / ".toolkit-source-sha256"
+    wheels = list(dest.glob("gpu_serving_toolkit-*.whl"))
+    if not wheels or not marker.exists() or marker.read_text().strip() != source:
+        for old in wheels:
+            old.unlink()
+        _build_toolkit_wheel(dest, repo_root)
+        marker.write_text(source + "\n")
+    # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
+    wanted = json.dumps([sglang_version, list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
+    if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted:
         return Wheelhouse(dest, sglang_version, (dest / "LEFT_OUT.txt").read_text().split(), built=False)
     _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True)
     wheel = next(dest.glob(f"sglang-{sglang_version}-*.whl"))
@@ -127,5 +152,5 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     tmp = dest / "LEFT_OUT.txt.tmp"
     tmp.write_text("\n".join(left_out) + "\n")
     os.replace(tmp, dest / "LEFT_OUT.txt")
-    (dest / STAMP).write_text(sglang_version + "\n")
+    (dest / STAMP).write_text(wanted + "\n")
     return Wheelhouse(dest, sglang_version, left_out, built=True)
