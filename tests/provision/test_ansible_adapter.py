@@ -1,0 +1,135 @@
+"""The ansible-runner adapter, for real: ansible-playbook on localhost (connection=local), writing only under tmp."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolkit.adapters.ansible import PlaybookEvent, run_playbook, secrets_from_environment, share_dir
+from toolkit.core.errors import ToolkitError
+
+PLAYBOOK = """\
+- name: Tiny play
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write a file
+      ansible.builtin.copy:
+        dest: "{{ out }}/plain.txt"
+        content: "plain\\n"
+        mode: "0644"
+    - name: Write the secret
+      ansible.builtin.copy:
+        dest: "{{ out }}/secret.txt"
+        content: "{{ tiny_secret }}"
+        mode: "0600"
+      no_log: true
+    - name: Fail when asked
+      ansible.builtin.fail:
+        msg: "asked to fail at {{ out }}"
+      when: fail_now | default(false) | bool
+"""
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> tuple[Path, Path, Path]:
+    book = tmp_path / "tiny.yml"
+    book.write_text(PLAYBOOK)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(
+        "all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    return book, inv, out
+
+
+def test_run_counts_changes_then_none(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    book, inv, out = local
+    seen: list[PlaybookEvent] = []
+    kwargs = dict(inventory=inv, extravars={"out": str(out)}, private_data_dir=tmp_path / "runs",
+                  secrets={"tiny_secret": "s3cr3t-value-41"})
+    first = run_playbook(str(book), on_event=seen.append, **kwargs)  # type: ignore[arg-type]
+    assert first.rc == 0 and first.status == "successful"
+    assert first.hosts["localhost"].changed == 2
+    assert first.hosts["localhost"].skipped == 1
+    assert (out / "plain.txt").read_text() == "plain\n"
+    assert (out / "secret.txt").read_text() == "s3cr3t-value-41"
+    assert [e.task for e in seen if e.kind == "task_start"] == ["Write a file", "Write the secret", "Fail when asked"]
+    assert first.artifacts_dir is not None and (first.artifacts_dir / "job_events").is_dir()
+
+    second = run_playbook(str(book), **kwargs)  # type: ignore[arg-type]
+    assert second.rc == 0 and second.hosts["localhost"].changed == 0
+
+
+def test_failure_names_task_and_message(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    book, inv, out = local
+    result = run_playbook(str(book), inventory=inv, extravars={"out": str(out), "fail_now": True},
+                          private_data_dir=tmp_path / "runs", secrets={"tiny_secret": "x-unused-secret"})
+    assert result.rc != 0 and result.status == "failed"
+    assert result.hosts["localhost"].failed == 1
+    assert [(f.host, f.task) for f in result.failures] == [("localhost", "Fail when asked")]
+    assert f"asked to fail at {out}" in result.failures[0].message
+
+
+def test_check_mode_changes_nothing(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    book, inv, out = local
+    result = run_playbook(str(book), inventory=inv, extravars={"out": str(out)}, check=True, diff=True,
+                          private_data_dir=tmp_path / "runs", secrets={"tiny_secret": "zz-check-secret"})
+    assert result.rc == 0
+    assert result.hosts["localhost"].changed == 2  # would change
+    assert not (out / "plain.txt").exists()
+
+
+def test_secrets_never_reach_artifacts(local: tuple[Path, Path, Path], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    book, inv, out = local
+    env_secret = "env-borne-secret-8c1f"
+    monkeypatch.setenv("TOOLKIT_SECRET_TINY_SECRET", env_secret)
+    runs = tmp_path / "runs"
+    result = run_playbook(str(book), inventory=inv, extravars={"out": str(out)}, private_data_dir=runs)
+    assert result.rc == 0
+    assert (out / "secret.txt").read_text() == env_secret  # it did reach the task
+    files = [p for p in runs.rglob("*") if p.is_file()]
+    assert any(p.name == "command" for p in files) and any(p.parent.name == "job_events" for p in files)
+    leaks = [str(p) for p in files if env_secret.encode() in p.read_bytes()]
+    assert leaks == []
+    # And the variable is back in the environment afterwards.
+    assert secrets_from_environment()["tiny_secret"] == env_secret
+
+
+def test_secret_also_given_as_extravar_is_refused(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    book, inv, out = local
+    with pytest.raises(ToolkitError, match="both as a secret and as a plain extra var"):
+        run_playbook(str(book), inventory=inv, extravars={"out": str(out), "tiny_secret": "a"},
+                     secrets={"tiny_secret": "a"}, private_data_dir=tmp_path / "runs")
+
+
+def test_bad_inventory_and_playbook_are_toolkit_errors(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    book, _inv, _out = local
+    with pytest.raises(ToolkitError) as err:
+        run_playbook(str(book), inventory=tmp_path / "nope.yml", private_data_dir=tmp_path / "runs")
+    assert err.value.exit_code == 2 and "nope.yml" in str(err.value) and "fix:" in str(err.value)
+    with pytest.raises(ToolkitError, match="playbook not found"):
+        run_playbook("no-such-playbook", inventory=_inv, private_data_dir=tmp_path / "runs")
+
+
+def test_unreachable_host_is_reported(tmp_path: Path, local: tuple[Path, Path, Path]) -> None:
+    book, _inv, out = local
+    inv = tmp_path / "dead.yml"
+    # 127.0.0.1 port 1: refused at once (loopback only, no traffic leaves the machine).
+    inv.write_text("all:\n  hosts:\n    deadhost:\n      ansible_host: 127.0.0.1\n      ansible_port: 1\n")
+    result = run_playbook(str(book), inventory=inv, extravars={"out": str(out)}, private_data_dir=tmp_path / "runs",
+                          secrets={"tiny_secret": "q"})
+    assert result.rc != 0
+    assert result.hosts["deadhost"].unreachable == 1
+    assert result.failures and result.failures[0].unreachable and result.failures[0].host == "deadhost"
+
+
+def test_share_dir_finds_roles_and_playbooks() -> None:
+    share = share_dir()
+    assert (share / "roles" / "proxmox_gpu_host" / "tasks" / "main.yml").is_file()
+    assert (share / "playbooks").is_dir()

@@ -1,0 +1,260 @@
+"""The toolkit's one door to Ansible: the only module that imports ansible_runner.
+
+ansible-runner's interface is untyped `**kwargs` and raw event dicts; this wraps it once in a typed
+function (`run_playbook`) whose result is `toolkit.core.ansible_summary.PlaybookResult`.
+
+Secrets. ansible-runner writes `artifacts/<ident>/command` with the child's whole environment and
+its command line (runner.py `Runner.run`), and `env/extravars` when extra vars come as a file. So:
+- secrets passed in `secrets=` go to a 0600 vars file in a private temp dir outside the runner's
+  directory, named on the command line as `-e @file` (only the path is recorded) and deleted after;
+- environment variables named `TOOLKIT_SECRET_<VAR>` become the extra var `<var>` the same way, and
+  are taken out of the environment for the run so that the `command` file never sees them;
+- after the run every artifact file is scanned and any secret value still found is masked
+  (a task without `no_log` that echoes one is a bug, but the artifacts stay clean regardless).
+Tasks that use a secret carry `no_log: true`, so their results are censored in the events too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from toolkit.core.ansible_summary import (
+    HostStats,
+    PlaybookEvent,
+    PlaybookResult,
+    TaskFailure,
+    event_from_runner,
+    redact,
+    summarize,
+)
+from toolkit.core.errors import ToolkitError
+
+__all__ = [
+    "HostStats",
+    "PlaybookEvent",
+    "PlaybookResult",
+    "TaskFailure",
+    "run_playbook",
+    "secrets_from_environment",
+    "share_dir",
+]
+
+SECRET_ENV_PREFIX = "TOOLKIT_SECRET_"
+VAULT_PASSWORD_FILE_ENV = "TOOLKIT_VAULT_PASSWORD_FILE"
+_SHARE_PARTS = ("roles", "playbooks")
+
+
+def share_dir() -> Path:
+    """Where roles/, playbooks/, inventory/ and profiles/ are: the wheel's toolkit/_share, else the repository root."""
+    package_dir = Path(__file__).resolve().parents[1]
+    candidates = [package_dir / "_share", package_dir.parent]
+    override = os.environ.get("TOOLKIT_SHARE_DIR")
+    if override:
+        candidates.insert(0, Path(override))
+    for candidate in candidates:
+        if all((candidate / part).is_dir() for part in _SHARE_PARTS):
+            return candidate
+    raise ToolkitError.of(
+        f"cannot find the toolkit's roles and playbooks (looked in {', '.join(str(c) for c in candidates)})",
+        fix="reinstall the toolkit (`pip install gpu-serving-toolkit`) or set TOOLKIT_SHARE_DIR to a checkout",
+    )
+
+
+def default_runs_dir() -> Path:
+    state = os.environ.get("TOOLKIT_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "toolkit"
+    )
+    return Path(state) / "ansible"
+
+
+def secrets_from_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`TOOLKIT_SECRET_LXC_GPU_CONTAINER_ROOT_PASSWORD=...` -> {"lxc_gpu_container_root_password": "..."}."""
+    env = os.environ if environ is None else environ
+    return {k[len(SECRET_ENV_PREFIX) :].lower(): v for k, v in env.items() if k.startswith(SECRET_ENV_PREFIX) and v}
+
+
+def _resolve_playbook(playbook: str) -> Path:
+    path = Path(playbook)
+    if not path.is_absolute() and not path.exists():
+        name = playbook if playbook.endswith((".yml", ".yaml")) else f"{playbook}.yml"
+        path = share_dir() / "playbooks" / name
+    if not path.is_file():
+        raise ToolkitError.of(
+            f"playbook not found: {playbook}",
+            file=str(path),
+            fix=f"name one of {sorted(p.stem for p in (share_dir() / 'playbooks').glob('*.yml'))} or a playbook's path",
+        )
+    return path.resolve()
+
+
+def _resolve_inventory(inventory: Path | str) -> Path:
+    path = Path(inventory).expanduser()
+    if not path.exists():
+        raise ToolkitError.of(
+            f"inventory not found: {inventory}",
+            file=str(path),
+            field="--inventory",
+            fix="pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes inventory/lab.yml",
+        )
+    return path.resolve()
+
+
+@contextlib.contextmanager
+def _without_secret_environment() -> Iterator[None]:
+    """Take TOOLKIT_SECRET_* out of os.environ while the runner copies it into its `command` artifact."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(SECRET_ENV_PREFIX)}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _scrub_artifacts(root: Path, secret_values: list[str]) -> None:
+    """Mask any secret value left in the runner's files (atomic rewrite of each file that holds one)."""
+    if not secret_values:
+        return
+    needles = [v.encode() for v in secret_values if v]
+    for path in root.rglob("*"):
+        if not path.is_file() or path.is_symlink():
+            continue
+        data = path.read_bytes()
+        if not any(n in data for n in needles):
+            continue
+        text = redact(data.decode("utf-8", errors="replace"), secret_values)
+        tmp = path.with_name(f".{path.name}.scrub")
+        tmp.write_text(text, encoding="utf-8")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+
+
+def run_playbook(
+    playbook: str,
+    *,
+    inventory: Path | str,
+    extravars: dict[str, Any] | None = None,
+    limit: str | None = None,
+    check: bool = False,
+    diff: bool = False,
+    tags: list[str] | None = None,
+    on_event: Callable[[PlaybookEvent], None] | None = None,
+    private_data_dir: Path | None = None,
+    secrets: dict[str, str] | None = None,
+) -> PlaybookResult:
+    """Run one playbook through ansible-runner and return what happened on each host.
+
+    `playbook` is a path or the name of one of the toolkit's playbooks ("host", "site.yml").
+    Secrets come from `secrets` and from `TOOLKIT_SECRET_*` environment variables; they never reach the
+    runner's artifacts (see the module docstring). Raises ToolkitError (exit 2) for bad input, before
+    anything runs; a run that fails returns a result with `failures` and a non-zero `rc`.
+    """
+    import ansible_runner  # heavy; imported only when a playbook actually runs
+
+    book = _resolve_playbook(playbook)
+    inv = _resolve_inventory(inventory)
+    share = share_dir()
+
+    all_secrets = {**secrets_from_environment(), **(secrets or {})}
+    overlap = sorted(set(all_secrets) & set(extravars or {}))
+    if overlap:
+        raise ToolkitError.of(
+            f"{', '.join(overlap)} given both as a secret and as a plain extra var",
+            field="extravars",
+            fix="pass secrets only through the environment (TOOLKIT_SECRET_<NAME>) or Ansible Vault, never as -e",
+        )
+
+    ident = time.strftime("%Y%m%dT%H%M%S") + f"-{book.stem}-{os.getpid()}"
+    if private_data_dir is None:
+        private_data_dir = default_runs_dir()
+    private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    cmdline: list[str] = []
+    if check:
+        cmdline.append("--check")
+    if diff:
+        cmdline.append("--diff")
+    vault_file = os.environ.get(VAULT_PASSWORD_FILE_ENV)
+    if vault_file:
+        if not Path(vault_file).is_file():
+            raise ToolkitError.of(
+                f"{VAULT_PASSWORD_FILE_ENV} names a file that does not exist: {vault_file}",
+                field=VAULT_PASSWORD_FILE_ENV,
+                fix="point it at the file holding your Ansible Vault password, or unset it",
+            )
+        cmdline += ["--vault-password-file", str(Path(vault_file).resolve())]
+
+    secret_dir = Path(tempfile.mkdtemp(prefix="toolkit-secrets-"))  # mode 0700
+    raw_events: list[dict[str, Any]] = []
+
+    def handle(raw: dict[str, Any]) -> bool:
+        raw_events.append(raw)
+        if on_event is not None:
+            on_event(event_from_runner(raw))
+        return True  # keep the event on disk: artifacts are the run's record
+
+    try:
+        if all_secrets:
+            secret_file = secret_dir / "secrets.yml"
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                yaml.safe_dump(all_secrets, fh)
+            cmdline += ["-e", f"@{secret_file}"]
+        envvars = {
+            # ansible-playbook sits next to this interpreter in a venv that is not activated.
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
+            "ANSIBLE_ROLES_PATH": str(share / "roles"),
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_PIPELINING": "True",
+            # A stuck host must not hang a command for ever (SSH's own default waits minutes).
+            "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "20"),
+        }
+        with _without_secret_environment():
+            runner = ansible_runner.run(
+                private_data_dir=str(private_data_dir),
+                ident=ident,
+                project_dir=str(book.parent),
+                playbook=book.name,
+                inventory=str(inv),
+                extravars=dict(extravars or {}),
+                limit=limit,
+                tags=",".join(tags) if tags else None,
+                cmdline=" ".join(_quote(a) for a in cmdline) or None,
+                envvars=envvars,
+                event_handler=handle,
+                quiet=True,
+                rotate_artifacts=20,
+                suppress_env_files=True,
+            )
+    finally:
+        shutil.rmtree(secret_dir, ignore_errors=True)
+
+    artifacts = Path(runner.config.artifact_dir)
+    _scrub_artifacts(private_data_dir, list(all_secrets.values()))
+    result = summarize(raw_events, rc=int(runner.rc or 0), status=str(runner.status), artifacts_dir=artifacts)
+    if result.rc != 0 and not result.failures and not result.hosts:
+        # ansible-playbook died before any host ran: a syntax error, an unparsable inventory.
+        stdout = (artifacts / "stdout").read_text(errors="replace") if (artifacts / "stdout").exists() else ""
+        tail = "\n".join(line for line in stdout.strip().splitlines()[-5:])
+        why = redact(tail, list(all_secrets.values())) or runner.status
+        raise ToolkitError.of(
+            f"ansible-playbook could not start {book.name}: {why}",
+            file=str(book),
+            fix=f"see {artifacts / 'stdout'}",
+        )
+    return result
+
+
+def _quote(arg: str) -> str:
+    # runner splits cmdline with shlex; quote only what needs it.
+    return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else json.dumps(arg)
