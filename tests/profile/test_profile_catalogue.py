@@ -109,3 +109,22 @@ def test_sm120_patch_applies_to_the_pinned_model_runner(wheel_0_5_9: Path, shipp
     text = target.read_text()
     assert 'autotune_backends.append("flashinfer_cutlass")' in text and "(major, minor) == (12, 0)" in text
     compile(text, str(target), "exec")  # still Python
+
+
+@pytest.mark.slow
+def test_catalogue_command_writes_the_same_json(wheel_0_5_9: Path, tmp_path: Path, capsys) -> None:
+    from toolkit.cli.main import main
+
+    argv = [
+        "profile",
+        "catalogue",
+        "--sglang-version",
+        "0.5.9",
+        "--wheel",
+        str(wheel_0_5_9),
+        "--out-dir",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    assert "331 flags of SGLang 0.5.9" in capsys.readouterr().out
+    assert (tmp_path / "0.5.9.json").read_text() == catalogue_path("0.5.9").read_text()
