@@ -1,0 +1,163 @@
+"""The lab for real (root; marked `lab` through the fixture): pve1 over SSH, a container made
+and started through the pct stand-in, device passthrough semantics, the driver stand-ins."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from toolkit.lab.plan import TEMPLATE_NAME, LabState
+
+VMID = 100
+ERRNO_PROBE = (
+    "python3 -c 'import errno, os, sys\n"
+    "for p in sys.argv[1:]:\n"
+    "    try:\n"
+    "        os.close(os.open(p, os.O_RDWR)); print(p, \"OPENED\")\n"
+    "    except OSError as e:\n"
+    "        print(p, errno.errorcode[e.errno])' "
+)
+CUINIT = (
+    "python3 -c 'import ctypes; cuda = ctypes.CDLL(\"libcuda.so.1\"); rc = cuda.cuInit(0); "
+    "n = ctypes.c_int(-1); cuda.cuDeviceGetCount(ctypes.byref(n)); print(rc, n.value)'"
+)
+
+
+def ok(state: LabState, host: str, command: str) -> str:
+    proc = state.ssh(host, command)
+    assert proc.returncode == 0, f"{host}: {command}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
+    return proc.stdout
+
+
+def errnos(state: LabState, host: str, *paths: str) -> dict[str, str]:
+    out = ok(state, host, ERRNO_PROBE + " ".join(paths))
+    return dict(line.split() for line in out.splitlines())
+
+
+def wait_for(predicate, timeout_s: float = 60, what: str = "") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_pve1_answers_as_a_debian_12_proxmox_stand_in(lab: LabState) -> None:
+    out = ok(lab, "pve1", "hostname; cat /etc/debian_version; pveversion; pct --version; ls /var/lib/vz/template/cache")
+    lines = out.splitlines()
+    assert lines[0] == "pve1"
+    assert lines[1].startswith("12.")
+    assert lines[2].startswith("pve-manager/8.") and "lab stand-in" in lines[2]
+    assert "lab stand-in" in lines[3]
+    assert TEMPLATE_NAME in lines[4:]
+    with open(lab.inventory_path) as fh:
+        inventory = yaml.safe_load(fh)
+    assert inventory["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] == lab.host_address
+
+
+def test_pve1_cannot_reach_beyond_the_lab(lab: LabState) -> None:
+    proc = lab.ssh("pve1", "ip route get 1.1.1.1")
+    assert proc.returncode != 0 and "unreachable" in proc.stderr.lower()
+    assert "default" not in ok(lab, "pve1", "ip route")
+
+
+@pytest.fixture(scope="module")
+def ct(lab: LabState) -> Iterator[LabState]:
+    c = lab.config
+    lab.ssh("pve1", f"pct stop {VMID}; pct destroy {VMID}")
+    ok(lab, "pve1", f"cp /root/.ssh/authorized_keys /root/ct.pub && pct create {VMID} "
+                    f"local:vztmpl/{TEMPLATE_NAME} --hostname ct --cores 2 --memory 2048 --swap 0 "
+                    f"--rootfs local:8 --features nesting=1 --unprivileged 0 --ssh-public-keys /root/ct.pub "
+                    f"--net0 name=eth0,bridge=vmbr0,ip={c.ct_address}/24,gw={c.bridge_address}")
+    # dev0 through Proxmox's own key; nvidiactl bound in by a raw mount entry with no cgroup rule.
+    ok(lab, "pve1", f"pct set {VMID} --dev0 /dev/nvidia0,mode=0666 && printf '%s\\n' "
+                    f"'lxc.mount.entry: /dev/nvidiactl dev/nvidiactl none bind,optional,create=file' "
+                    f">> /etc/pve/lxc/{VMID}.conf && pct start {VMID}")
+    wait_for(lambda: lab.ssh("ct", "true").returncode == 0, 30, "ct to answer over SSH")
+    yield lab
+    lab.ssh("pve1", f"pct stop {VMID}; pct destroy {VMID}")
+
+
+def test_pct_keeps_proxmox_format_and_runs_a_real_container(ct: LabState) -> None:
+    config = ok(ct, "pve1", f"pct config {VMID}")
+    assert "dev0: /dev/nvidia0,mode=0666\n" in config
+    assert config.splitlines()[-1].startswith("lxc.mount.entry: /dev/nvidiactl")
+    keys = [line.split(":")[0] for line in config.splitlines() if not line.startswith("lxc.")]
+    assert keys == sorted(keys)
+    assert ok(ct, "pve1", f"pct status {VMID}") == "status: running\n"
+    assert ok(ct, "pve1", f"pct exec {VMID} -- hostname") == "ct\n"
+    assert ok(ct, "ct", "hostname; cat /etc/debian_version").splitlines()[0] == "ct"
+
+
+def test_container_runs_systemd_as_init(ct: LabState) -> None:
+    wait_for(lambda: ct.ssh("ct", "systemctl is-system-running").stdout.strip() in ("running", "degraded"), 60,
+             "systemd in ct to finish booting")
+    assert ok(ct, "ct", "systemctl is-system-running; systemctl --failed --no-legend") == "running\n"
+    assert ok(ct, "ct", "cat /proc/1/comm") == "systemd\n"
+
+
+def test_passthrough_allowed_major_gives_enxio_and_unallowed_gives_eperm(ct: LabState) -> None:
+    seen = errnos(ct, "ct", "/dev/nvidia0", "/dev/nvidiactl")
+    # 195:0 is allowed by dev0 (no driver behind it: ENXIO); 195:255 has no cgroup rule: EPERM.
+    assert seen == {"/dev/nvidia0": "ENXIO", "/dev/nvidiactl": "EPERM"}
+    # A Proxmox 8 (cgroup v2) key is translated for this cgroup v1 host at start, as pct does.
+    ok(ct, "pve1", f"echo 'lxc.cgroup2.devices.allow: c 195:255 rwm' >> /etc/pve/lxc/{VMID}.conf && "
+                   f"pct stop {VMID} && pct start {VMID}")
+    assert "lxc.cgroup.devices.allow = c 195:255 rwm" in ok(ct, "pve1", f"cat /var/lib/lxc/{VMID}/config")
+    wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
+    assert errnos(ct, "ct", "/dev/nvidiactl") == {"/dev/nvidiactl": "ENXIO"}
+
+
+def test_start_fails_like_proxmox_when_a_device_node_is_missing(lab: LabState) -> None:
+    ok(lab, "pve1", f"pct create 101 local:vztmpl/{TEMPLATE_NAME} --hostname missing-dev "
+                    f"--dev0 /dev/nvidia-does-not-exist")
+    try:
+        proc = lab.ssh("pve1", "pct start 101")
+        assert proc.returncode != 0
+        assert "Device /dev/nvidia-does-not-exist does not exist" in proc.stderr
+        assert ok(lab, "pve1", "pct status 101") == "status: stopped\n"
+        again = lab.ssh("pve1", f"pct create 101 local:vztmpl/{TEMPLATE_NAME}")
+        assert again.returncode != 0 and "already exists" in again.stderr
+        bad = lab.ssh("pve1", "pct set 101 --no-such-key 1")
+        assert bad.returncode != 0 and "Unknown option: no-such-key" in bad.stderr
+    finally:
+        ok(lab, "pve1", "pct destroy 101")
+    assert lab.ssh("pve1", "pct config 101").returncode != 0
+
+
+def test_driver_stand_ins_and_the_hmm_symptom(ct: LabState) -> None:
+    ver = ct.config.driver_version
+    gpus = ct.config.gpus
+    before = ct.ssh("pve1", "nvidia-smi")
+    assert before.returncode != 0  # no driver yet (command missing, as on a bare host)
+    ok(ct, "pve1", f"/opt/lab-standin/NVIDIA-Linux-x86_64-{ver}.run --silent --dkms --kernel-module-type=open "
+                   "--no-questions --ui=none")
+    rows = ok(ct, "pve1", "nvidia-smi --query-gpu=index,driver_version,power.draw,power.limit "
+                          "--format=csv,noheader").splitlines()
+    assert len(rows) == gpus and rows[0].split(", ")[:2] == ["0", ver] and rows[0].endswith("600.00 W")
+    assert "195 nvidia-frontend" in ok(ct, "pve1", "cat /run/lab-standin/proc-devices")
+    # uvm nodes appear only once nvidia-modprobe has loaded nvidia_uvm, with its dynamic major.
+    assert errnos(ct, "pve1", "/dev/nvidia-uvm") == {"/dev/nvidia-uvm": "ENOENT"}
+    ok(ct, "pve1", "nvidia-modprobe -u -c=0")
+    uvm_major = next(int(line.split()[0]) for line in ok(ct, "pve1", "cat /run/lab-standin/proc-devices").splitlines()
+                     if line.endswith(" nvidia-uvm"))
+    assert ok(ct, "pve1", "stat -c '%t %T' /dev/nvidia-uvm").split() == [f"{uvm_major:x}", "0"]
+    param = "/run/lab-standin/sys/module/nvidia_uvm/parameters/uvm_disable_hmm"
+    assert ok(ct, "pve1", f"cat {param}") == "N\n"
+    # The container: userspace without kernel module, uvm passed through.
+    ok(ct, "pve1", f"pct push {VMID} /opt/lab-standin/NVIDIA-Linux-x86_64-{ver}.run /root/driver.run && "
+                   f"pct exec {VMID} -- sh /root/driver.run --silent --no-kernel-module && "
+                   f"pct set {VMID} --dev1 /dev/nvidia-uvm,mode=0666 --dev2 /dev/nvidiactl,mode=0666 && "
+                   f"pct stop {VMID} && pct start {VMID}")
+    wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
+    assert ok(ct, "ct", "nvidia-smi --query-gpu=index,driver_version --format=csv,noheader") == f"0, {ver}\n"
+    # HMM on (the default): cuInit fails with 3, CUDA_ERROR_NOT_INITIALIZED, as on the seed host.
+    assert ok(ct, "ct", CUINIT).split() == ["3", "-1"]
+    ok(ct, "pve1", "echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf && "
+                   "modprobe -r nvidia_uvm && modprobe nvidia_uvm")
+    assert ok(ct, "pve1", f"cat {param}") == "Y\n"
+    assert ok(ct, "ct", CUINIT).split() == ["0", "1"]

@@ -1,0 +1,129 @@
+"""The lab's pure parts: addresses, validation, conflicts, inventory, state file, stand-in logic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from toolkit.core.errors import ToolkitError
+from toolkit.lab import plan
+from toolkit.lab.plan import LabConfig, LabState
+from toolkit.lab.standins import labstandin
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def default_state() -> LabState:
+    return LabState(config=LabConfig(), inventory_path="inventory/lab.yml",
+                    ssh_key_path="/var/lib/toolkit-lab/ssh/id_ed25519",
+                    known_hosts_path="/var/lib/toolkit-lab/ssh/known_hosts")
+
+
+def test_addresses_follow_the_subnets() -> None:
+    c = LabConfig(subnet="10.50.0.0/24", ct_subnet="10.50.7.0/24", ct_vmid=123)
+    assert (c.controller_address, c.host_address, c.bridge_address, c.ct_address) == (
+        "10.50.0.1", "10.50.0.2", "10.50.7.1", "10.50.7.123")
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (LabConfig(gpus=0), "--gpus"),
+    (LabConfig(gpus=17), "--gpus"),
+    (LabConfig(driver_version="latest"), "--driver-version"),
+    (LabConfig(subnet="10.213.0.5/24"), "--subnet"),
+    (LabConfig(subnet="8.8.8.0/24"), "--subnet"),
+    (LabConfig(ct_subnet="10.213.0.0/24"), "--ct-subnet"),
+    (LabConfig(ct_vmid=99), "--ct-vmid"),
+    (LabConfig(ct_subnet="10.213.1.0/26"), "--ct-subnet"),
+])
+def test_bad_options_name_the_option_and_a_fix(config: LabConfig, field: str) -> None:
+    with pytest.raises(ToolkitError) as err:
+        plan.validate(config)
+    assert [p.field for p in err.value.problems] == [field]
+    assert all(p.fix for p in err.value.problems)
+
+
+def test_a_taken_network_is_refused_but_not_the_labs_own_veth() -> None:
+    routes = [{"dst": "default", "dev": "eth0"}, {"dst": "192.0.2.0/24", "dev": "eth0"},
+              {"dst": "10.213.0.0/24", "dev": plan.HOST_VETH}, {"dst": "10.213.1.0/24", "dev": plan.HOST_VETH},
+              {"dst": "10.213.1.64/26", "dev": "docker0"}]
+    problems = plan.address_conflicts(LabConfig(), routes, our_links={plan.HOST_VETH})
+    assert [(p.field, "docker0" in p.message) for p in problems] == [("--ct-subnet", True)]
+    assert "--subnet" in (problems[0].fix or "")
+    assert plan.address_conflicts(LabConfig(), routes[:3], our_links={plan.HOST_VETH}) == []
+
+
+def test_inventory_has_the_contract_groups_and_matches_the_committed_example() -> None:
+    text = plan.render_inventory(default_state())
+    inv = yaml.safe_load(text)
+    children = inv["all"]["children"]
+    assert set(children) == {"proxmox_hosts", "gpu_containers"}
+    pve1 = children["proxmox_hosts"]["hosts"]["pve1"]
+    assert pve1["ansible_host"] == "10.213.0.2"
+    assert pve1["proxmox_gpu_host_proc_devices"] == "/run/lab-standin/proc-devices"
+    assert pve1["proxmox_gpu_host_sys_module_dir"] == "/run/lab-standin/sys/module"
+    assert children["gpu_containers"]["hosts"]["ct"]["ansible_host"] == "10.213.1.100"
+    example = yaml.safe_load((REPO / "inventory/lab.example.yml").read_text())
+    assert example == inv, "inventory/lab.example.yml no longer shows what `lab up` writes"
+    assert plan.render_inventory(default_state()) == text  # deterministic
+
+
+def test_state_round_trips_and_a_newer_schema_is_refused() -> None:
+    state = default_state()
+    state.made = ["netns:toolkit-pve1", "link:tklab0"]
+    state.holder_pid, state.holder_start_ticks = 123, 456
+    back = LabState.from_json(state.to_json(), "state.json")
+    assert back == state
+    newer = state.to_json().replace('"schema": 1', '"schema": 99')
+    with pytest.raises(ToolkitError) as err:
+        LabState.from_json(newer, "/var/lib/toolkit-lab/state.json")
+    assert err.value.problems[0].file == "/var/lib/toolkit-lab/state.json"
+    assert err.value.problems[0].field == "schema"
+    with pytest.raises(ToolkitError):
+        LabState.from_json("{not json", "state.json")
+
+
+def test_ssh_args_pin_pve1s_host_key_and_refuse_unknown_hosts() -> None:
+    state = default_state()
+    args = state.ssh_args("pve1")
+    assert args[-1] == "root@10.213.0.2"
+    assert "StrictHostKeyChecking=yes" in args and "BatchMode=yes" in args
+    assert state.ssh_args("ct")[-1] == "root@10.213.1.100"
+    with pytest.raises(ToolkitError):
+        state.ssh_args("pve2")
+
+
+KERNEL_PROC_DEVICES = """Character devices:
+  1 mem
+  5 /dev/tty
+ 10 misc
+226 drm
+250 ttyDBC
+511 rpmb
+
+Block devices:
+  7 loop
+254 virtblk
+"""
+
+
+def test_proc_devices_lists_nvidia_majors_only_for_loaded_modules_in_major_order() -> None:
+    cfg = labstandin.DEFAULT_CONFIG
+    assert labstandin.render_proc_devices(KERNEL_PROC_DEVICES, set(), cfg) == KERNEL_PROC_DEVICES
+    text = labstandin.render_proc_devices(KERNEL_PROC_DEVICES, {"nvidia", "nvidia_uvm"}, cfg)
+    char = text.split("\n\n")[0].splitlines()[1:]
+    majors = [int(line.split()[0]) for line in char]
+    assert majors == sorted(majors)
+    assert "195 nvidia-frontend" in char and "508 nvidia-uvm" in char and "509 nvidia-caps" in char
+    assert "Block devices:\n  7 loop\n254 virtblk" in text
+    only_nvidia = labstandin.render_proc_devices(KERNEL_PROC_DEVICES, {"nvidia"}, cfg)
+    assert "nvidia-uvm" not in only_nvidia
+
+
+def test_modprobe_options_later_files_win_and_dashes_equal_underscores() -> None:
+    texts = ["options nvidia_uvm uvm_disable_hmm=0 other=1\n",
+             "# comment\noptions nvidia-uvm uvm_disable_hmm=1  # why\noptions nvidia NVreg_X=2\n"]
+    assert labstandin.parse_modprobe_options(texts, "nvidia_uvm") == {"uvm_disable_hmm": "1", "other": "1"}
+    assert labstandin.parse_modprobe_options(texts, "nvidia") == {"NVreg_X": "2"}
+    assert [labstandin.bool_param(v) for v in ("1", "Y", "on", "0", "N", "")] == ["Y", "Y", "Y", "N", "N", "N"]

@@ -1,0 +1,138 @@
+"""`toolkit lab up|status|ssh|down`: thin commands over toolkit.lab."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from toolkit.lab import plan
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="lab_command", metavar="SUBCOMMAND")
+    p_up = sub.add_parser("up", help="build (or check) pve1 and its network; write inventory/lab.yml")
+    p_up.add_argument("--gpus", type=int, default=8, help="stand-in GPUs on pve1 (default 8, as the seed host)")
+    p_up.add_argument("--driver-version", default=plan.DEFAULT_DRIVER_VERSION,
+                      help=f"version the stand-in driver reports (default {plan.DEFAULT_DRIVER_VERSION})")
+    p_up.add_argument("--subnet", default=plan.DEFAULT_SUBNET, help="controller <-> pve1 network")
+    p_up.add_argument("--ct-subnet", default=plan.DEFAULT_CT_SUBNET, help="pve1's container bridge network")
+    p_up.add_argument("--ct-vmid", type=int, default=plan.DEFAULT_CT_VMID, help="vmid the inventory's `ct` gets")
+    p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
+    p_up.set_defaults(func=cmd_up)
+    p_status = sub.add_parser("status", help="what of the lab runs (pve1, its containers, leftovers)")
+    p_status.add_argument("--json", action="store_true", help="print the lab state as JSON")
+    p_status.set_defaults(func=cmd_status)
+    p_ssh = sub.add_parser("ssh", help="SSH to pve1 or ct with the lab's key")
+    p_ssh.add_argument("host", choices=["pve1", "ct"])
+    p_ssh.add_argument("command", nargs=argparse.REMAINDER, help="command to run (default: a login shell)")
+    p_ssh.set_defaults(func=cmd_ssh)
+    p_down = sub.add_parser("down", help="remove exactly what up made (the cache stays)")
+    p_down.add_argument("--purge-cache", action="store_true",
+                        help="also remove the cached Debian userland and the lab's SSH key")
+    p_down.set_defaults(func=cmd_down)
+
+
+def _progress_console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    import toolkit.lab as lab
+
+    config = plan.LabConfig(gpus=args.gpus, driver_version=args.driver_version, subnet=args.subnet,
+                            ct_subnet=args.ct_subnet, ct_vmid=args.ct_vmid)
+    console = _progress_console()
+    t0 = time.monotonic()
+    with console.status("lab up") as spinner:
+        def progress(message: str) -> None:
+            console.log(message)
+            spinner.update(message)
+
+        state = lab.up(config=config, progress=progress)
+    duration_s = time.monotonic() - t0
+    if args.json:
+        print(state.to_json(), end="")
+    else:
+        console.print(f"[green]lab up[/green] in {duration_s:.1f} s: pve1 at {state.host_address}, "
+                      f"inventory {state.inventory_path}\n  next: `toolkit lab ssh pve1`, or run the roles "
+                      f"with -i {state.inventory_path}")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import toolkit.lab as lab
+    from toolkit.lab import system
+
+    state = lab.status()
+    leftovers = system.leftovers() if os.geteuid() == 0 else []
+    if args.json:
+        data = json.loads(state.to_json()) if state else {"running": False}
+        data["leftovers"] = leftovers if not (state and state.running) else []
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title="toolkit lab")
+    for col in ("part", "what", "state"):
+        table.add_column(col)
+    if state is None:
+        table.add_row("lab", "never brought up (or taken down)", "down")
+        for item in leftovers:
+            table.add_row("leftover", item, "[red]present: run `toolkit lab down`[/red]")
+        console.print(table)
+        return 0
+    c = state.config
+    table.add_row("pve1", f"root@{c.host_address}, pid {state.holder_pid}",
+                  "[green]running[/green]" if state.running else "[red]not running[/red]")
+    table.add_row("network", f"netns {plan.NETNS}, veth {plan.HOST_VETH}, {c.subnet}; bridge {plan.BRIDGE} "
+                             f"{c.ct_subnet}", "")
+    table.add_row("GPUs", f"{c.gpus} stand-in, driver {c.driver_version}", "")
+    table.add_row("inventory", state.inventory_path, "")
+    if state.running:
+        listing = state.ssh("pve1", "pct list", timeout_s=15)
+        for line in listing.stdout.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) >= 2:
+                table.add_row(f"CT {parts[0]}", parts[-1] if len(parts) > 2 else "", parts[1])
+        ct = state.ssh("ct", "true", timeout_s=8)
+        table.add_row("ct", f"root@{c.ct_address}",
+                      "answers over SSH" if ct.returncode == 0 else "not answering (made by the roles)")
+    console.print(table)
+    return 0
+
+
+def cmd_ssh(args: argparse.Namespace) -> int:
+    import toolkit.lab as lab
+    from toolkit.core.errors import ToolkitError
+
+    state = lab.status()
+    if state is None or not state.running:
+        raise ToolkitError.of("the lab is not up", fix="`toolkit lab up`")
+    argv = state.ssh_args(args.host)
+    if args.command:
+        argv = [*argv, *args.command]
+    else:
+        argv.insert(1, "-t")
+    os.execvp(argv[0], argv)
+    return 0  # not reached
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    import toolkit.lab as lab
+
+    console = _progress_console()
+    t0 = time.monotonic()
+    with console.status("lab down") as spinner:
+        def progress(message: str) -> None:
+            console.log(message)
+            spinner.update(message)
+
+        lab.down(purge_cache=args.purge_cache, progress=progress)
+    console.print(f"[green]lab down[/green] in {time.monotonic() - t0:.1f} s")
+    return 0

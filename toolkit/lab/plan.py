@@ -1,0 +1,304 @@
+"""The lab as data: what `lab up` builds, its addresses, the files it writes into pve1, the
+inventory it writes for the roles. Pure: no I/O here, so every decision is testable in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+from toolkit.core.errors import Problem, ToolkitError
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+# Bump when the way the userland is made changes (not only its package list).
+ROOTFS_BUILD_REVISION = "2"
+# pve1 and the CT template share one userland (see rootfs.py). pve1 needs lxc, bridge tools,
+# kmod, systemd, dbus, sudo; the container needs python3-venv, systemd-sysv, patch; both need
+# sshd and python3 (Ansible). python3-apt: Ansible's apt module imports it even to check that a
+# package is present. zstd: `pct create` unpacks the .tar.zst template. No gcc: the libcuda
+# stand-in is compiled on the controller.
+ROOTFS_PACKAGES: tuple[str, ...] = (
+    "python3",
+    "python3-venv",
+    "python3-apt",
+    "openssh-server",
+    "lxc",
+    "iproute2",
+    "bridge-utils",
+    "kmod",
+    "procps",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "sudo",
+    "curl",
+    "ca-certificates",
+    "patch",
+    "zstd",
+    "xz-utils",
+    "rsync",
+    "pciutils",
+    "iputils-ping",
+    "less",
+)
+TEMPLATE_DIR = "/var/lib/vz/template/cache"
+TEMPLATE_MASKED_UNITS = ("lxc.service", "lxc-net.service", "lxc-monitord.service")
+TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+DEFAULT_DRIVER_VERSION = "580.95.05"
+DEFAULT_SUBNET = "10.213.0.0/24"
+DEFAULT_CT_SUBNET = "10.213.1.0/24"
+DEFAULT_CT_VMID = 100
+# Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (DOMAIN.md
+# section 4 lists 234, 506, 508, 509, 511 seen in the wild); fixed here so the lab is repeatable,
+# and deliberately not 195 so a role that hard-codes 195 for uvm fails in the lab as on a host.
+UVM_MAJOR = 508
+CAPS_MAJOR = 509
+NVIDIA_MAJOR = 195
+MAX_GPUS = 16
+STATE_SCHEMA = 1
+
+NETNS = "toolkit-pve1"
+HOST_VETH = "tklab0"  # controller side; the pve1 side is renamed eth0 inside the namespace
+PEER_VETH = "tklab0p"
+BRIDGE = "vmbr0"
+CGROUP_NAME = "toolkit-lab"
+HOSTNAME = "pve1"
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """What the user asked for (the spec)."""
+
+    gpus: int = 8
+    driver_version: str = DEFAULT_DRIVER_VERSION
+    subnet: str = DEFAULT_SUBNET
+    ct_subnet: str = DEFAULT_CT_SUBNET
+    ct_vmid: int = DEFAULT_CT_VMID
+
+    @property
+    def controller_address(self) -> str:
+        return str(_net(self.subnet)[1])
+
+    @property
+    def host_address(self) -> str:
+        return str(_net(self.subnet)[2])
+
+    @property
+    def bridge_address(self) -> str:
+        return str(_net(self.ct_subnet)[1])
+
+    @property
+    def ct_address(self) -> str:
+        return str(_net(self.ct_subnet)[self.ct_vmid])
+
+    @property
+    def prefixlen(self) -> int:
+        return _net(self.subnet).prefixlen
+
+    @property
+    def ct_prefixlen(self) -> int:
+        return _net(self.ct_subnet).prefixlen
+
+
+def _net(cidr: str) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(cidr, strict=True)
+
+
+def validate(config: LabConfig) -> LabConfig:
+    problems: list[Problem] = []
+    if not 1 <= config.gpus <= MAX_GPUS:
+        problems.append(Problem(f"{config.gpus} GPUs asked; the lab makes 1 to {MAX_GPUS}", field="--gpus",
+                                fix="pass --gpus between 1 and 16 (the seed host has 8)"))
+    parts = config.driver_version.split(".")
+    if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
+        problems.append(Problem(f"driver version {config.driver_version!r} is not like 580.95.05",
+                                field="--driver-version", fix="pass a version such as 580.95.05"))
+    nets: list[ipaddress.IPv4Network] = []
+    for name, cidr in (("--subnet", config.subnet), ("--ct-subnet", config.ct_subnet)):
+        try:
+            net = _net(cidr)
+        except ValueError as err:
+            problems.append(Problem(f"{cidr!r} is not an IPv4 network: {err}", field=name,
+                                    fix="pass a network such as 10.213.0.0/24"))
+            continue
+        if net.num_addresses < 8 or not net.is_private:
+            problems.append(Problem(f"{cidr} must be a private network of at least 8 addresses", field=name,
+                                    fix="pick a /24 inside 10.0.0.0/8 that nothing here uses"))
+        nets.append(net)
+    if len(nets) == 2 and nets[0].overlaps(nets[1]):
+        problems.append(Problem(f"{config.subnet} and {config.ct_subnet} overlap", field="--ct-subnet",
+                                fix="give the container bridge its own network"))
+    if not 100 <= config.ct_vmid <= 199:
+        problems.append(Problem(f"vmid {config.ct_vmid} is outside 100-199, the lab's container range",
+                                field="--ct-vmid", fix="pass a vmid between 100 and 199"))
+    elif len(nets) == 2 and nets[1].num_addresses < 256:
+        # The container's address is the ct subnet's host number `vmid` (10.213.1.100 for 100).
+        problems.append(Problem(f"{config.ct_subnet} is smaller than a /24: no room for address .{config.ct_vmid}",
+                                field="--ct-subnet", fix="give the container bridge a /24"))
+    if problems:
+        raise ToolkitError(problems)
+    return config
+
+
+def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links: set[str]) -> list[Problem]:
+    """Networks in `ip -j route` output (of the controller) that overlap the lab's, except on the
+    lab's own links (a second `up` must not refuse its own veth)."""
+    problems = []
+    ours = [_net(config.subnet), _net(config.ct_subnet)]
+    for route in routes:
+        dst = route.get("dst", "")
+        if dst in ("default", "") or route.get("dev") in our_links:
+            continue
+        try:
+            net = ipaddress.IPv4Network(dst if "/" in dst else dst + "/32", strict=False)
+        except ValueError:
+            continue
+        for mine in ours:
+            if net.overlaps(mine):
+                problems.append(Problem(
+                    f"{mine} is already in use here: route {dst} dev {route.get('dev', '?')}",
+                    field="--subnet" if mine == ours[0] else "--ct-subnet",
+                    fix=f"pick a free network, e.g. `toolkit lab up --subnet 10.214.0.0/24 --ct-subnet "
+                        f"10.214.1.0/24`, or remove the route to {dst}"))
+    return problems
+
+
+@dataclass
+class LabState:
+    """What `up` made and observed (the status): one writer, `toolkit.lab.system`."""
+
+    config: LabConfig
+    inventory_path: str
+    ssh_key_path: str
+    known_hosts_path: str
+    holder_pid: int = 0
+    holder_start_ticks: int = 0  # /proc/PID/stat field 22: tells our pid from a reused one
+    sshd_pid: int = 0
+    made: list[str] = field(default_factory=list)  # what down undoes, in the order up made it
+    schema: int = STATE_SCHEMA
+    running: bool = False
+
+    @property
+    def host_address(self) -> str:
+        return self.config.host_address
+
+    @property
+    def ct_address(self) -> str:
+        return self.config.ct_address
+
+    def ssh_args(self, host: str) -> list[str]:
+        """argv prefix that reaches `pve1` or `ct` over real SSH with the lab's key."""
+        if host not in ("pve1", "ct"):
+            raise ToolkitError.of(f"unknown lab host {host!r}", field="host", fix="use pve1 or ct")
+        common = ["ssh", "-i", self.ssh_key_path, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                  "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
+        if host == "pve1":
+            return [*common, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
+                    "-o", "StrictHostKeyChecking=yes", f"root@{self.host_address}"]
+        return [*common, *CT_HOSTKEY_OPTIONS, f"root@{self.ct_address}"]
+
+    def ssh(self, host: str, command: str, *, check: bool = False, timeout_s: float = 120) -> Any:
+        import subprocess
+
+        return subprocess.run([*self.ssh_args(host), command], capture_output=True, text=True,
+                              check=check, timeout=timeout_s)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> LabState:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ToolkitError.of(f"lab state is not JSON: {err}", file=source, line=err.lineno,
+                                  fix="run `toolkit lab down` (it cleans up by name), then `toolkit lab up`") from err
+        schema = data.get("schema", 0)
+        if schema > STATE_SCHEMA:
+            raise ToolkitError.of(f"lab state schema {schema} is newer than this toolkit's {STATE_SCHEMA}",
+                                  file=source, field="schema", fix="use the toolkit version that made the lab")
+        data["config"] = LabConfig(**data["config"])
+        data.pop("schema", None)
+        return cls(**data, schema=STATE_SCHEMA)
+
+
+# The container is re-created by the roles with fresh host keys each time (pct create makes new
+# ones, as Proxmox does), so a pinned known_hosts would refuse every rebuild. Its address exists
+# only inside the lab's own namespaces, so no other machine can answer as it.
+CT_HOSTKEY_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
+
+
+def render_inventory(state: LabState) -> str:
+    """`inventory/lab.yml`: the groups and variables the roles (#6, #7) read. Deterministic."""
+    c = state.config
+    ct_ssh = " ".join(CT_HOSTKEY_OPTIONS)
+    inventory = {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": state.ssh_key_path,
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "lab": True,
+                "lab_driver_version": c.driver_version,
+                "lab_gpu_count": c.gpus,
+            },
+            "children": {
+                "proxmox_hosts": {
+                    "hosts": {
+                        HOSTNAME: {
+                            "ansible_host": c.host_address,
+                            "ansible_ssh_common_args": f"-o UserKnownHostsFile={state.known_hosts_path} "
+                                                       "-o StrictHostKeyChecking=yes",
+                            "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
+                            "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
+                            "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin",
+                            "proxmox_gpu_host_driver_installer":
+                                f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
+                            "proxmox_gpu_host_driver_version": c.driver_version,
+                        }
+                    }
+                },
+                "gpu_containers": {
+                    "hosts": {
+                        "ct": {
+                            "ansible_host": c.ct_address,
+                            "ansible_ssh_common_args": ct_ssh,
+                            "lxc_gpu_container_proxmox_host": HOSTNAME,
+                            "lxc_gpu_container_vmid": c.ct_vmid,
+                            "lxc_gpu_container_template": f"local:vztmpl/{TEMPLATE_NAME}",
+                            "lxc_gpu_container_net0":
+                                f"name=eth0,bridge={BRIDGE},ip={c.ct_address}/{c.ct_prefixlen},"
+                                f"gw={c.bridge_address},type=veth",
+                            "lxc_gpu_container_address": c.ct_address,
+                        }
+                    }
+                },
+            },
+        }
+    }
+    header = (
+        "# Generated by `toolkit lab up`: do not edit (it is rewritten on every up, removed by down).\n"
+        "# The shape is shown by inventory/lab.example.yml; docs/lab.md says what each variable is.\n"
+    )
+    return header + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False)
+
+
+def standin_config(config: LabConfig) -> str:
+    """/etc/lab-standin/lab.json on pve1: read by the stand-ins (GPU count, driver version, majors)."""
+    return json.dumps({
+        "gpus": config.gpus,
+        "driver_version": config.driver_version,
+        "nvidia_major": NVIDIA_MAJOR,
+        "uvm_major": UVM_MAJOR,
+        "caps_major": CAPS_MAJOR,
+        "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "power_limit_w": 600.0,
+        "idle_power_w": 87.0,
+        "memory_total_mib": 97887,
+    }, indent=2, sort_keys=True) + "\n"

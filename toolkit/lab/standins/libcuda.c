@@ -1,0 +1,139 @@
+/* libcuda.so.1 (lab stand-in): the CUDA driver API entry points a CUDA init check calls.
+ *
+ * cuInit succeeds only when the caller's /dev has nvidiactl and nvidia-uvm AND the host's live
+ * nvidia_uvm parameter uvm_disable_hmm reads Y (or 1); otherwise it returns 3,
+ * CUDA_ERROR_NOT_INITIALIZED: the failure the seed host had inside its LXC container until HMM
+ * was disabled on the host (DOMAIN.md section 4; NVIDIA/open-gpu-kernel-modules#797, #901, #947).
+ * The parameter is read where a container sees it (bound in by pct) or where the host keeps it.
+ * Compiled on the controller by toolkit/lab/system.py; no GPU, no driver behind it.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <dirent.h>
+#include <stdlib.h>
+
+#ifndef LAB_DRIVER_VERSION
+#define LAB_DRIVER_VERSION "580.95.05"
+#endif
+
+typedef int CUresult;
+typedef int CUdevice;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+};
+
+static int initialised = 0;
+static int device_count = 0;
+const char lab_standin_banner[] = "libcuda.so.1 lab stand-in, driver " LAB_DRIVER_VERSION;
+
+static const char *hmm_paths[] = {
+    "/var/lib/lab-standin/host-sys-module/nvidia_uvm/parameters/uvm_disable_hmm",
+    "/run/lab-standin/sys/module/nvidia_uvm/parameters/uvm_disable_hmm",
+};
+
+static int present(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+static int hmm_disabled(char *seen, size_t n) {
+    for (size_t i = 0; i < sizeof hmm_paths / sizeof hmm_paths[0]; i++) {
+        FILE *f = fopen(hmm_paths[i], "r");
+        if (!f) continue;
+        char buf[8] = {0};
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        snprintf(seen, n, "%s=%c", hmm_paths[i], buf[0] ? buf[0] : '?');
+        return buf[0] == 'Y' || buf[0] == 'y' || buf[0] == '1';
+    }
+    snprintf(seen, n, "nvidia_uvm not loaded on the host");
+    return 0;
+}
+
+static int count_gpus(void) {
+    DIR *d = opendir("/dev");
+    if (!d) return 0;
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9') count++;
+    }
+    closedir(d);
+    return count;
+}
+
+CUresult cuInit(unsigned int flags) {
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    char seen[256];
+    int ctl = present("/dev/nvidiactl"), uvm = present("/dev/nvidia-uvm");
+    int hmm = hmm_disabled(seen, sizeof seen);
+    CUresult rc = (ctl && uvm && hmm) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    if (getenv("LAB_STANDIN_QUIET") == NULL)
+        fprintf(stderr, "libcuda.so.1 (lab stand-in): cuInit -> %d (/dev/nvidiactl %s, /dev/nvidia-uvm %s, %s)\n",
+                rc, ctl ? "present" : "missing", uvm ? "present" : "missing", seen);
+    if (rc == CUDA_SUCCESS) {
+        initialised = 1;
+        device_count = count_gpus();
+        if (device_count == 0) return CUDA_ERROR_NO_DEVICE;
+    }
+    return rc;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+    if (!version) return CUDA_ERROR_INVALID_VALUE;
+    *version = 13000; /* CUDA 13.0, what the 580 branch reports */
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    *count = device_count;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!device || ordinal < 0 || ordinal >= device_count) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    if (!initialised) return CUDA_ERROR_NOT_INITIALIZED;
+    if (!name || len <= 0 || dev < 0 || dev >= device_count) return CUDA_ERROR_INVALID_VALUE;
+    snprintf(name, (size_t)len, "NVIDIA RTX PRO 6000 Blackwell Server Edition (lab stand-in)");
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char **str) {
+    if (!str) return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+    case CUDA_SUCCESS: *str = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *str = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *str = "CUDA_ERROR_NOT_INITIALIZED"; break;
+    case CUDA_ERROR_NO_DEVICE: *str = "CUDA_ERROR_NO_DEVICE"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "CUDA_ERROR_INVALID_DEVICE"; break;
+    default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **str) {
+    if (!str) return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+    case CUDA_SUCCESS: *str = "no error"; break;
+    case CUDA_ERROR_INVALID_VALUE: *str = "invalid argument"; break;
+    case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; break;
+    case CUDA_ERROR_NO_DEVICE: *str = "no CUDA-capable device is detected"; break;
+    case CUDA_ERROR_INVALID_DEVICE: *str = "invalid device ordinal"; break;
+    default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,64 @@
+#!/bin/sh
+# pve1 stage 1: runs as PID 1 of pve1's new PID namespace, in its own mount, UTS, IPC and cgroup
+# namespaces, inside the lab's network namespace, with the controller's tools. Builds pve1's
+# root and pivots into it; every mount here exists only in this mount namespace.
+# (lab stand-in for a Proxmox host's boot; environment from toolkit/lab/system.py)
+set -eu
+R=$LAB_ROOT
+mount -t overlay toolkit-lab-pve1 -o "lowerdir=$LAB_LOWER,upperdir=$LAB_UPPER,workdir=$LAB_WORK" "$R"
+mount -t proc proc "$R/proc"
+# A fresh sysfs shows this network namespace's interfaces (LXC reads /sys/class/net).
+mount -t sysfs sysfs "$R/sys"
+mount -t tmpfs -o mode=755,size=1m cgroup_root "$R/sys/fs/cgroup"
+# The same hierarchies as the controller, seen from pve1's cgroup namespace: LXC makes its
+# containers' groups under pve1's own (toolkit-lab), which `down` removes.
+grep -E ' - cgroup2? ' /proc/self/mountinfo | while read -r line; do
+  mnt=$(echo "$line" | cut -d' ' -f5)
+  fstype=$(echo "$line" | sed 's/.* - //' | cut -d' ' -f1)
+  sopts=$(echo "$line" | sed 's/.* - //' | cut -d' ' -f3)
+  name=$(basename "$mnt")
+  mkdir -p "$R/sys/fs/cgroup/$name"
+  if [ "$fstype" = cgroup2 ]; then
+    mount -t cgroup2 cgroup2 "$R/sys/fs/cgroup/$name"
+  else
+    opts=$(echo "$sopts" | tr ',' '\n' | grep -vE '^(rw|ro)$' | paste -sd, -)
+    mount -t cgroup -o "$opts" cgroup "$R/sys/fs/cgroup/$name"
+  fi
+done
+mount -t tmpfs -o mode=755,size=16m,nosuid dev "$R/dev"
+mknod -m 666 "$R/dev/null" c 1 3
+mknod -m 666 "$R/dev/zero" c 1 5
+mknod -m 666 "$R/dev/full" c 1 7
+mknod -m 666 "$R/dev/random" c 1 8
+mknod -m 666 "$R/dev/urandom" c 1 9
+mknod -m 666 "$R/dev/tty" c 5 0
+mkdir -p "$R/dev/pts" "$R/dev/shm" "$R/dev/net"
+mknod -m 666 "$R/dev/net/tun" c 10 200
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620,gid=5 devpts "$R/dev/pts"
+ln -s pts/ptmx "$R/dev/ptmx"
+mount -t tmpfs -o mode=1777,size=64m shm "$R/dev/shm"
+ln -s /proc/self/fd "$R/dev/fd"
+ln -s /proc/self/fd/0 "$R/dev/stdin"
+ln -s /proc/self/fd/1 "$R/dev/stdout"
+ln -s /proc/self/fd/2 "$R/dev/stderr"
+# The stand-in GPUs: what the nvidia module's nodes look like on a host (DOMAIN.md section 4:
+# major 195, minor N per GPU, 254 modeset, 255 ctl). No driver owns major 195 on this kernel,
+# so opening one gives ENXIO where the devices cgroup allows it, EPERM where it does not.
+i=0
+while [ "$i" -lt "$LAB_GPUS" ]; do
+  mknod -m 666 "$R/dev/nvidia$i" c 195 "$i"
+  i=$((i + 1))
+done
+mknod -m 666 "$R/dev/nvidiactl" c 195 255
+mknod -m 666 "$R/dev/nvidia-modeset" c 195 254
+mount -t tmpfs -o mode=755,size=256m run "$R/run"
+mount -t tmpfs -o mode=1777,size=1g tmp "$R/tmp"
+hostname "$LAB_HOSTNAME"
+cd "$R"
+mkdir -p .lab-oldroot
+pivot_root . .lab-oldroot
+cd /
+umount -l /.lab-oldroot
+rmdir /.lab-oldroot
+exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin container=lxc \
+  /usr/bin/python3 /usr/local/sbin/lab-init

@@ -1,0 +1,576 @@
+"""The lab's system work on the controller: network namespace, veth, cgroups, the pve1 process
+tree, and taking all of it down again. Everything `up` makes is recorded in the state file as it
+is made, so `down` removes exactly that (by pid, by name) even after a crash halfway through.
+
+pve1 is one process tree: `unshare` (new mount, UTS, IPC, PID and cgroup namespaces, inside the
+lab's network namespace) runs stage1.sh as PID 1 of the new PID namespace, which mounts pve1's
+overlay root, /proc, /sys, the cgroup controllers, /dev, pivot_roots into it (LXC refuses to
+start from a plain chroot: DOMAIN.md section 5) and execs lab-init. All mounts live only in that
+mount namespace, so they vanish with it; killing PID 1 kills every process in the namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from importlib import resources
+from pathlib import Path
+
+from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
+from toolkit.lab import plan, rootfs
+from toolkit.lab.plan import LabConfig, LabState
+
+STATE_DIR = Path("/var/lib/toolkit-lab")
+STATE_FILE = STATE_DIR / "state.json"
+SSH_DIR = STATE_DIR / "ssh"
+PVE1_DIR = STATE_DIR / "pve1"
+NETNS_PATH = Path("/run/netns") / plan.NETNS
+
+# Controller commands the lab runs, and the Debian package each comes from.
+REQUIRED_COMMANDS = {
+    "debootstrap": "debootstrap",
+    "ip": "iproute2",
+    "ssh": "openssh-client",
+    "ssh-keygen": "openssh-client",
+    "gcc": "gcc",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "zstd": "zstd",
+    "tar": "tar",
+}
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+# ---------------------------------------------------------------- small helpers
+
+
+def run(cmd: list[str], *, check: bool = True, input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, capture_output=True, text=True, input=input_text, check=False)
+    if check and proc.returncode != 0:
+        raise ToolkitError.of(
+            f"`{' '.join(cmd)}` failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}",
+            fix="run `toolkit lab down` to remove what was made, then `toolkit lab up` again",
+            exit_code=EXIT_FAILED,
+        )
+    return proc
+
+
+def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    data = text.encode() if isinstance(text, str) else text
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def start_ticks(pid: int) -> int:
+    """Field 22 of /proc/PID/stat (start time): a pid plus this names one process, not a reused pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid: int, ticks: int) -> bool:
+    return pid > 0 and ticks > 0 and start_ticks(pid) == ticks
+
+
+def load_state() -> LabState | None:
+    try:
+        text = STATE_FILE.read_text()
+    except FileNotFoundError:
+        return None
+    return LabState.from_json(text, str(STATE_FILE))
+
+
+def save_state(state: LabState) -> None:
+    write_atomic(STATE_FILE, state.to_json(), 0o600)
+
+
+def default_inventory_path() -> Path:
+    """inventory/lab.yml of the checkout when run from one (where the README's commands look),
+    else under the lab's state directory (an installed wheel has no writable inventory/)."""
+    env = os.environ.get("TOOLKIT_LAB_INVENTORY")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file() and (checkout / "inventory").is_dir():
+        return checkout / "inventory" / "lab.yml"
+    return STATE_DIR / "lab.yml"
+
+
+# ---------------------------------------------------------------- preflight
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ToolkitError.of(
+            "the lab makes network namespaces, mounts and LXC containers, which needs root",
+            field="user", fix="run it as root: `sudo toolkit lab up`")
+
+
+def preflight(config: LabConfig) -> None:
+    """Everything that can refuse `up` is checked here, before anything is made."""
+    problems: list[Problem] = []
+    require_root()
+    missing = sorted({pkg for cmd, pkg in REQUIRED_COMMANDS.items() if shutil.which(cmd) is None})
+    if missing:
+        problems.append(Problem(
+            f"Debian packages missing on this machine: {', '.join(missing)}", field="packages",
+            fix=f"apt-get install {' '.join(missing)}  (or run scripts/setup, which installs "
+                "scripts/debian-packages.txt)"))
+    if not Path("/usr/include/stdio.h").exists():
+        problems.append(Problem("C library headers missing (the libcuda stand-in is compiled here)",
+                                field="packages", fix="apt-get install libc6-dev"))
+    if not _cgroup_mounts():
+        problems.append(Problem("no cgroup hierarchy mounted under /sys/fs/cgroup", field="cgroups",
+                                fix="mount the cgroup controllers (a stock Debian 12 boot does)"))
+    if shutil.which("ip"):
+        routes = json.loads(run(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout or "[]")
+        addrs = json.loads(run(["ip", "-j", "-4", "addr"]).stdout or "[]")
+        for link in addrs:
+            for a in link.get("addr_info", []):
+                routes.append({"dst": f"{a['local']}/32", "dev": link.get("ifname", "?")})
+        problems += plan.address_conflicts(config, routes, our_links={plan.HOST_VETH})
+    if problems:
+        raise ToolkitError(problems)
+
+
+# ---------------------------------------------------------------- cgroups
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str]]:
+    """(mount point, fs type, super options) of each cgroup hierarchy the controller has."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        fstype, _src, sopts = right.split(" ", 2)
+        if fstype in ("cgroup", "cgroup2"):
+            out.append((left.split()[4], fstype, sopts))
+    return out
+
+
+def _own_cgroup_paths() -> dict[str, str]:
+    """controller name (or 'name=systemd', or '' for v2) -> this process's path in it."""
+    paths = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for name in names.split(",") if names else [""]:
+            paths[name] = path
+    return paths
+
+
+def lab_cgroup_dirs() -> list[Path]:
+    """pve1's cgroup directory in every hierarchy: under this process's own cgroup, so the lab
+    stays inside whatever limits the controller runs under."""
+    own = _own_cgroup_paths()
+    dirs = []
+    for mnt, fstype, sopts in _cgroup_mounts():
+        if fstype == "cgroup2":
+            key = ""
+        else:
+            opts = sopts.split(",")
+            key = next((o for o in opts if o.startswith("name=")), "")
+            if not key:
+                key = next((o for o in opts if o in own), "")
+        base = own.get(key, "/")
+        dirs.append(Path(mnt) / base.lstrip("/") / plan.CGROUP_NAME)
+    return dirs
+
+
+def make_cgroups() -> list[Path]:
+    made = []
+    for d in lab_cgroup_dirs():
+        d.mkdir(exist_ok=True)
+        # cgroup v1 cpuset: a new group starts with no CPUs and no memory nodes, and refuses tasks.
+        for knob in ("cpuset.cpus", "cpuset.mems"):
+            if (d / knob).exists() and not (d / knob).read_text().strip():
+                (d / knob).write_text((d.parent / knob).read_text())
+        if (d / "cgroup.clone_children").exists():
+            (d / "cgroup.clone_children").write_text("1")
+        made.append(d)
+    return made
+
+
+def _walk_down(d: Path) -> Iterator[Path]:
+    for child in sorted((p for p in d.iterdir() if p.is_dir()), reverse=True):
+        yield from _walk_down(child)
+    yield d
+
+
+def cgroup_pids() -> set[int]:
+    pids: set[int] = set()
+    for d in lab_cgroup_dirs():
+        if d.is_dir():
+            for sub in _walk_down(d):
+                procs = sub / "cgroup.procs"
+                if procs.exists():
+                    pids |= {int(p) for p in procs.read_text().split()}
+    return pids
+
+
+def remove_cgroups() -> None:
+    for d in lab_cgroup_dirs():
+        if d.is_dir():
+            for sub in _walk_down(d):
+                try:
+                    sub.rmdir()
+                except OSError as err:
+                    raise ToolkitError.of(f"cannot remove cgroup {sub}: {err}", exit_code=EXIT_FAILED,
+                                          fix="a lab process is still running: `toolkit lab down` again") from err
+
+
+# ---------------------------------------------------------------- files for pve1
+
+
+def standin_text(name: str) -> str:
+    return resources.files("toolkit.lab.standins").joinpath(name).read_text()
+
+
+def standin_bytes(name: str) -> bytes:
+    return resources.files("toolkit.lab.standins").joinpath(name).read_bytes()
+
+
+def _standin_build_dir() -> Path:
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in ("libcuda.c", "nvidia-installer.sh", "nvidia-smi", "nvidia-modprobe", "nvidia-persistenced",
+                 "labstandin.py"):
+        h.update(standin_bytes(name))
+    return rootfs.CACHE_DIR / f"standins-{h.hexdigest()[:12]}"
+
+
+def build_installer(driver_version: str) -> Path:
+    """The stand-in NVIDIA-Linux-x86_64-<ver>.run: a shell header plus a tar payload, like the
+    real makeself archive, so it runs unchanged on pve1 and inside the container."""
+    out_dir = _standin_build_dir()
+    run_file = out_dir / f"NVIDIA-Linux-x86_64-{driver_version}.run"
+    if run_file.is_file():
+        return run_file
+    work = out_dir.with_name(out_dir.name + ".building")
+    shutil.rmtree(work, ignore_errors=True)
+    payload = work / "payload"
+    payload.mkdir(parents=True)
+    run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", f'-DLAB_DRIVER_VERSION="{driver_version}"',
+         "-Wl,-soname,libcuda.so.1", "-o", str(payload / f"libcuda.so.{driver_version}"),
+         str(resources.files("toolkit.lab.standins").joinpath("libcuda.c"))])
+    for name in ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "labstandin.py"):
+        write_atomic(payload / name, standin_bytes(name), 0o755)
+    write_atomic(payload / "VERSION", driver_version + "\n")
+    tarball = work / "payload.tar.gz"
+    run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", str(payload), "-czf", str(tarball), "."])
+    header = standin_text("nvidia-installer.sh").replace("@DRIVER_VERSION@", driver_version)
+    write_atomic(work / run_file.name, header.encode() + tarball.read_bytes(), 0o755)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    os.replace(work / run_file.name, run_file)
+    shutil.rmtree(work, ignore_errors=True)
+    return run_file
+
+
+def ensure_ssh_key() -> Path:
+    SSH_DIR.mkdir(parents=True, exist_ok=True)
+    os.chmod(SSH_DIR, 0o700)
+    key = SSH_DIR / "id_ed25519"
+    if not key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "toolkit-lab", "-f", str(key)])
+    return key
+
+
+def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -> str:
+    """Write pve1's own files into its overlay's upper layer; return the known_hosts line."""
+    def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
+        write_atomic(upper / rel.lstrip("/"), content, mode)
+
+    root_ssh = upper / "root/.ssh"
+    root_ssh.mkdir(parents=True, exist_ok=True)
+    os.chmod(root_ssh, 0o700)
+    put("/root/.ssh/authorized_keys", Path(str(key) + ".pub").read_text(), 0o600)
+    # A fresh host key per `up` (a new host each time), pinned in the lab's known_hosts.
+    hk = upper / "etc/ssh/ssh_host_ed25519_key"
+    hk.parent.mkdir(parents=True, exist_ok=True)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root@pve1", "-f", str(hk)])
+    put("/etc/ssh/sshd_config.d/lab.conf", standin_text("sshd-lab.conf"))
+    put("/etc/hostname", plan.HOSTNAME + "\n")
+    put("/etc/hosts", f"127.0.0.1 localhost\n{config.host_address} {plan.HOSTNAME}.lab {plan.HOSTNAME}\n"
+                      f"{config.ct_address} ct\n")
+    put("/etc/lab-standin/lab.json", plan.standin_config(config))
+    put("/usr/lib/lab-standin/labstandin.py", standin_bytes("labstandin.py"))
+    put("/usr/lib/lab-standin/proc-devices.kernel", Path("/proc/devices").read_text())
+    put("/usr/local/sbin/lab-init", standin_bytes("lab-init"), 0o755)
+    put("/usr/sbin/pct", standin_bytes("pct"), 0o755)
+    put("/usr/bin/pveversion", standin_bytes("pveversion"), 0o755)
+    put("/usr/sbin/modprobe", standin_bytes("modprobe"), 0o755)
+    put("/usr/local/bin/lspci-lab-standin", standin_bytes("lspci-lab-standin"), 0o755)
+    put("/usr/share/lab-standin/pct-autodev-hook", standin_bytes("pct-autodev-hook"), 0o755)
+    put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
+    (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
+    pub = (hk.parent / "ssh_host_ed25519_key.pub").read_text().split()
+    return f"{config.host_address} {pub[0]} {pub[1]}\n"
+
+
+# ---------------------------------------------------------------- network
+
+
+def make_network(config: LabConfig, state: LabState) -> None:
+    def step(record: str, cmd: list[str]) -> None:
+        run(cmd)
+        if record and record not in state.made:
+            state.made.append(record)
+            save_state(state)
+
+    step(f"netns:{plan.NETNS}", ["ip", "netns", "add", plan.NETNS])
+    step(f"link:{plan.HOST_VETH}", ["ip", "link", "add", plan.HOST_VETH, "type", "veth", "peer", "name",
+                                    plan.PEER_VETH, "netns", plan.NETNS])
+    ns = ["ip", "-n", plan.NETNS]
+    run([*ns, "link", "set", plan.PEER_VETH, "name", "eth0"])
+    run([*ns, "addr", "add", f"{config.host_address}/{config.prefixlen}", "dev", "eth0"])
+    run([*ns, "link", "set", "lo", "up"])
+    run([*ns, "link", "set", "eth0", "up"])
+    # vmbr0 as on a Proxmox host; containers' veths join it. No default route in pve1: nothing
+    # in the lab can reach beyond the controller.
+    run([*ns, "link", "add", plan.BRIDGE, "type", "bridge"])
+    run([*ns, "addr", "add", f"{config.bridge_address}/{config.ct_prefixlen}", "dev", plan.BRIDGE])
+    run([*ns, "link", "set", plan.BRIDGE, "up"])
+    run(["ip", "netns", "exec", plan.NETNS, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+    run(["ip", "addr", "add", f"{config.controller_address}/{config.prefixlen}", "dev", plan.HOST_VETH])
+    run(["ip", "link", "set", plan.HOST_VETH, "up"])
+    # The container network is routed through pve1, so Ansible reaches `ct` directly; the route
+    # goes away with the veth.
+    run(["ip", "route", "add", config.ct_subnet, "via", config.host_address, "dev", plan.HOST_VETH])
+
+
+def netns_inode() -> int:
+    try:
+        return NETNS_PATH.stat().st_ino
+    except OSError:
+        return 0
+
+
+def netns_pids() -> set[int]:
+    """Processes in the lab's network namespace: found by the namespace's name, for a `down`
+    after a crash that lost the state file."""
+    ino = netns_inode()
+    pids: set[int] = set()
+    if not ino:
+        return pids
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if os.stat(p / "ns/net").st_ino == ino:
+                    pids.add(int(p.name))
+            except OSError:
+                continue
+    return pids
+
+
+# ---------------------------------------------------------------- pve1 process tree
+
+
+def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
+    upper, work, root = PVE1_DIR / "upper", PVE1_DIR / "work", PVE1_DIR / "root"
+    for d in (work, root):
+        d.mkdir(parents=True, exist_ok=True)
+    stage1 = PVE1_DIR / "stage1.sh"
+    write_atomic(stage1, standin_text("stage1.sh"), 0o755)
+    cgroups = make_cgroups()
+    state.made.append(f"cgroup:{plan.CGROUP_NAME}")
+    save_state(state)
+    join = " ".join(f"echo $$ > {d}/cgroup.procs;" for d in cgroups)
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "LAB_ROOT": str(root), "LAB_LOWER": str(lower), "LAB_UPPER": str(upper), "LAB_WORK": str(work),
+        "LAB_GPUS": str(config.gpus), "LAB_HOSTNAME": plan.HOSTNAME,
+    }
+    console = (PVE1_DIR / "console.log").open("ab")
+    # --kill-child: if the launcher dies, PID 1 of pve1 is killed, and with it everything in it.
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", f"{join} exec nsenter --net={NETNS_PATH} unshare --mount --uts --ipc --pid --cgroup "
+                          f"--fork --kill-child --propagation private {stage1}"],
+        stdin=subprocess.DEVNULL, stdout=console, stderr=console, env=env, start_new_session=True)
+    console.close()
+    state.made.append(f"process:{proc.pid}")
+    # The init's own host pid: the child of `unshare --fork`.
+    deadline = time.monotonic() + 10
+    init_pid = 0
+    while time.monotonic() < deadline and not init_pid:
+        if proc.poll() is not None:
+            break
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+        if children.exists() and Path(f"/proc/{proc.pid}/exe").resolve().name == "unshare":
+            kids = children.read_text().split()
+            init_pid = int(kids[0]) if kids else 0
+        time.sleep(0.02)
+    state.holder_pid = proc.pid
+    state.holder_start_ticks = start_ticks(proc.pid)
+    state.sshd_pid = 0
+    save_state(state)
+    if not init_pid:
+        tail = (PVE1_DIR / "console.log").read_text(errors="replace")[-2000:]
+        raise ToolkitError.of(f"pve1 did not start; its console says:\n{tail}", exit_code=EXIT_FAILED,
+                              fix="`toolkit lab down`, then look at the console above")
+
+
+def wait_for_ssh(state: LabState, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        if not alive(state.holder_pid, state.holder_start_ticks):
+            break
+        proc = state.ssh("pve1", "cat /run/lab-init.ready", timeout_s=10)
+        if proc.returncode == 0:
+            return
+        last = proc.stderr.strip()
+        time.sleep(0.1)
+    tail = (PVE1_DIR / "console.log").read_text(errors="replace")[-2000:]
+    raise ToolkitError.of(f"pve1 did not answer over SSH within {timeout_s:.0f} s ({last}); its console:\n{tail}",
+                          exit_code=EXIT_FAILED, fix="`toolkit lab down`, then look at the console above")
+
+
+# ---------------------------------------------------------------- up / down / status
+
+
+def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
+    plan.validate(config)
+    require_root()
+    preflight_existing = load_state()
+    if preflight_existing and preflight_existing.running and alive(
+            preflight_existing.holder_pid, preflight_existing.holder_start_ticks):
+        if preflight_existing.config != config:
+            raise ToolkitError.of(
+                f"the lab is up with {preflight_existing.config}, not {config}", field="options",
+                fix="`toolkit lab down` first, or run `up` with the options it was made with")
+        progress("lab already up: checking pve1 answers")
+        wait_for_ssh(preflight_existing, timeout_s=10)
+        return preflight_existing
+    if preflight_existing or netns_inode():
+        progress("removing what an earlier, unfinished up left")
+        down(progress=progress)
+    preflight(config)
+
+    progress("Debian 12 userland (cached after the first up)")
+    lower = rootfs.build()
+    progress("stand-ins: compiling libcuda, packing the driver installer")
+    installer = build_installer(config.driver_version)
+    key = ensure_ssh_key()
+    state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
+                     known_hosts_path=str(SSH_DIR / "known_hosts"))
+    save_state(state)
+    try:
+        progress("pve1 files")
+        if PVE1_DIR.exists():
+            shutil.rmtree(PVE1_DIR)
+        state.made.append(f"dir:{PVE1_DIR}")
+        save_state(state)
+        upper = PVE1_DIR / "upper"
+        upper.mkdir(parents=True)
+        known = populate_upper(config, upper, key, installer)
+        write_atomic(Path(state.known_hosts_path), known, 0o600)
+        progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
+        make_network(config, state)
+        progress("pve1: namespaces, pivot_root, sshd")
+        start_pve1(config, state, lower)
+        wait_for_ssh(state)
+        state.running = True
+        write_atomic(Path(state.inventory_path), plan.render_inventory(state))
+        state.made.append(f"file:{state.inventory_path}")
+        save_state(state)
+    except BaseException:
+        progress("up failed: removing what it made")
+        with contextlib.suppress(ToolkitError):
+            down(progress=progress)
+        raise
+    return state
+
+
+def _kill_tree(pids: set[int], ticks: dict[int, int], timeout_s: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            if alive(pid, ticks.get(pid, 0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(alive(p, ticks.get(p, 0)) for p in pids):
+            time.sleep(0.05)
+
+
+def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
+    """Remove what `up` made: its processes (by pid, then anything left in its namespace or its
+    cgroup), cgroups, veth (and the route with it), network namespace, pve1's files, the
+    inventory. The cache stays unless `purge_cache`."""
+    if os.geteuid() != 0:
+        raise ToolkitError.of("taking the lab down needs root", field="user", fix="`sudo toolkit lab down`")
+    state = load_state()
+    if state and state.holder_pid:
+        progress(f"stopping pve1 (pid {state.holder_pid}): containers, sshd, init")
+        init_pids = set()
+        children = Path(f"/proc/{state.holder_pid}/task/{state.holder_pid}/children")
+        if alive(state.holder_pid, state.holder_start_ticks) and children.exists():
+            init_pids = {int(p) for p in children.read_text().split()}
+        # SIGTERM to pve1's init first: lab-init stops the containers cleanly; then the launcher.
+        ticks = {p: start_ticks(p) for p in init_pids}
+        _kill_tree(init_pids, ticks, timeout_s=15)
+        _kill_tree({state.holder_pid}, {state.holder_pid: state.holder_start_ticks}, timeout_s=5)
+    # By name: whatever is still in the lab's network namespace or cgroup is the lab's.
+    leftover = (netns_pids() | cgroup_pids()) - {os.getpid()}
+    if leftover:
+        progress(f"killing {len(leftover)} leftover lab processes")
+        _kill_tree(leftover, {p: start_ticks(p) for p in leftover}, timeout_s=5)
+    remove_cgroups()
+    if run(["ip", "link", "show", plan.HOST_VETH], check=False).returncode == 0:
+        run(["ip", "link", "del", plan.HOST_VETH])
+    if netns_inode():
+        run(["ip", "netns", "del", plan.NETNS])
+    root = str(PVE1_DIR / "root")
+    if any(root in line for line in Path("/proc/self/mountinfo").read_text().splitlines()):
+        raise ToolkitError.of(f"{root} is still mounted here; not removing pve1's files", exit_code=EXIT_FAILED,
+                              fix=f"umount {root}, then `toolkit lab down`")
+    if PVE1_DIR.exists():
+        shutil.rmtree(PVE1_DIR)
+    inventory = Path(state.inventory_path) if state else default_inventory_path()
+    if inventory.exists() and inventory.read_text().startswith("# Generated by `toolkit lab up`"):
+        inventory.unlink()
+    STATE_FILE.unlink(missing_ok=True)
+    if purge_cache:
+        progress("removing the cache and the lab's SSH key")
+        rootfs.purge()
+        shutil.rmtree(SSH_DIR, ignore_errors=True)
+
+
+def status() -> LabState | None:
+    state = load_state()
+    if state is None:
+        return None
+    state.running = state.running and alive(state.holder_pid, state.holder_start_ticks)
+    return state
+
+
+def leftovers() -> list[str]:
+    """What of the lab is still on this machine (for tests and `status`): empty after `down`."""
+    found = []
+    if netns_inode():
+        found.append(f"network namespace {plan.NETNS}")
+    if run(["ip", "link", "show", plan.HOST_VETH], check=False).returncode == 0:
+        found.append(f"link {plan.HOST_VETH}")
+    found += [f"cgroup {d}" for d in lab_cgroup_dirs() if d.exists()]
+    found += [f"process {p}" for p in sorted(netns_pids() | cgroup_pids())]
+    found += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
+              if "toolkit-lab" in line]
+    if PVE1_DIR.exists():
+        found.append(f"directory {PVE1_DIR}")
+    return found
