@@ -1,0 +1,134 @@
+"""Cost of the probe: replay+judge at scale (CPU), and NVML sampling cost per GPU-sample (GPU machine).
+
+    python3 benchmarks/bench_probe.py                 # replay + judge a synthetic 1 h, 8-GPU, 10 Hz trace
+    python3 benchmarks/bench_probe.py --nvml --seconds 10   # sampling cost at 10 and 50 Hz on real GPUs
+
+Replay: builds the trace text once (synthetic, labelled so in its header), then times parse_trace +
+summarize + judge, `--repeats` times; prints the median and the ratio to a baseline measured in the same
+run (a bare csv.reader pass over the same text: the floor any CSV replay pays). Goal: under 2 s.
+NVML: runs NvmlSampler.sample() at each rate for --seconds, reporting wall ms per GPU-sample (median of
+ticks) and the sampling thread's CPU time as a share of one core. Goal: 8 GPUs at 20 Hz under 2 %.
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolkit.core.probe.summary import summarize
+from toolkit.core.probe.trace import dump_trace, parse_trace, trace_from_rows
+from toolkit.core.probe.verdict import judge
+
+
+def synthetic_trace_text(gpus: int = 8, seconds: float = 3600.0, hz: float = 10.0) -> str:
+    rows = []
+    n = int(seconds * hz)
+    for i in range(n):
+        t = i / hz
+        for g in range(gpus):
+            busy = t >= 10.0
+            rows.append({
+                "t_s": round(t, 3), "gpu": g,
+                "power_w": 250.0 + 5 * math.sin(t + g) if busy else 87.0,
+                "power_limit_w": 600.0, "energy_j": 1e6 + t * 250.0,
+                "util_gpu_pct": 100.0 if busy else 0.0, "util_mem_pct": 20.0,
+                "sm_clock_mhz": 2400.0, "sm_clock_max_mhz": 2430.0, "mem_clock_mhz": 14001.0,
+                "mem_clock_max_mhz": 14001.0, "clock_reasons": 0, "temp_c": 60.0,
+                "pcie_tx_kib_s": 1.0e6, "pcie_rx_kib_s": 1.0e6,
+            })
+    meta = {"sample_hz": str(hz), "source": "synthetic:bench_probe", "gpus": ";".join(map(str, range(gpus)))}
+    return dump_trace(trace_from_rows(rows, meta))
+
+
+def bench_replay(repeats: int) -> dict[str, object]:
+    text = synthetic_trace_text()
+    rows = text.count("\n") - 2
+    run = {"idle_start_s": 0.0, "idle_end_s": 10.0, "bench_start_s": 10.0, "bench_end_s": 3599.9, "exit_code": 0,
+           "data_source": "synthetic (benchmarks/bench_probe.py)"}
+    times, base = [], []
+    verdict = None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _row in csv.reader(io.StringIO(text)):
+            pass
+        base.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        trace = parse_trace(text, "synthetic.csv")
+        summary = summarize(trace, run, {})
+        verdict = judge(summary, {}, {})
+        times.append(time.perf_counter() - t0)
+    med, med_base = statistics.median(times), statistics.median(base)
+    return {
+        "what": "parse_trace + summarize + judge, synthetic 1 h x 8 GPUs x 10 Hz",
+        "rows": rows,
+        "repeats": repeats,
+        "median_s": round(med, 3),
+        "baseline_csv_reader_median_s": round(med_base, 3),
+        "ratio_to_baseline": round(med / med_base, 2),
+        "goal_s": 2.0,
+        "verdict": verdict.cls if verdict else None,
+    }
+
+
+def bench_nvml(seconds: float, rates: list[float]) -> dict[str, object]:
+    from toolkit.adapters.nvml import NvmlSampler
+
+    out: dict[str, object] = {}
+    for gpm in (True, False):
+        sampler = NvmlSampler(gpm=gpm)
+        gpus = sampler.open(None)
+        try:
+            sampler.sample(0.0)  # first call pays one-time set-up; not counted
+            for hz in rates:
+                period = 1.0 / hz
+                per_tick: list[float] = []
+                cpu = 0.0
+                t_start = time.monotonic()
+                k = 0
+                while time.monotonic() - t_start < seconds:
+                    target = t_start + k * period
+                    now = time.monotonic()
+                    if target > now:
+                        time.sleep(target - now)
+                    c0, w0 = time.thread_time(), time.perf_counter()
+                    sampler.sample(time.monotonic() - t_start)
+                    per_tick.append(time.perf_counter() - w0)
+                    cpu += time.thread_time() - c0
+                    k += 1
+                wall = time.monotonic() - t_start
+                out[f"{'gpm' if gpm else 'no_gpm'}_{hz:g}hz"] = {
+                    "gpus": len(gpus),
+                    "ticks": len(per_tick),
+                    "ms_per_gpu_sample_median": round(statistics.median(per_tick) / len(gpus) * 1000, 4),
+                    "ms_per_gpu_sample_p95": round(sorted(per_tick)[int(0.95 * len(per_tick))] / len(gpus) * 1000, 4),
+                    "cpu_share_of_one_core": round(cpu / wall, 5),
+                    "projected_8_gpus_20hz_cpu_share": round(cpu / wall / len(gpus) * 8 * 20 / hz, 5),
+                }
+        finally:
+            sampler.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nvml", action="store_true", help="measure sampling cost on this machine's GPUs")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    result = bench_nvml(args.seconds, [10.0, 50.0]) if args.nvml else bench_replay(args.repeats)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

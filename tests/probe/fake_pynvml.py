@@ -1,0 +1,94 @@
+"""A stand-in for the `pynvml` module, patched in at toolkit.adapters.nvml's boundary only.
+
+It implements the calls the adapter makes, with GPUs whose readings a test sets; it is not a GPU model.
+Errors use the real NVMLError class and codes from the installed nvidia-ml-py, so the adapter's
+error translation is exercised as it would be against a real driver.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml as real
+
+
+@dataclass
+class FakeGpu:
+    power_mw: int = 100_000
+    limit_mw: int = 700_000
+    energy_mj: int = 1_000_000
+    util_gpu: int = 0
+    util_mem: int = 0
+    sm_mhz: int = 1980
+    mem_mhz: int = 3201
+    reasons: int = 0
+    temp_c: int = 40
+    gpm: bool = False
+    fail_with: int | None = None  # an NVML error code every call of this GPU raises (e.g. GPU_IS_LOST)
+    unsupported: set[str] = field(default_factory=set)
+
+
+def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.SimpleNamespace:
+    ns = types.SimpleNamespace()
+    for name in dir(real):
+        if name.startswith("NVML_") or name in ("NVMLError", "c_nvmlGpmMetricsGet_t"):
+            setattr(ns, name, getattr(real, name))
+    calls: dict[str, int] = {}
+    ns.calls = calls
+
+    def err(code: int) -> Exception:
+        return real.NVMLError(code)
+
+    def dev(h: Any, what: str) -> FakeGpu:
+        calls[what] = calls.get(what, 0) + 1
+        g = gpus[h]
+        if g.fail_with is not None:
+            raise err(g.fail_with)
+        if what in g.unsupported:
+            raise err(real.NVML_ERROR_NOT_SUPPORTED)
+        return g
+
+    def init() -> None:
+        if init_error is not None:
+            raise err(init_error)
+
+    ns.nvmlInit = init
+    ns.nvmlShutdown = lambda: None
+    ns.nvmlDeviceGetCount = lambda: len(gpus)
+    ns.nvmlDeviceGetHandleByIndex = lambda i: i
+    ns.nvmlDeviceGetMaxClockInfo = lambda h, c: 1980 if c == real.NVML_CLOCK_SM else 3201
+    ns.nvmlGpmQueryDeviceSupport = lambda h: types.SimpleNamespace(isSupportedDevice=int(gpus[h].gpm))
+    ns.nvmlDeviceGetPowerUsage = lambda h: dev(h, "power").power_mw
+    ns.nvmlDeviceGetEnforcedPowerLimit = lambda h: dev(h, "limit").limit_mw
+
+    def energy(h: int) -> int:
+        g = dev(h, "energy")
+        g.energy_mj += g.power_mw // 10  # 100 ms at the current power
+        return g.energy_mj
+
+    ns.nvmlDeviceGetTotalEnergyConsumption = energy
+    ns.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(
+        gpu=dev(h, "util").util_gpu, memory=gpus[h].util_mem)
+    ns.nvmlDeviceGetClockInfo = lambda h, c: dev(h, "clock").sm_mhz if c == real.NVML_CLOCK_SM else gpus[h].mem_mhz
+    ns.nvmlDeviceGetCurrentClocksEventReasons = lambda h: dev(h, "reasons").reasons
+    ns.nvmlDeviceGetTemperature = lambda h, s: dev(h, "temp").temp_c
+    ns.nvmlDeviceGetPcieThroughput = lambda h, c: (dev(h, "pcie"), 1000)[1]
+
+    def field_values(h: int, ids: list[int]) -> list[Any]:
+        dev(h, "field")
+        raise err(real.NVML_ERROR_NOT_SUPPORTED)
+
+    ns.nvmlDeviceGetFieldValues = field_values
+    ns.nvmlDeviceGetName = lambda h: b"Fake GPU (test stand-in)"
+    ns.nvmlDeviceGetUUID = lambda h: f"GPU-fake-{h}"
+    ns.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"00000000:0{h}:00.0".encode())
+    ns.nvmlDeviceGetCurrPcieLinkGeneration = lambda h: 5
+    ns.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
+    ns.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: real.NVML_TOPOLOGY_SYSTEM
+    ns.nvmlDeviceGetP2PStatus = lambda a, b, i: real.NVML_P2P_STATUS_NOT_SUPPORTED
+    ns.nvmlSystemGetDriverVersion = lambda: "0.0-fake"
+    ns.nvmlSystemGetNVMLVersion = lambda: "0.0-fake"
+    ns.nvmlSystemGetCudaDriverVersion = lambda: 0
+    return ns

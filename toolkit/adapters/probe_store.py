@@ -1,0 +1,122 @@
+"""A probe run's directory: writing its artifacts atomically, and `load_run(dir)` to read them back.
+
+Files (docs/probe.md has every field): run.json (manifest), trace.csv (per-GPU samples), bench.jsonl (the
+benchmark's raw result, when it wrote one), topology.json, summary.json, verdict.json. Each JSON file has a
+schema_version; a newer one than this toolkit knows is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.steady import SteadyParams
+from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION, summarize
+from toolkit.core.probe.trace import Trace, parse_trace
+from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION, Verdict, judge
+
+RUN_SCHEMA_VERSION = 1
+TOPOLOGY_SCHEMA_VERSION = 1
+KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
+                  "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
+    if not path.exists():
+        if required:
+            raise ToolkitError.of("missing", file=str(path), fix="give a directory written by `toolkit probe run`")
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ToolkitError.of(f"not valid JSON: {err.msg}", file=str(path), line=err.lineno,
+                              fix="re-run the probe, or restore the file") from None
+    if not isinstance(data, dict):
+        raise ToolkitError.of("expected a JSON object", file=str(path), line=1, fix="restore the file")
+    known = KNOWN_VERSIONS.get(path.name)
+    version = data.get("schema_version")
+    if known is not None and isinstance(version, int) and version > known:
+        raise ToolkitError.of(f"schema_version {version} is newer than this toolkit reads ({known})",
+                              file=str(path), field="schema_version", fix="upgrade the toolkit")
+    return data
+
+
+def read_trace(path: Path) -> Trace:
+    if not path.exists():
+        raise ToolkitError.of("trace missing", file=str(path), fix="give a trace.csv written by `toolkit probe run`")
+    return parse_trace(path.read_text(errors="replace"), file=str(path))
+
+
+@dataclass
+class ProbeRun:
+    dir: Path
+    manifest: dict[str, Any]
+    trace: Trace
+    bench_raw: dict[str, Any] | None
+    topology: dict[str, Any]
+    summary: dict[str, Any] | None
+    verdict: dict[str, Any] | None
+
+
+def load_run(run_dir: str | Path) -> ProbeRun:
+    """Everything a probe run wrote. summary/verdict are None when the run was cut before they were written."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise ToolkitError.of("not a directory", file=str(d), fix="give the --out directory of `toolkit probe run`")
+    from toolkit.adapters.bench_process import read_bench_jsonl
+
+    manifest = read_json(d / "run.json")
+    assert manifest is not None
+    trace_path = d / "trace.csv"
+    if not trace_path.exists() and (d / "trace.csv.partial").exists():
+        trace_path = d / "trace.csv.partial"  # an interrupted run: judge what it has
+    return ProbeRun(
+        dir=d,
+        manifest=manifest,
+        trace=read_trace(trace_path),
+        bench_raw=read_bench_jsonl(d / "bench.jsonl"),
+        topology=read_json(d / "topology.json", required=False) or {},
+        summary=read_json(d / "summary.json", required=False),
+        verdict=read_json(d / "verdict.json", required=False),
+    )
+
+
+def steady_params(manifest: dict[str, Any]) -> SteadyParams:
+    p = manifest.get("steady_state") or {}
+    return SteadyParams(
+        plateau_fraction=float(p.get("plateau_fraction", 0.8)),
+        smooth_s=float(p.get("smooth_s", 2.0)),
+        min_window_s=float(p.get("min_window_s", 5.0)),
+    )
+
+
+def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
+    """The same summary and verdict code `probe run` uses, over a recorded directory."""
+    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw), steady_params(run.manifest))
+    verdict = judge(summary, run.topology, run.manifest.get("target") or {})
+    return summary, verdict

@@ -1,0 +1,286 @@
+"""`toolkit probe run|replay`: benchmark plus NVML sampling of every GPU, and a verdict.
+
+Thin: parse, call the adapters and the pure core, render. Needs only the standard library, pynvml and
+rich (the GPU machine has no pydantic); the profile code is imported only when --profile is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from toolkit import __version__
+from toolkit.core.errors import EXIT_FAILED, ToolkitError
+
+RECORDED_LABEL = "recorded GPU trace: lab data, not measured on a GPU"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="probe_cmd", metavar="SUBCOMMAND")
+    run = sub.add_parser("run", help="sample every GPU while a benchmark runs; write artifacts and a verdict",
+                         description="Idle baseline, then the benchmark (the profile's bench, or COMMAND after --) "
+                         "while NVML samples the GPUs. Writes run.json, trace.csv, bench.jsonl, topology.json, "
+                         "summary.json and verdict.json to --out. The benchmark finds its result path in "
+                         "$TOOLKIT_PROBE_BENCH_JSONL.")
+    run.add_argument("--gpus", default="all", help="all, or comma-separated NVML indices (default all)")
+    run.add_argument("--idle-s", type=float, default=None, help="idle baseline seconds (default: profile's, or 10)")
+    run.add_argument("--hz", type=float, default=None, help="samples per second (default: profile's, or 10)")
+    run.add_argument("--out", type=Path, default=None, help="artifact directory (default runs/probe-<UTC time>)")
+    run.add_argument("--profile", default=None, help="profile NAME: benchmark its bench section, judge its target")
+    run.add_argument("--base-url", default="http://127.0.0.1:30000", help="server URL for the profile's bench")
+    run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
+                     help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
+    run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
+    run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
+    run.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
+    run.set_defaults(func=cmd_run)
+
+    rep = sub.add_parser("replay", help="judge a recorded run directory with the same summary and verdict code")
+    rep.add_argument("dir", type=Path)
+    rep.add_argument("--write", action="store_true", help="rewrite summary.json and verdict.json in DIR")
+    rep.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    rep.set_defaults(func=cmd_replay)
+
+
+def _parse_gpus(text: str) -> list[int] | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        gpus = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ToolkitError.of(f"{text!r} is not 'all' or a comma-separated list of GPU indices", field="--gpus",
+                              fix="e.g. --gpus all or --gpus 0,1") from None
+    if not gpus or any(g < 0 for g in gpus) or len(set(gpus)) != len(gpus):
+        raise ToolkitError.of(f"{text!r}: give distinct non-negative indices", field="--gpus", fix="e.g. --gpus 0,1")
+    return gpus
+
+
+def _profile_plan(name: str, base_url: str, bench_jsonl: Path) -> dict[str, Any]:
+    """The profile's bench command, probe settings and target. Imports the (pydantic) profile code lazily."""
+    try:
+        from toolkit.adapters.profile_store import ProfileStore
+        from toolkit.core.profile.render import render_bench_argv
+    except ImportError as err:
+        raise ToolkitError.of(f"--profile needs the profile code and pydantic ({err})", field="--profile",
+                              fix="install the toolkit with its dependencies, or pass the benchmark after --") from None
+    store = ProfileStore()
+    resolved = store.resolve(name)
+    spec = resolved.spec
+    target: dict[str, Any] = {"profile": resolved.name, **spec.target.model_dump()}
+    server = getattr(spec, "server", None)
+    for attr in ("tp_size", "pp_size", "ep_size", "dp_size"):
+        value = getattr(server, attr, None)
+        if value is not None:
+            target[attr] = value
+    return {
+        "argv": render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl), python=sys.executable),
+        "idle_s": float(spec.probe.idle_s),
+        "sample_hz": float(spec.probe.sample_hz),
+        "steady_state": spec.probe.steady_state.model_dump(),
+        "target": target,
+    }
+
+
+def _live_view(enabled: bool, gpus_count: int) -> tuple[Any, Any]:
+    if not enabled:
+        return None, None
+    from rich.live import Live
+    from rich.table import Table
+
+    state = {"last": 0.0}
+
+    def table(phase: str, t_s: float, rows: list[dict[str, Any]]) -> Table:
+        tb = Table(title=f"probe: {phase} t={t_s:6.1f} s", caption=None)
+        for col in ("GPU", "power W", "limit W", "util %", "SM MHz", "GPM SM %", "error"):
+            tb.add_column(col, justify="right")
+        for r in rows:
+            def f(key: str, r: dict[str, Any] = r) -> str:
+                v = r.get(key)
+                return "-" if v is None else f"{v:.0f}" if isinstance(v, float) else str(v)
+
+            tb.add_row(str(r["gpu"]), f("power_w"), f("power_limit_w"), f("util_gpu_pct"), f("sm_clock_mhz"),
+                       f("gpm_sm_util_pct"), str(r.get("error") or "")[:30])
+        return tb
+
+    live = Live(refresh_per_second=4, transient=True)
+
+    def on_tick(phase: str, t_s: float, rows: list[dict[str, Any]]) -> None:
+        if t_s - state["last"] >= 0.5:
+            state["last"] = t_s
+            live.update(table(phase, t_s, rows))
+
+    return live, on_tick
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from toolkit.adapters.bench_process import redact_argv, run_sampled
+    from toolkit.adapters.probe_store import read_trace, write_json_atomic
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    gpus_wanted = _parse_gpus(args.gpus)
+    out: Path = args.out or Path("runs") / time.strftime("probe-%Y%m%dT%H%M%SZ", time.gmtime())
+    if out.exists() and any(p.name in ("run.json", "trace.csv") for p in out.iterdir()):
+        raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
+                              fix="choose a new --out directory (runs are never overwritten)")
+    bench_jsonl = out / "bench.jsonl"
+    plan: dict[str, Any] = {"argv": command, "idle_s": 10.0, "sample_hz": 10.0, "steady_state": {}, "target": {}}
+    if args.profile:
+        plan = {**plan, **_profile_plan(args.profile, args.base_url, bench_jsonl.resolve())}
+        if command:
+            plan["argv"] = command  # an explicit command wins; the profile still gives target and probe settings
+    if not plan["argv"]:
+        raise ToolkitError.of("no benchmark to run", field="command",
+                              fix="give --profile NAME, or the benchmark after --: toolkit probe run -- CMD ...")
+    idle_s = args.idle_s if args.idle_s is not None else plan["idle_s"]
+    hz = args.hz if args.hz is not None else plan["sample_hz"]
+    if hz <= 0 or hz > 100:
+        raise ToolkitError.of(f"--hz {hz} is out of range", field="--hz", fix="use 1 to 100 samples per second")
+    if idle_s < 0:
+        raise ToolkitError.of("--idle-s must be >= 0", field="--idle-s", fix="e.g. --idle-s 10")
+
+    # The sampler opens BEFORE anything starts: no driver or no GPU is exit 2 with nothing run.
+    sampler: Any
+    if args.replay_gpu_trace:
+        from toolkit.core.probe.sampler import RecordedSampler
+
+        recorded = read_trace(args.replay_gpu_trace)
+        topo_path = args.replay_gpu_trace.parent / "topology.json"
+        topo = json.loads(topo_path.read_text()) if topo_path.exists() else None
+        sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo)
+        data_source = f"{RECORDED_LABEL} ({args.replay_gpu_trace.name})"
+    else:
+        from toolkit.adapters.nvml import NvmlSampler
+
+        sampler = NvmlSampler(gpm=not args.no_gpm)
+        data_source = "measured (NVML)"
+    gpus = sampler.open(gpus_wanted)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        topology = {"schema_version": 1, **sampler.topology()}
+        write_json_atomic(out / "topology.json", topology)
+        manifest: dict[str, Any] = {
+            "schema_version": 1,
+            "toolkit_version": __version__,
+            "data_source": data_source,
+            "sampler_source": sampler.source,
+            "host": socket.gethostname(),
+            "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "clock": "seconds since the run's start on time.monotonic() of the probe process",
+            "gpus": gpus,
+            "sample_hz": hz,
+            "idle_s": idle_s,
+            "command": redact_argv(plan["argv"]),
+            "profile": args.profile,
+            "target": plan["target"],
+            "steady_state": plan["steady_state"] or {"plateau_fraction": 0.8, "smooth_s": 2.0, "min_window_s": 5.0},
+            "status": "running",
+        }
+        write_json_atomic(out / "run.json", manifest)
+        env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str(bench_jsonl.resolve()),
+                   TOOLKIT_PROBE_OUT=str(out.resolve()))
+        live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
+        live, on_tick = _live_view(live_on, len(gpus))
+        trace_meta = {"sample_hz": str(hz), "source": sampler.source, "gpus": ";".join(map(str, gpus))}
+        if live is not None:
+            with live:
+                result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
+                                     trace_meta=trace_meta, env=env, on_tick=on_tick)
+        else:
+            result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
+                                 trace_meta=trace_meta, env=env)
+    finally:
+        sampler.close()
+    os.replace(out / "trace.csv.partial", out / "trace.csv")
+    manifest.update({
+        "status": "interrupted" if result.interrupted else "finished",
+        "idle_start_s": round(result.idle_start_s, 4),
+        "idle_end_s": round(result.idle_end_s, 4),
+        "bench_start_s": round(result.bench_start_s, 4),
+        "bench_end_s": round(result.bench_end_s, 4),
+        "exit_code": result.exit_code,
+        "interrupted": result.interrupted,
+        "stderr_tail": result.stderr_tail,
+        "sampler_cost": result.cost.to_dict(),
+        "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
+                  "summary.json", "verdict.json"],
+    })
+    write_json_atomic(out / "run.json", manifest)
+    summary, verdict = _judge_and_write(out)
+    _print(summary, verdict, out, as_json=args.json)
+    if result.interrupted:
+        return 130
+    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+
+
+def _judge_and_write(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    from toolkit.adapters.probe_store import judge_run, load_run, write_json_atomic
+
+    summary, verdict = judge_run(load_run(out))
+    vd = verdict.to_dict()
+    write_json_atomic(out / "summary.json", summary)
+    write_json_atomic(out / "verdict.json", vd)
+    return summary, vd
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from toolkit.adapters.probe_store import judge_run, load_run, write_json_atomic
+
+    run = load_run(args.dir)
+    summary, verdict = judge_run(run)
+    vd = verdict.to_dict()
+    if args.write:
+        write_json_atomic(args.dir / "summary.json", summary)
+        write_json_atomic(args.dir / "verdict.json", vd)
+    _print(summary, vd, args.dir, as_json=args.json, replay=True)
+    return 0
+
+
+def _fmt(v: Any, nd: int = 0) -> str:
+    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, int | float) else str(v)
+
+
+def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
+    if as_json:
+        print(json.dumps({"dir": str(out), "data_source": summary["data_source"], "verdict": verdict},
+                         indent=2, sort_keys=True))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    src = summary["data_source"]
+    if "recorded" in src or "lab data" in src or replay:
+        con.print(f"[yellow]data: {src}{' (replayed from ' + str(out) + ')' if replay else ''}[/yellow]")
+    tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
+               f"{summary['steady']['start_s']}–{summary['steady']['end_s']} s)")
+    for col in ("GPU", "idle W", "full W", "steady W", "p95 W", "limit W", "util %", "SM MHz", "GPM SM %",
+                "tensor %", "DRAM %", "energy J"):
+        tb.add_column(col, justify="right")
+    for g, st in summary["steady"]["gpus"].items():
+        full = summary["full"]["gpus"][g]
+        gpm = st["gpm"] or {}
+        tb.add_row(g, _fmt(st["idle_power_w"]), _fmt(full["power_w"]["mean"]), _fmt(st["power_w"]["mean"]),
+                   _fmt(st["power_w"]["p95"]), _fmt(st["power_limit_w"]), _fmt(st["util_gpu_pct"]),
+                   _fmt(st["sm_clock_mhz"]), _fmt(gpm.get("sm_util_pct"), 1), _fmt(gpm.get("tensor_util_pct"), 1),
+                   _fmt(gpm.get("dram_bw_util_pct"), 1), _fmt(full["energy_j"]))
+    con.print(tb)
+    f, s = summary["full"], summary["steady"]
+    con.print(f"throughput out tok/s: full {_fmt(f['throughput']['output_tok_per_s'], 1)}, steady "
+              f"{_fmt(s['throughput']['output_tok_per_s'], 1)}; "
+              f"J/output token: full {_fmt(f['j_per_output_token'], 3)}")
+    con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']} "
+              f"{verdict['confidence_label']}, basis {verdict['basis']})")
+    for step in verdict["next_steps"]:
+        con.print(f"  next: {step}")
+    if summary["benchmark"]["exit_code"] not in (0, None):
+        con.print(f"[red]benchmark exit code {summary['benchmark']['exit_code']}; stderr tail:[/red]")
+        con.print(summary["benchmark"]["stderr_tail"][-1500:], markup=False, highlight=False)

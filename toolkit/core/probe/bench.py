@@ -1,0 +1,54 @@
+"""SGLang bench_serving results, read by presence of keys (they differ between versions; DOMAIN.md section 2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
+LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
+
+
+def _num(d: dict[str, Any], key: str) -> float | None:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v)
+
+
+def normalize_bench_result(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The numbers the summary needs, None where the benchmark did not report them."""
+    raw = raw or {}
+    out_tps = _num(raw, "output_throughput")
+    in_tps = _num(raw, "input_throughput")
+    total_tps = _num(raw, "total_throughput")
+    total_source = "reported" if total_tps is not None else None
+    if total_tps is None and out_tps is not None and in_tps is not None:
+        # Older bench_serving versions lack total_throughput: it is input + output there.
+        total_tps = out_tps + in_tps
+        total_source = "input_throughput + output_throughput"
+    latency: dict[str, dict[str, float]] = {}
+    for metric in LATENCY_METRICS:
+        stats = {s: v for s in LATENCY_STATS if (v := _num(raw, f"{s}_{metric}_ms")) is not None}
+        if stats:
+            latency[f"{metric}_ms"] = stats
+    timeline = raw.get("timeline")
+    return {
+        "duration_s": _num(raw, "duration"),
+        "completed": _num(raw, "completed"),
+        "total_input_tokens": _num(raw, "total_input_tokens"),
+        "total_output_tokens": _num(raw, "total_output_tokens"),
+        "request_per_s": _num(raw, "request_throughput"),
+        "input_tok_per_s": in_tps,
+        "output_tok_per_s": out_tps,
+        "total_tok_per_s": total_tps,
+        "total_tok_per_s_source": total_source,
+        "peak_output_tok_per_s": _num(raw, "max_output_tokens_per_s"),
+        "max_concurrent_requests": _num(raw, "max_concurrent_requests") or _num(raw, "concurrency"),
+        "latency_ms": latency,
+        # Optional, not SGLang's: [[t_s since the benchmark's start, output tokens so far], ...]; the load script
+        # loads/gpu_phases.py writes it so steady-state throughput can be computed over the steady window.
+        "timeline": timeline if isinstance(timeline, list) else None,
+        # "probe_run": timeline t_s is on the probe's clock already; else seconds since the benchmark's start.
+        "timeline_origin": raw.get("timeline_origin", "benchmark_start"),
+        "keys_present": sorted(raw),
+    }

@@ -1,0 +1,230 @@
+"""summary.json: full-run and steady-state figures side by side, per GPU and in total.
+
+A pure function of the trace, the run's manifest and the benchmark's result. Its layout is documented in
+docs/probe.md; results entries (issue #4) are built from it, so keys are only ever added.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from typing import Any
+
+from toolkit.core.probe.energy import window_energy
+from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
+from toolkit.core.probe.trace import REASON_BITS, GpuSeries, Trace
+
+SUMMARY_SCHEMA_VERSION = 1
+
+GPM_KEYS = {
+    "sm_util_pct": "gpm_sm_util_pct",
+    "sm_occupancy_pct": "gpm_sm_occupancy_pct",
+    "tensor_util_pct": "gpm_tensor_util_pct",
+    "dram_bw_util_pct": "gpm_dram_bw_util_pct",
+    "pcie_tx_mib_s": "gpm_pcie_tx_mib_s",
+    "pcie_rx_mib_s": "gpm_pcie_rx_mib_s",
+    "nvlink_tx_mib_s": "gpm_nvlink_tx_mib_s",
+    "nvlink_rx_mib_s": "gpm_nvlink_rx_mib_s",
+}
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), q in [0, 100]."""
+    if not sorted_values:
+        return math.nan
+    k = (len(sorted_values) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def _r(v: float | None, nd: int = 2) -> float | None:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return round(v, nd)
+
+
+def _mean(vs: list[float]) -> float | None:
+    return sum(vs) / len(vs) if vs else None
+
+
+def _present(vs: list[float | None]) -> list[float]:
+    if None not in vs:
+        return vs  # type: ignore[return-value]
+    return [v for v in vs if v is not None]
+
+
+def _slice(s: GpuSeries, start_s: float, end_s: float) -> tuple[int, int]:
+    return bisect.bisect_left(s.t_s, start_s), bisect.bisect_right(s.t_s, end_s)
+
+
+def idle_power(trace: Trace, idle_start_s: float, idle_end_s: float) -> dict[int, float | None]:
+    """Median power per GPU over the idle baseline (the median shrugs off the first sample's spike)."""
+    out: dict[int, float | None] = {}
+    for g, s in trace.gpus.items():
+        lo, hi = _slice(s, idle_start_s, idle_end_s)
+        vs = sorted(_present(s.values["power_w"][lo:hi]))
+        out[g] = percentile(vs, 50) if vs else None
+    return out
+
+
+def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float | None) -> dict[str, Any]:
+    lo, hi = _slice(s, start_s, end_s)
+    t = s.t_s[lo:hi]
+    v = {c: col[lo:hi] for c, col in s.values.items()}
+    errors = [e for e in s.errors[lo:hi] if e]
+    power = sorted(_present(v["power_w"]))
+    limit = _present(v["power_limit_w"])
+    sm = sorted(_present(v["sm_clock_mhz"]))
+    sm_max = _present(v["sm_clock_max_mhz"])
+    mem = sorted(_present(v["mem_clock_mhz"]))
+    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"]) if t else None
+    reasons: dict[str, float] = {}
+    masks = Counter(_present(v["clock_reasons"]))  # few distinct masks: count them once
+    n_masks = sum(masks.values())
+    if n_masks:
+        for bit, name in REASON_BITS.items():
+            share = sum(c for m, c in masks.items() if int(m) & bit) / n_masks
+            if share > 0:
+                reasons[name] = round(share, 3)
+    gpm: dict[str, float | None] | None = {k: _r(_mean(_present(v[c]))) for k, c in GPM_KEYS.items()}
+    if gpm is not None and all(x is None for x in gpm.values()):
+        gpm = None  # GPM unavailable on this GPU (or not sampled): null, never zeros
+    limit_w = _mean(limit)
+    power_mean = _mean(power)
+    sm_med = percentile(sm, 50) if sm else None
+    sm_max_w = max(sm_max) if sm_max else None
+    temps = _present(v["temp_c"])
+    return {
+        "samples": len(t),
+        "error_samples": len(errors),
+        "errors_seen": sorted(set(errors)),
+        "power_w": {"mean": _r(power_mean), "p50": _r(percentile(power, 50)), "p95": _r(percentile(power, 95)),
+                    "max": _r(power[-1] if power else None)},
+        "power_limit_w": _r(limit_w),
+        "power_of_limit": _r(power_mean / limit_w if power_mean is not None and limit_w else None, 3),
+        "idle_power_w": _r(idle_w),
+        "energy_j": _r(energy.energy_j if energy else None),
+        "energy_source": energy.source if energy else None,
+        "energy_integrated_j": _r(energy.integrated_j if energy else None),
+        "energy_integrated_instant_j": _r(energy.integrated_instant_j if energy else None),
+        "util_gpu_pct": _r(_mean(_present(v["util_gpu_pct"]))),
+        "util_mem_pct": _r(_mean(_present(v["util_mem_pct"]))),
+        "sm_clock_mhz": _r(sm_med, 0),
+        "sm_clock_max_mhz": _r(sm_max_w, 0),
+        "sm_clock_of_max": _r(sm_med / sm_max_w if sm_med and sm_max_w else None, 3),
+        "mem_clock_mhz": _r(percentile(mem, 50) if mem else None, 0),
+        "mem_clock_max_mhz": _r(max(_present(v["mem_clock_max_mhz"]), default=None), 0),
+        "temp_c_max": _r(max(temps) if temps else None, 0),
+        "pcie_tx_kib_s": _r(_mean(_present(v["pcie_tx_kib_s"]))),
+        "pcie_rx_kib_s": _r(_mean(_present(v["pcie_rx_kib_s"]))),
+        "clock_reasons_seen": reasons,
+        "gpm": gpm,
+    }
+
+
+def _timeline_tokens(timeline: list[Any] | None, offset_s: float, start_s: float, end_s: float) -> float | None:
+    """Output tokens produced inside [start_s, end_s] from a cumulative [[t_s, tokens], ...] timeline."""
+    if not timeline:
+        return None
+    pts = sorted((offset_s + float(p[0]), float(p[1])) for p in timeline if isinstance(p, list) and len(p) == 2)
+    if len(pts) < 2:
+        return None
+
+    def at(t: float) -> float:
+        i = bisect.bisect_left([p[0] for p in pts], t)
+        if i <= 0:
+            return pts[0][1]
+        if i >= len(pts):
+            return pts[-1][1]
+        (t0, v0), (t1, v1) = pts[i - 1], pts[i]
+        return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+
+    return at(end_s) - at(start_s)
+
+
+def window_summary(
+    trace: Trace, start_s: float, end_s: float, idle: dict[int, float | None], bench: dict[str, Any],
+    bench_start_s: float, *, full_run: bool,
+) -> dict[str, Any]:
+    gpus = {str(g): gpu_window_stats(s, start_s, end_s, idle.get(g)) for g, s in trace.gpus.items()}
+    energies = [g["energy_j"] for g in gpus.values()]
+    total_j = sum(e for e in energies if e is not None) if any(e is not None for e in energies) else None
+    duration = end_s - start_s
+    if full_run:
+        throughput = {
+            "output_tok_per_s": bench.get("output_tok_per_s"),
+            "total_tok_per_s": bench.get("total_tok_per_s"),
+            "request_per_s": bench.get("request_per_s"),
+            "source": "benchmark (whole run, ramp and drain included)",
+        }
+        out_tokens = bench.get("total_output_tokens")
+    else:
+        offset = 0.0 if bench.get("timeline_origin") == "probe_run" else bench_start_s
+        out_tokens = _timeline_tokens(bench.get("timeline"), offset, start_s, end_s)
+        throughput = {
+            "output_tok_per_s": _r(out_tokens / duration) if out_tokens is not None and duration > 0 else None,
+            "total_tok_per_s": None,
+            "request_per_s": None,
+            "source": "benchmark timeline over the steady window" if out_tokens is not None
+            else "unavailable: the benchmark reports whole-run rates only",
+        }
+    power_total = [g["power_w"]["mean"] for g in gpus.values() if g["power_w"]["mean"] is not None]
+    return {
+        "start_s": _r(start_s, 3),
+        "end_s": _r(end_s, 3),
+        "duration_s": _r(duration, 3),
+        "throughput": throughput,
+        "latency_ms": bench.get("latency_ms", {}) if full_run else {},
+        "power_w_total_mean": _r(sum(power_total)) if power_total else None,
+        "energy_j_total": _r(total_j),
+        "output_tokens": _r(out_tokens),
+        "j_per_output_token": _r(total_j / out_tokens, 4) if total_j and out_tokens else None,
+        "output_tokens_per_j": _r(out_tokens / total_j, 4) if total_j and out_tokens else None,
+        "gpus": gpus,
+    }
+
+
+def summarize(
+    trace: Trace, run: dict[str, Any], bench: dict[str, Any], params: SteadyParams | None = None
+) -> dict[str, Any]:
+    """run: the manifest's clock fields (idle_start_s, idle_end_s, bench_start_s, bench_end_s), exit code, tail."""
+    params = params or SteadyParams()
+    idle = idle_power(trace, float(run.get("idle_start_s", 0.0)), float(run["idle_end_s"]))
+    b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
+    steady: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
+    errors = [
+        {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
+        for g, s in trace.gpus.items() for i, e in enumerate(s.errors) if e
+    ]
+    return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "data_source": run.get("data_source", "measured"),
+        "gpus": sorted(trace.gpus),
+        "sample_hz": float(trace.meta.get("sample_hz", run.get("sample_hz", 0)) or 0),
+        "benchmark": {
+            "exit_code": run.get("exit_code"),
+            "interrupted": bool(run.get("interrupted", False)),
+            "stderr_tail": run.get("stderr_tail", ""),
+            "duration_s": bench.get("duration_s"),
+            "completed": bench.get("completed"),
+            "total_output_tokens": bench.get("total_output_tokens"),
+            "peak_output_tok_per_s": bench.get("peak_output_tok_per_s"),
+            "keys_present": bench.get("keys_present", []),
+        },
+        "idle": {"start_s": run.get("idle_start_s", 0.0), "end_s": run["idle_end_s"],
+                 "power_w": {str(g): _r(w) for g, w in idle.items()}},
+        "steady_state": {
+            "found": steady.found,
+            "reason": steady.reason,
+            "peak_activity": round(steady.peak_activity, 3),
+            "threshold": round(steady.threshold, 3),
+            "rule": {"plateau_fraction": params.plateau_fraction, "smooth_s": params.smooth_s,
+                     "min_window_s": params.min_window_s},
+        },
+        "full": window_summary(trace, b0, b1, idle, bench, b0, full_run=True),
+        "steady": window_summary(trace, steady.start_s, steady.end_s, idle, bench, b0, full_run=False),
+        "gpu_errors": errors[:200],
+        "gpu_error_count": len(errors),
+    }
