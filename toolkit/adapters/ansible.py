@@ -258,3 +258,28 @@ def run_playbook(
 def _quote(arg: str) -> str:
     # runner splits cmdline with shlex; quote only what needs it.
     return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else json.dumps(arg)
+
+
+def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
+    """host -> {"groups": [...], "vars": {...}} as Ansible itself parses the inventory (vault-encrypted
+    values stay encrypted: only plain variables are read)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    inv = _resolve_inventory(inventory)
+    try:
+        manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
+    except Exception as err:  # ansible raises its own AnsibleError family
+        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix the YAML/INI syntax") from err
+    hosts: dict[str, dict[str, Any]] = {}
+    for host in manager.get_hosts():
+        groups = sorted(g.name for g in host.get_groups() if g.name not in ("all", "ungrouped"))
+        variables: dict[str, Any] = {}
+        for group in sorted(host.get_groups(), key=lambda g: g.depth):
+            variables.update(group.get_vars())
+        variables.update(host.get_vars())
+        hosts[host.name] = {"groups": groups, "vars": variables}
+    if not hosts:
+        raise ToolkitError.of("the inventory lists no hosts", file=str(inv),
+                              fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
+    return hosts
