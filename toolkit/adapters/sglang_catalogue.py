@@ -8,6 +8,7 @@ runtime needs CUDA wheels). Where that SGLang is importable, `from_installed()` 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -35,8 +36,9 @@ def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(part) for part in v.replace(".post", ".").split(".") if part.isdigit())
 
 
+@functools.lru_cache(maxsize=8)
 def load_catalogue(version: str) -> Catalogue | None:
-    """The stored catalogue of `version`, or None when there is none."""
+    """The stored catalogue of `version`, or None when there is none (read once per process)."""
     path = catalogue_path(version)
     if not path.is_file():
         return None
@@ -119,4 +121,5 @@ def store(catalogue: Catalogue, out_dir: Path = DATA_DIR) -> tuple[Path, Catalog
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{catalogue.sglang_version}.json"
     atomic_write_text(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
+    load_catalogue.cache_clear()
     return path, catalogue
