@@ -270,7 +270,7 @@ def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
     except Exception as err:  # ansible raises its own AnsibleError family
-        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix the YAML/INI syntax") from err
+        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix its syntax") from err
     hosts: dict[str, dict[str, Any]] = {}
     for host in manager.get_hosts():
         groups = sorted(g.name for g in host.get_groups() if g.name not in ("all", "ungrouped"))
