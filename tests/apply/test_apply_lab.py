@@ -81,7 +81,7 @@ def test_apply_from_scratch_probe_and_record(provisioned: Any, work: Path) -> No
     assert summary["hosts"]["ct"]["changed"] > 0 and not summary["failures"]
 
     # What runs is what `toolkit profile render` prints.
-    rendered = subprocess.run([sys.executable, "-m", "toolkit", "profile", "render", "glm5-tp8", "--unit"],
+    rendered = subprocess.run([sys.executable, "-m", "toolkit", "profile", "render", "glm5-tp8", "--only", "unit"],
                               capture_output=True, text=True, cwd=REPO)
     unit = ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
     if rendered.returncode == 0:
