@@ -70,13 +70,13 @@ def test_explicit_default_hashes_like_the_default() -> None:
 
 
 def test_shipped_results_are_imported_history(shipped) -> None:
+    # The seed's figures are history typed in from the session, never presented as toolkit measurements.
+    # (The results engineer's schema 2 regroups the figures; source: manual stays in either shape.)
     for name in ("glm5-baseline", "glm5-tp8"):
         entries = shipped.resolve(name).results.entries
-        assert entries and all(e["source"] == "manual" and e["measured_by_toolkit"] is False for e in entries)
-    tp8 = shipped.resolve("glm5-tp8").results.entries[0]
-    assert (tp8["output_tok_per_s"], tp8["peak_output_tok_per_s"], tp8["gpu_power_limit_w"]) == (3740, 3945, 600)
-    assert len(tp8["gpu_power_w_per_gpu"]) == 8
+        assert entries and all(e["source"] == "manual" and not e.get("spec_hash") for e in entries)
     text = (shipped.dir / "glm5-tp8.yaml").read_text()
     author, block = split_results_block(text)
-    assert yaml.safe_load(block)["results"]["schema_version"] == 1
+    assert yaml.safe_load(block)["results"]["entries"]
+    assert "3740" in block and "3945" in block and "busy-but-waiting" in block
     assert "results:" not in author
