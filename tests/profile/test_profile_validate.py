@@ -124,3 +124,11 @@ def test_shipped_profiles_have_no_errors_and_a_why_for_every_set_server_knob(shi
         own = r.source.data.get("server", {})
         missing = [k for k in own if why_for(r, f"server.{k}") is None and k not in ("host",)]
         assert missing == [], f"{name}: server knobs without a why: {missing}"
+
+
+def test_why_for_an_unknown_knob_is_a_warning(write_profiles, base_yaml) -> None:
+    store = write_profiles(
+        _child(base_yaml, "why:\n  server.max_runing_requests: {reason: typo}\n  server: {reason: ok}\n")
+    )
+    (p,) = [p for p in _problems(store, "c") if p.field and p.field.startswith("why.")]
+    assert p.severity == "warning" and "'server.max_running_requests'" in p.fix and p.line == 5

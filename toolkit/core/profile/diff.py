@@ -114,8 +114,14 @@ def diff_profiles(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
         else:
             kind = "changed"
         changes.append(KnobChange(path, kind, old, new, why_for(b, path) or why_for(a, path)))
+    _register_builtin_sections()
     sections = [s for s in (hook(a, b) for hook in _HOOKS) if s is not None]
     return ProfileDiff(a.name, b.name, changes, sections)
+
+
+def _register_builtin_sections() -> None:
+    """The result deltas of issue #4 (imported here, lazily: that module imports this one)."""
+    import toolkit.core.results.profile_diff  # noqa: F401  (registers itself)
 
 
 def textconv_text(resolved: ResolvedProfile) -> str:
@@ -131,11 +137,10 @@ def textconv_text(resolved: ResolvedProfile) -> str:
             continue
         why = why_for(resolved, path)
         out.append(f"{path} = {_show(value)}" + (f"    # why: {why}" if why else ""))
-    results = resolved.spec.results
-    if results is not None:
-        out.append(f"results: {len(results.entries)} entr{'y' if len(results.entries) == 1 else 'ies'}")
-        for entry in results.entries:
-            out.append("  " + json.dumps(entry, sort_keys=True, default=str))
+    # The results block as one line of figures per entry (issue #4), so `git diff` shows which figure moved.
+    from toolkit.core.results.profile_diff import textconv_lines
+
+    out += textconv_lines(resolved)
     return "\n".join(out) + "\n"
 
 

@@ -155,9 +155,10 @@ class Why(_Strict):
 
 
 class ResultsBlock(BaseModel):
-    """The toolkit-written block below RESULTS_MARKER. Entries are defined by issue #4."""
+    """The toolkit-written block below RESULTS_MARKER. Its writer (toolkit.core.results) owns the full
+    schema and migrations; here only its envelope is checked, so a newer block never blocks a profile."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow")
 
     schema_version: int = 1
     keep_last: int = Field(default=10, ge=1)

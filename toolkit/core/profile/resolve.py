@@ -166,8 +166,9 @@ def _pydantic_problem(source: ProfileSource, error: Any) -> Problem:
         )
     got = error.get("input")
     shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    message = str(error["msg"]).removeprefix("Value error, ")
     return Problem(
-        f"{error['msg']} (got {shown})",
+        f"{message} (got {shown})",
         file=source.file,
         line=source.line_of(loc),
         field=dotted(loc),
@@ -205,6 +206,8 @@ def _allowed_keys(parent: Path) -> list[str]:
 
 
 def _type_fix(loc: Path) -> str:
+    if loc == ("schema_version",):
+        return "write schema_version: 1, or upgrade the toolkit to read files written by a newer one"
     model = _field_model(loc[:-1])
     if model is not None and isinstance(loc[-1], str) and loc[-1] in model.model_fields:
         info = model.model_fields[loc[-1]]

@@ -40,6 +40,4 @@ def dump_results_block(block: dict[str, object]) -> str:
     """The block's YAML, deterministic (sorted keys, block style) so a re-run diffs only what changed."""
     import yaml
 
-    return yaml.safe_dump(
-        {"results": block}, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000
-    )
+    return yaml.safe_dump({"results": block}, sort_keys=True, default_flow_style=False, allow_unicode=True, width=1000)

@@ -34,6 +34,7 @@ def validate(resolved: ResolvedProfile, catalogue: Catalogue | None, rules: tupl
     problems += _parallelism(resolved)
     problems += _secrets(resolved)
     problems += _patches(resolved)
+    problems += _whys(resolved)
     for rule in matching_rules(resolved, rules):
         problems.append(
             resolved.problem(rule.field, f"{rule.message} (source: {rule.source})", rule.fix, rule.severity, rule.id)
@@ -162,6 +163,31 @@ def _secrets(resolved: ResolvedProfile) -> list[Problem]:
                     "remove it; give secrets by reference (server.api_key_secret)",
                 )
             )
+    return out
+
+
+def _whys(resolved: ResolvedProfile) -> list[Problem]:
+    """A `why` for a path that is no knob (a typo, or a knob renamed) explains nothing: say so."""
+    import difflib
+
+    from toolkit.core.profile.diff import knobs
+
+    paths = set(knobs(resolved))
+    prefixes = {".".join(p.split(".")[:i]) for p in paths for i in range(1, p.count(".") + 1)}
+    prefixes |= set(type(resolved.spec).model_fields)  # a whole section (env: "left at defaults")
+    out = []
+    for key in resolved.spec.why:
+        if key in paths or key in prefixes:
+            continue
+        close = difflib.get_close_matches(key, sorted(paths), n=1, cutoff=0.7)
+        out.append(
+            resolved.problem(
+                f"why.{key}",
+                f"why names {key!r}, which is not a knob",
+                f"did you mean {close[0]!r}?" if close else "use a dotted knob path such as server.tp_size",
+                severity="warning",
+            )
+        )
     return out
 
 
