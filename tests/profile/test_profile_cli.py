@@ -65,3 +65,18 @@ def test_render_shows_all_five(capsys) -> None:
 def test_unknown_profile_names_the_known_ones(capsys) -> None:
     code, _, err = run(capsys, "show", "glm5-tp16")
     assert code == 2 and "no profile 'glm5-tp16'" in err and "glm5-tp8" in err
+
+
+def test_closed_pipe_ends_quietly() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        # `true` exits at once, so the pipe is closed before the toolkit writes a byte.
+        f"{sys.executable} -m toolkit profile show glm5-tp8 --resolved --profiles-dir {PROFILES} | true",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

@@ -232,7 +232,7 @@ def cmd_render(args: argparse.Namespace) -> int:
         sys.stdout.write(out[args.only])
         return EXIT_OK
     print(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})")
-    print(" \\\n    ".join(shlex.quote(a) for a in out["argv"]))
+    print(" \\\n    ".join(_flag_lines(out["argv"])))
     print("\n# environment")
     for key, value in out["env"].items():
         print(f"{key}={shlex.quote(value)}")
@@ -245,6 +245,22 @@ def cmd_render(args: argparse.Namespace) -> int:
     print("\n# benchmark (bench_serving)")
     print(shlex.join(out["bench"]))
     return EXIT_OK
+
+
+def _flag_lines(argv: list[str]) -> list[str]:
+    """argv for reading: the interpreter and module on the first line, then one flag (and its value) a line."""
+    import shlex
+
+    lines = [shlex.join(argv[:3])]
+    i = 3
+    while i < len(argv):
+        if argv[i].startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            lines.append(shlex.join(argv[i : i + 2]))
+            i += 2
+        else:
+            lines.append(shlex.quote(argv[i]))
+            i += 1
+    return lines
 
 
 def _refuse_errors(store: Any, name: str) -> None:
