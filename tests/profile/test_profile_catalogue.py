@@ -128,3 +128,37 @@ def test_catalogue_command_writes_the_same_json(wheel_0_5_9: Path, tmp_path: Pat
     assert main(argv) == 0
     assert "331 flags of SGLang 0.5.9" in capsys.readouterr().out
     assert (tmp_path / "0.5.9.json").read_text() == catalogue_path("0.5.9").read_text()
+
+
+def test_runtime_walk_reads_parser_actions() -> None:
+    """The `ServerArgs.add_cli_args(parser)` path, on a parser built the way SGLang builds it."""
+    import argparse
+
+    from toolkit.core.profile.catalogue import extract_from_parser
+
+    class DeprecatedAliasStoreAction(argparse.Action):  # SGLang's own name (arg_groups/argparse_actions.py)
+        def __init__(self, *args, new_flag: str | None = None, **kwargs) -> None:
+            self.new_flag = new_flag
+            super().__init__(*args, **kwargs)
+
+        def __call__(self, parser, namespace, values, option_string=None) -> None:  # pragma: no cover
+            setattr(namespace, self.dest, values)
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tp-size", "--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--dsa-decode-backend", choices=["trtllm", "fa3"])
+    parser.add_argument(
+        "--nsa-decode-backend",
+        dest="dsa_decode_backend",
+        action=DeprecatedAliasStoreAction,
+        new_flag="--dsa-decode-backend",
+        default=argparse.SUPPRESS,
+    )
+    parser.add_argument("--disable-cuda-graph", action="store_true")
+    cat = Catalogue("x", extract_from_parser(parser))
+    assert cat.get("--tensor-parallel-size").default == 1
+    assert cat.get("--dsa-decode-backend").choices == ["trtllm", "fa3"]
+    old = cat.get("--nsa-decode-backend")
+    assert old.deprecated and old.replacement == "--dsa-decode-backend" and old.default is None
+    assert not cat.get("--disable-cuda-graph").takes_value
+    assert cat.get("--help") is None
