@@ -19,7 +19,7 @@ NSA_ARCHITECTURES = frozenset({"GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM"}
 @dataclass(frozen=True)
 class Clause:
     fact: str
-    op: str  # eq, ne, in, gt, truthy, falsy
+    op: str  # eq, ne, in, not_in, gt, truthy, falsy
     value: Any = None
 
     def holds(self, facts: dict[str, Any]) -> bool:
@@ -30,6 +30,8 @@ class Clause:
             return bool(got != self.value)
         if self.op == "in":
             return got in self.value
+        if self.op == "not_in":
+            return got not in self.value
         if self.op == "gt":
             return got is not None and got > self.value
         if self.op == "truthy":
@@ -104,6 +106,29 @@ RULES: tuple[Rule, ...] = (
         source="https://github.com/sgl-project/sglang/issues/26087",
     ),
     Rule(
+        id="flashinfer-cutlass-ep",
+        when=(Clause("server.moe_runner_backend", "eq", "flashinfer_cutlass"), Clause("derived.ep_1_or_tp", "falsy")),
+        severity="error",
+        field="server.ep_size",
+        message="the flashinfer_cutlass MoE runner takes ep_size 1 or ep_size = tp_size only "
+        "(SGLang asserts it at startup)",
+        fix="set server.ep_size to 1 or to server.tp_size, or choose another moe_runner_backend",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py#L2136",
+    ),
+    Rule(
+        id="flashinfer-cutlass-quantization",
+        when=(
+            Clause("server.moe_runner_backend", "eq", "flashinfer_cutlass"),
+            Clause("model.quantization", "not_in", ("modelopt_fp4", "modelopt_fp8", None)),
+        ),
+        severity="error",
+        field="server.moe_runner_backend",
+        message="the flashinfer_cutlass MoE runner supports modelopt_fp4, modelopt_fp8 or unquantized bf16 "
+        "only (SGLang asserts it at startup)",
+        fix="use a ModelOpt FP4/FP8 checkpoint, or choose another moe_runner_backend",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py#L2136",
+    ),
+    Rule(
         id="no-p2p-allreduce-bound",
         when=(
             Clause("target.p2p", "falsy"),
@@ -138,6 +163,7 @@ def facts_of(resolved: ResolvedProfile) -> dict[str, Any]:
         or bool(server.nsa_decode_backend or server.nsa_prefill_backend)
         or server.attention_backend == "nsa"
     )
+    facts["derived.ep_1_or_tp"] = server.ep_size in (1, server.tp_size)
     return facts
 
 
