@@ -30,6 +30,7 @@ def test_the_base_fixture_is_clean(write_profiles, base_yaml) -> None:
         ("server:\n  cuda_graph: true\n", "sm120-nsa-cuda-graph", "warning"),
         ("server:\n  tp_size: 4\n  pp_size: 2\n  radix_cache: true\n", "pp-radix-nsa", "warning"),
         ("server:\n  nsa_decode_backend: null\n", "sm120-nsa-default-backends", "warning"),
+        ("server:\n  prefill_attention_backend: flashinfer\n", "nsa-phase-backend-leaves-nsa", "warning"),
         ("server:\n  moe_runner_backend: flashinfer_cutlass\n  ep_size: 4\n", "flashinfer-cutlass-ep", "error"),
         (
             "model:\n  quantization: fp8\nserver:\n  moe_runner_backend: flashinfer_cutlass\n",

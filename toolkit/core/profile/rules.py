@@ -106,6 +106,23 @@ RULES: tuple[Rule, ...] = (
         source="https://github.com/sgl-project/sglang/issues/26087",
     ),
     Rule(
+        id="nsa-phase-backend-leaves-nsa",
+        when=(
+            Clause("derived.nsa_architecture", "truthy"),
+            Clause("derived.phase_backend_set", "truthy"),
+            Clause("server.attention_backend", "ne", "nsa"),
+        ),
+        severity="warning",
+        field="server.prefill_attention_backend",
+        message="SGLang picks the nsa attention backend for an NSA model only while attention_backend, "
+        "prefill_attention_backend and decode_attention_backend are all unset (server_args.py "
+        "is_attention_backend_not_set); with a per-phase backend set it does not choose nsa, so the "
+        "nsa_*_backend settings may not take effect",
+        fix="if NSA is wanted, set server.attention_backend: nsa and pick nsa_prefill_backend/nsa_decode_backend; "
+        "else confirm on the hardware (SGLang logs 'Use nsa attention backend' when NSA is on)",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py#L5114",
+    ),
+    Rule(
         id="flashinfer-cutlass-ep",
         when=(Clause("server.moe_runner_backend", "eq", "flashinfer_cutlass"), Clause("derived.ep_1_or_tp", "falsy")),
         severity="error",
@@ -164,6 +181,8 @@ def facts_of(resolved: ResolvedProfile) -> dict[str, Any]:
         or server.attention_backend == "nsa"
     )
     facts["derived.ep_1_or_tp"] = server.ep_size in (1, server.tp_size)
+    facts["derived.nsa_architecture"] = resolved.spec.model.architecture in NSA_ARCHITECTURES
+    facts["derived.phase_backend_set"] = bool(server.prefill_attention_backend or server.decode_attention_backend)
     return facts
 
 
