@@ -66,3 +66,37 @@ def test_store_write_text_drops_its_cache(tmp_path: Path) -> None:
     assert store.source("a").data["description"] == "two"
     with pytest.raises(ToolkitError, match="not a profile name"):
         store.path("../etc/passwd")
+
+
+PATCHED = """schema_version: 1
+name: p
+engine:
+  requirements: {req}
+  patches:
+    - name: x
+      target: sglang/srt/a.py
+      target_sha256: {sha}
+      patch: profiles/patches/x.patch
+      reason: r
+      link: l
+"""
+
+
+def test_named_files_must_exist_and_the_patch_must_change_its_target(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    (profiles / "patches").mkdir(parents=True)
+    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req.txt", sha="a" * 64))
+    store = ProfileStore(profiles)
+    got = sorted((p.field, p.line) for p in store.file_problems(store.resolve("p")))
+    assert got == [("engine.patches.0.patch", 9), ("engine.requirements", 4)]
+    (profiles / "req.txt").write_text("sglang==0.5.9\n")
+    (profiles / "patches" / "x.patch").write_text("--- a/sglang/srt/b.py\n+++ b/sglang/srt/b.py\n@@ -1 +1 @@\n-a\n+b\n")
+    (p,) = store.file_problems(store.resolve("p"))
+    assert p.field == "engine.patches.0.target" and "sglang/srt/b.py" in p.message
+    (profiles / "patches" / "x.patch").write_text("--- a/sglang/srt/a.py\n+++ b/sglang/srt/a.py\n@@ -1 +1 @@\n-a\n+b\n")
+    assert store.file_problems(store.resolve("p")) == []
+
+
+def test_shipped_profiles_name_files_that_exist(shipped) -> None:
+    for name in shipped.names():
+        assert shipped.file_problems(shipped.resolve(name)) == [], name

@@ -11,7 +11,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from toolkit.core.errors import ToolkitError
+from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
@@ -125,6 +125,46 @@ class ProfileStore:
 
     def resolve(self, name: str) -> ResolvedProfile:
         return resolve(name, self.source)
+
+    def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
+        """Files a profile names (patches, requirements lock), relative to the repository holding the
+        profiles dir: they must exist, and a patch must change the file its entry says."""
+        root = self.dir.resolve().parent
+        out: list[Problem] = []
+        engine = resolved.spec.engine
+        if engine.requirements and not (root / engine.requirements).is_file():
+            out.append(
+                resolved.problem(
+                    "engine.requirements",
+                    f"{engine.requirements} does not exist (looked in {root})",
+                    "commit the lock file there, or fix the path (it is relative to the repository root)",
+                )
+            )
+        for i, patch in enumerate(engine.patches):
+            path = root / patch.patch
+            if not path.is_file():
+                out.append(
+                    resolved.problem(
+                        f"engine.patches.{i}.patch",
+                        f"{patch.patch} does not exist (looked in {root})",
+                        "commit the patch file under profiles/patches/, or fix the path",
+                    )
+                )
+                continue
+            touched = {
+                line[6:].split("\t")[0].strip()
+                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                if line.startswith("+++ b/")
+            }
+            if touched != {patch.target}:
+                out.append(
+                    resolved.problem(
+                        f"engine.patches.{i}.target",
+                        f"{patch.patch} changes {sorted(touched) or 'no file'}, not {patch.target}",
+                        "make target the one file the patch changes (a/ b/ paths relative to site-packages)",
+                    )
+                )
+        return out
 
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""

@@ -165,6 +165,7 @@ def validate_profiles(store: Any, names: list[str]) -> dict[str, list[Problem]]:
             out[name] = list(err.problems)
             continue
         out[name] = validate(resolved, load_catalogue(resolved.spec.engine.sglang_version))
+        out[name] += store.file_problems(resolved)
     return out
 
 
