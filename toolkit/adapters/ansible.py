@@ -252,7 +252,23 @@ def run_playbook(
             file=str(book),
             fix=f"see {artifacts / 'stdout'}",
         )
+    if result.rc != 0 and not result.failures:
+        # Failed outside any host's task (a role file that does not parse, an undefined play variable):
+        # the reason is only in ansible-playbook's own output.
+        result.failures.append(TaskFailure(host="", task="ansible-playbook", message=_error_lines(artifacts)))
     return result
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _error_lines(artifacts: Path) -> str:
+    stdout = artifacts / "stdout"
+    text = _ANSI.sub("", stdout.read_text(errors="replace")) if stdout.exists() else ""
+    lines = text.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if "[ERROR]" in line or line.startswith("ERROR!")), None)
+    picked = lines[start : start + 6] if start is not None else lines[-6:]
+    return "\n".join(line.rstrip() for line in picked if line.strip()) or f"exit status (see {stdout})"
 
 
 def _quote(arg: str) -> str:
@@ -263,8 +279,8 @@ def _quote(arg: str) -> str:
 def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
     """host -> {"groups": [...], "vars": {...}} as Ansible itself parses the inventory (vault-encrypted
     values stay encrypted: only plain variables are read)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
+    from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
+    from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
 
     inv = _resolve_inventory(inventory)
     try:
