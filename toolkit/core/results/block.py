@@ -83,16 +83,29 @@ def parse_block(text: str, *, file: str, first_line: int = 1) -> ResultsBlock:
 
 
 def _clean(value: Any) -> Any:
-    """Model dump -> plain YAML-able data: drop unset (None) fields, keep the models' field order."""
+    """Model dump -> plain YAML-able data: drop unset fields (None, empty groups), keep the field order.
+
+    Reading fills the defaults back in, so a dropped field and a default one are the same entry.
+    """
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if v is not None}
+        out = {k: _clean(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v is not None and v != {} and v != []}
     if isinstance(value, list):
         return [_clean(v) for v in value]
     return value
 
 
 class _BlockDumper(yaml.SafeDumper):
-    """Block style for mappings, flow style for short lists of scalars (a window_s pair)."""
+    """Block style for mappings, flow style for short lists of scalars (a window_s pair) and for
+    one GPU's power figures (one line per GPU: eight GPUs stay eight lines in a diff)."""
+
+
+class _FlowMap(dict):
+    pass
+
+
+def _represent_flow_map(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=True)
 
 
 def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
@@ -101,11 +114,24 @@ def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
 
 
 _BlockDumper.add_representer(list, _represent_list)
+_BlockDumper.add_representer(_FlowMap, _represent_flow_map)
+
+
+def _entry_data(entry: ResultsEntry) -> dict[str, Any]:
+    data: dict[str, Any] = _clean(entry.model_dump(mode="python", by_alias=True))
+    power = data.get("power")
+    if isinstance(power, dict) and isinstance(power.get("per_gpu"), list):
+        power["per_gpu"] = [_FlowMap(g) for g in power["per_gpu"]]
+    return data
 
 
 def render_block(block: ResultsBlock) -> str:
     """The block as YAML text (ending in a newline), deterministic for equal blocks."""
-    data = {"results": _clean(block.model_dump(mode="python", by_alias=True))}
+    data = {"results": {
+        "schema_version": block.schema_version,
+        "keep_last": block.keep_last,
+        "entries": [_entry_data(e) for e in block.entries],
+    }}
     return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, default_flow_style=False,
                      width=10_000, allow_unicode=True, indent=2)
 
@@ -126,7 +152,7 @@ def add_entry(block: ResultsBlock, entry: ResultsEntry, keep_last: int | None = 
     else:
         entries.append(entry)
         # A stable sort: entries of equal date keep the order they were recorded in.
-        entries.sort(key=lambda e: e.date)
+        entries.sort(key=lambda e: e.date or "")
     return ResultsBlock(schema_version=RESULTS_SCHEMA_VERSION, keep_last=keep, entries=prune(entries, keep))
 
 

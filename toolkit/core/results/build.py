@@ -11,7 +11,7 @@ command line or the server's arguments (an `--api-key` would otherwise land in a
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.results.model import (
@@ -135,71 +135,82 @@ def _energy(window: dict[str, Any], name: str) -> Energy | None:
 def _lab(summary: dict[str, Any], run: dict[str, Any]) -> LabNote | None:
     """Stand-in or replayed data says so in the entry (the standard: every stand-in announces itself)."""
     source = str(summary.get("data_source") or run.get("data_source") or "measured")
-    if source in ("measured", "nvml", ""):
+    if source.startswith("measured"):
         return None
-    note = _str(run.get("data_source_note")) or _str(run.get("stand_in")) or source
-    kind = "replay" if "replay" in source or "recorded" in source or "trace" in source else "stand-in"
-    return LabNote(kind=kind, note=note)
+    stand_in = any(w in source for w in ("stand-in", "synthetic"))
+    replay = any(w in source for w in ("replay", "recorded")) and not stand_in
+    kind = "replay" if replay else "stand-in"
+    return LabNote(kind=kind, note=source)
 
 
-def _bench(run: dict[str, Any], profile_bench: dict[str, Any] | None) -> BenchSettings:
-    b = run.get("bench") if isinstance(run.get("bench"), dict) else None
-    b = b or profile_bench or {}
+def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | None) -> BenchSettings:
+    """bench_serving echoes its own settings into its JSON result: what ran wins over what the profile asked."""
+    b: dict[str, Any] = {**(profile_bench or {}), **{k: v for k, v in (bench_raw or {}).items() if v is not None}}
     rate = b.get("request_rate")
-    rate_v: float | str | None
+    rate_v: float | Literal["inf"] | None
     if isinstance(rate, str) and rate.lower() in ("inf", "infinity"):
         rate_v = "inf"
     elif isinstance(rate, int | float) and not isinstance(rate, bool):
         rate_v = "inf" if math.isinf(rate) else rnd(rate, 3)
     else:
         rate_v = None
+
+    def first(*keys: str) -> Any:
+        return next((b[k] for k in keys if b.get(k) is not None), None)
+
     return BenchSettings(
-        dataset=_str(b.get("dataset_name") or b.get("dataset")),
-        num_prompts=_int(b.get("num_prompts")),
-        input_len=_int(b.get("random_input_len") if "random_input_len" in b else b.get("input_len")),
-        output_len=_int(b.get("random_output_len") if "random_output_len" in b else b.get("output_len")),
-        range_ratio=rnd(b.get("random_range_ratio") if "random_range_ratio" in b else b.get("range_ratio"), 3),
+        backend=_str(b.get("backend")),
+        dataset=_str(first("dataset_name", "dataset")),
+        num_prompts=_int(first("num_prompts")),
+        input_len=_int(first("random_input_len", "input_len")),
+        output_len=_int(first("random_output_len", "output_len")),
+        range_ratio=rnd(first("random_range_ratio", "range_ratio"), 3),
         request_rate=rate_v,
-        max_concurrency=_int(b.get("max_concurrency")),
-        seed=_int(b.get("seed")),
+        max_concurrency=_int(first("max_concurrency")),
+        seed=_int(first("seed")),
     )
 
 
-def _gpu_stamp(run: dict[str, Any], summary: dict[str, Any]) -> GpuStamp:
-    gpus = run.get("gpus")
-    models: list[str] = []
-    drivers: list[str] = []
-    if isinstance(gpus, list):
-        for g in gpus:
-            if isinstance(g, dict):
-                m = _str(g.get("name") or g.get("model"))
-                if m:
-                    models.append(m)
-                d = _str(g.get("driver") or g.get("driver_version"))
-                if d:
-                    drivers.append(d)
-    count = len(gpus) if isinstance(gpus, list) and gpus else len(summary.get("gpus") or []) or None
-    model = _str(run.get("gpu_model")) or (models[0] if models and len(set(models)) == 1 else
-                                           "+".join(sorted(set(models))) if models else None)
-    driver = _str(run.get("driver_version") or run.get("driver")) or (drivers[0] if drivers else None)
-    return GpuStamp(model=model, count=_int(run.get("gpu_count")) or count, driver=driver)
+def _gpu_stamp(topology: dict[str, Any], summary: dict[str, Any]) -> GpuStamp:
+    raw = topology.get("gpus")
+    gpus: list[Any] = raw if isinstance(raw, list) else []
+    models = sorted({m for g in gpus if isinstance(g, dict) and (m := _str(g.get("name")))})
+    count = len(gpus) or len(summary.get("gpus") or []) or None
+    return GpuStamp(model="+".join(models) or None, count=count, driver=_str(topology.get("driver_version")))
+
+
+def _sglang_version(bench_raw: dict[str, Any] | None) -> str | None:
+    """bench_serving's result carries the server's /get_server_info, whose `version` is SGLang's."""
+    info = (bench_raw or {}).get("server_info")
+    return _str(info.get("version")) if isinstance(info, dict) else None
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for k in sorted(value, key=str):
+            _flatten(f"{prefix}.{k}" if prefix else str(k), value[k], out)
+    else:
+        out[prefix] = _evidence_value(value)
 
 
 def _verdict(verdict: dict[str, Any] | None) -> Verdict | None:
-    if not verdict:
+    if not verdict or not isinstance(verdict.get("class"), str):
         return None
-    cls = verdict.get("class") or verdict.get("verdict") or verdict.get("kind")
-    if not isinstance(cls, str):
-        return None
-    evidence: list[dict[str, Any]] = []
-    for item in verdict.get("evidence") or []:
-        if isinstance(item, dict):
-            evidence.append({str(k): _evidence_value(v) for k, v in item.items()})
-        elif isinstance(item, str):
-            evidence.append({"note": item})
-    summary = verdict.get("summary") or verdict.get("headline") or verdict.get("reason")
-    return Verdict.model_validate({"class": cls, "summary": summary if isinstance(summary, str) else None,
-                                   "evidence": evidence})
+    raw = verdict.get("evidence")
+    evidence: dict[str, Any] = {}
+    if isinstance(raw, dict):
+        _flatten("", raw, evidence)
+    elif isinstance(raw, list):  # a list of notes
+        evidence = {f"note{i + 1}": _evidence_value(v) for i, v in enumerate(raw)}
+    headline = verdict.get("headline") or verdict.get("summary")
+    basis = verdict.get("basis")
+    return Verdict.model_validate({
+        "class": verdict["class"],
+        "summary": headline if isinstance(headline, str) and headline else None,
+        "confidence": rnd(verdict.get("confidence"), 2),
+        "basis": basis if isinstance(basis, str) else None,
+        "evidence": dict(sorted(evidence.items())),
+    })
 
 
 def _evidence_value(v: Any) -> str | int | float | bool | None:
@@ -207,8 +218,8 @@ def _evidence_value(v: Any) -> str | int | float | bool | None:
         return v
     if isinstance(v, float):
         return sig(v, 4)
-    # Nested values are flattened to text: the block stays one level deep and readable in a diff.
-    return str(v)
+    # Lists become text: the block stays one level deep and readable in a diff.
+    return ", ".join(str(x) for x in v) if isinstance(v, list) else str(v)
 
 
 def build_entry(
@@ -216,23 +227,26 @@ def build_entry(
     verdict: dict[str, Any] | None,
     run: dict[str, Any],
     *,
+    run_id: str,
     spec_hash: str | None,
     artifacts: str | None,
+    topology: dict[str, Any] | None = None,
+    bench_raw: dict[str, Any] | None = None,
     profile_bench: dict[str, Any] | None = None,
     source_file: str = "summary.json",
 ) -> ResultsEntry:
-    """The entry for one probe run. Raises ToolkitError when the summary lacks what every entry needs."""
+    """The entry for one probe run (run: run.json; run_id: the run directory's name).
+
+    Raises ToolkitError when the summary lacks what every entry needs."""
     full = summary.get("full")
     if not isinstance(full, dict):
         raise ToolkitError.of("the summary has no `full` window: it was not written by `toolkit probe run`",
                               file=source_file, field="full", fix="give the run directory `toolkit probe run` wrote")
     steady = summary.get("steady") if isinstance(summary.get("steady"), dict) else None
     steady_found = bool(_get(summary, "steady_state", "found")) and steady is not None
-    run_id = _str(run.get("run_id")) or _str(run.get("id"))
-    date = _str(run.get("started_at")) or _str(run.get("date")) or _str(run.get("start_utc"))
-    if not run_id or not date:
-        raise ToolkitError.of("run.json lacks the run's id or start date", file="run.json",
-                              field="run_id" if not run_id else "started_at",
+    date = _str(run.get("started_at_utc"))
+    if not date:
+        raise ToolkitError.of("run.json has no start date", file="run.json", field="started_at_utc",
                               fix="give the run directory `toolkit probe run` wrote")
 
     steady_rates: SteadyRates | None = None
@@ -263,10 +277,10 @@ def build_entry(
         date=date,
         spec_hash=spec_hash,
         lab=_lab(summary, run),
-        sglang_version=_str(run.get("sglang_version")),
-        host=_str(run.get("host") or run.get("hostname")),
-        gpu=_gpu_stamp(run, summary),
-        bench=_bench(run, profile_bench),
+        sglang_version=_sglang_version(bench_raw),
+        host=_str(run.get("host")),
+        gpu=_gpu_stamp(topology or {}, summary),
+        bench=_bench(bench_raw, profile_bench),
         throughput=throughput,
         latency_ms=_latency(full.get("latency_ms")),
         power=_power(window, name, idle),

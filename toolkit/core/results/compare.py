@@ -24,7 +24,7 @@ def latest(block: ResultsBlock | None, current_spec_hash: str | None = None, *,
     """The entry that stands for the profile: the newest fresh one, else the newest at all."""
     if block is None or not block.entries:
         return None
-    by_date = sorted(block.entries, key=lambda e: e.date)
+    by_date = sorted(block.entries, key=lambda e: e.date or "")
     if prefer_fresh:
         fresh = [e for e in by_date if not is_stale(e, current_spec_hash)]
         if fresh:
@@ -63,7 +63,7 @@ def rank(rows: list[tuple[str, ResultsEntry, str | None]]) -> list[Ranked]:
         for i, (name, e, h) in enumerate(rows)
     ]
     big = 1 << 30
-    return sorted(out, key=lambda r: (r.rank_throughput or big, r.rank_tok_per_j or big, r.profile, r.entry.date))
+    return sorted(out, key=lambda r: (r.rank_throughput or big, r.rank_tok_per_j or big, r.profile, r.entry.date or ""))
 
 
 @dataclass(frozen=True)

@@ -12,65 +12,72 @@ from typing import Any
 from toolkit.core.errors import ToolkitError
 from toolkit.core.results.model import RESULTS_SCHEMA_VERSION
 
+_V1_BENCH_KEYS = {"backend": "backend", "dataset_name": "dataset", "num_prompts": "num_prompts",
+                  "random_input_len": "input_len", "random_output_len": "output_len",
+                  "random_range_ratio": "range_ratio", "request_rate": "request_rate",
+                  "max_concurrency": "max_concurrency", "seed": "seed"}
 
-def _v1_entry_to_v2(e: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 (the profiles' importer) kept a manual entry flat; schema 2 groups the figures.
 
-    Known flat keys are moved into their groups; a key this migration does not know is left where it
-    is, so validation names it instead of the migration silently dropping it.
+def _v1_entry_to_v2(e: dict[str, Any], index: int) -> dict[str, Any]:
+    """Schema 1 (the profiles' importer of the seed's figures) kept an entry flat; schema 2 groups it.
+
+    Known flat keys are moved into their groups. A key this migration does not know is left where it
+    is, so validation names it instead of the migration silently dropping a figure.
     """
     e = dict(e)
-    out: dict[str, Any] = {}
-    for key in ("run_id", "source", "date", "spec_hash", "lab", "sglang_version", "host"):
-        if key in e:
-            out[key] = e.pop(key)
-    if "id" in e and "run_id" not in out:
-        out["run_id"] = e.pop("id")
-    if "run_id" not in out:
-        out["run_id"] = f"{out.get('source', 'manual')}-{out.get('date', 'undated')}"
-    if "date" in out:
-        out["date"] = str(out["date"])  # YAML may have read an unquoted date as a date
-    gpu = e.pop("gpu", None)
-    if isinstance(gpu, dict):
+    out: dict[str, Any] = {"run_id": e.pop("run_id", None) or f"{e.get('source', 'manual')}-{index + 1}"}
+    out["source"] = e.pop("source", "manual")
+    date = e.pop("date", None)
+    if date is not None:
+        out["date"] = str(date)  # YAML reads an unquoted 2026-01-02 as a date
+    out["spec_hash"] = e.pop("spec_hash", None)
+    if e.pop("approximate", None):
+        out["approximate"] = True
+    # measured_by_toolkit: false is what `source: manual` already says.
+    e.pop("measured_by_toolkit", None)
+    gpu: dict[str, Any] = {}
+    if "gpu_model" in e:
+        gpu["model"] = e.pop("gpu_model")
+    if "gpu_count" in e:
+        gpu["count"] = e.pop("gpu_count")
+    if gpu:
         out["gpu"] = gpu
-    elif gpu is not None:
-        out["gpu"] = {"model": str(gpu)}
-    for flat, nested in (("gpu_model", "model"), ("gpu_count", "count"), ("driver", "driver")):
-        if flat in e:
-            out.setdefault("gpu", {})[nested] = e.pop(flat)
-    if isinstance(e.get("bench"), dict):
-        out["bench"] = e.pop("bench")
-    full: dict[str, Any] = {}
-    for flat, nested in (("output_tok_per_s", "output_tok_per_s"), ("total_tok_per_s", "total_tok_per_s")):
-        if flat in e:
-            full[nested] = e.pop(flat)
-    throughput: dict[str, Any] = {"full_run": full}
+    bench = e.pop("bench", None)
+    if isinstance(bench, dict):
+        out["bench"] = {_V1_BENCH_KEYS.get(k, k): v for k, v in bench.items()}
+    throughput: dict[str, Any] = {"full_run": {}}
+    for key in ("output_tok_per_s", "total_tok_per_s"):
+        if key in e:
+            throughput["full_run"][key] = e.pop(key)
     if "peak_output_tok_per_s" in e:
         throughput["peak_output_tok_per_s"] = e.pop("peak_output_tok_per_s")
-    if isinstance(e.get("throughput"), dict):
-        throughput.update(e.pop("throughput"))
     out["throughput"] = throughput
-    if isinstance(e.get("latency_ms"), dict):
-        out["latency_ms"] = e.pop("latency_ms")
     power: dict[str, Any] = {}
-    for flat, nested in (("power_w_per_gpu", "mean_w"), ("power_per_gpu_w", "mean_w"), ("mean_power_w", "mean_w"),
-                         ("idle_power_w", "idle_w"), ("idle_w", "idle_w")):
-        if flat in e:
-            power[nested] = e.pop(flat)
-    if isinstance(e.get("power"), dict):
-        power.update(e.pop("power"))
+    limit = e.pop("gpu_power_limit_w", None)
+    per_gpu = e.pop("gpu_power_w_per_gpu", None)
+    if isinstance(per_gpu, list):
+        power["per_gpu"] = [
+            {"gpu": i, "mean_w": w, "limit_w": limit,
+             "mean_of_limit_pct": round(100.0 * w / limit, 1) if isinstance(w, int | float) and limit else None}
+            for i, w in enumerate(per_gpu)
+        ]
+    elif limit is not None:
+        power["limit_w"] = limit
+    if "gpu_power_w" in e:
+        power["mean_w"] = e.pop("gpu_power_w")
+    if "idle_power_w" in e:
+        power["idle_w"] = e.pop("idle_power_w")
     if power:
         out["power"] = power
-    if isinstance(e.get("energy"), dict):
-        out["energy"] = e.pop("energy")
+    util = e.pop("gpu_util_pct", None)
     verdict = e.pop("verdict", None)
-    if isinstance(verdict, str):
-        out["verdict"] = {"class": verdict}
-    elif isinstance(verdict, dict):
-        out["verdict"] = verdict
-    for key in ("artifacts", "note"):
-        if key in e:
-            out[key] = e.pop(key)
+    reason = e.pop("verdict_reason", None)
+    if verdict is not None:
+        evidence = {"util_gpu_pct": util} if util is not None else {}
+        out["verdict"] = {"class": verdict, "summary": reason, "evidence": evidence}
+    notes = [str(n) for n in (e.pop("imported_from", None), e.pop("note", None)) if n]
+    if notes:
+        out["note"] = "; ".join(notes)
     out.update(e)  # whatever is left: validation names it
     return out
 
@@ -80,7 +87,7 @@ def _v1_to_v2(raw: dict[str, Any]) -> dict[str, Any]:
     return {
         **raw,
         "schema_version": 2,
-        "entries": [_v1_entry_to_v2(e) if isinstance(e, dict) else e for e in entries],
+        "entries": [_v1_entry_to_v2(e, i) if isinstance(e, dict) else e for i, e in enumerate(entries)],
     }
 
 

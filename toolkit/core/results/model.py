@@ -42,6 +42,7 @@ class GpuStamp(_Strict):
 class BenchSettings(_Strict):
     """The bench_serving settings that make two runs comparable (never its raw command line: secrets)."""
 
+    backend: str | None = None
     dataset: str | None = None
     num_prompts: int | None = None
     input_len: int | None = None
@@ -97,6 +98,7 @@ class Power(_Strict):
     window: Literal["steady", "full"] | None = None  # which part of the run the figures cover
     per_gpu: list[GpuPower] = Field(default_factory=list)
     mean_w: float | None = None  # mean over GPUs of each GPU's mean (per GPU, not the sum)
+    limit_w: float | None = None  # per GPU, only where per_gpu does not say it (manual imports)
     idle_w: float | None = None  # per GPU, before the load started
 
 
@@ -113,16 +115,22 @@ EvidenceValue = str | int | float | bool | None
 
 class Verdict(_Strict):
     class_: str = Field(alias="class")
-    summary: str | None = None
-    evidence: list[dict[str, EvidenceValue]] = Field(default_factory=list)
+    summary: str | None = None  # the probe's headline
+    confidence: float | None = None
+    basis: str | None = None  # "gpm" or "power+util+clocks": what the judgement rests on
+    # The probe's evidence, flattened to dotted names (gpm.sm_util_pct), sorted: one figure per line in a diff.
+    evidence: dict[str, EvidenceValue] = Field(default_factory=dict)
 
 
 class ResultsEntry(_Strict):
     run_id: str
     source: Literal["toolkit", "manual"]
-    date: str  # ISO 8601 (UTC) of the run's start: the run's date, not the recording's, so re-recording is a no-op
+    # ISO 8601 (UTC) of the run's start: the run's date, not the recording's, so re-recording is a no-op.
+    # Imported manual figures may have none.
+    date: str | None = None
     spec_hash: str | None = None
     lab: LabNote | None = None
+    approximate: bool | None = None  # manual figures quoted as "about" (the seed's ~880 tok/s)
     sglang_version: str | None = None
     host: str | None = None
     gpu: GpuStamp = Field(default_factory=GpuStamp)
