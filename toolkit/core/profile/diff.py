@@ -124,11 +124,8 @@ def _register_builtin_sections() -> None:
     import toolkit.core.results.profile_diff  # noqa: F401  (registers itself)
 
 
-def textconv_text(
-    resolved: ResolvedProfile, results_lines: Callable[[ResolvedProfile], list[str]] | None = None
-) -> str:
-    """One line per set knob, sorted, with its why: what `git diff` compares for a profile file.
-    `results_lines` renders the results block (the results package's view); else one JSON line an entry."""
+def textconv_text(resolved: ResolvedProfile) -> str:
+    """One line per set knob, sorted, with its why: what `git diff` compares for a profile file."""
     out = [
         f"profile {resolved.name}"
         + (f" (extends {' -> '.join(resolved.chain[1:])})" if len(resolved.chain) > 1 else "")
