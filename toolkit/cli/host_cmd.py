@@ -18,14 +18,12 @@ from typing import Any
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 
 DEFAULT_INVENTORY = Path("inventory/lab.yml")
-# What the lab cannot give the roles, set only when the inventory says `lab: true` (as `toolkit lab up`
-# writes it) and printed on every run, so that a real host never gets them silently.
-LAB_EXTRAVARS: dict[str, Any] = {
-    # pve1 shares the controller's kernel, whose headers are not installed: the stand-in driver builds nothing.
-    "proxmox_gpu_host_kernel_headers_required": False,
-    # NVIDIA's CUDA repository is unreachable from the lab (no network beyond PyPI and Debian's mirrors).
-    "container_nvidia_userspace_cuda_install_method": "none",
-}
+# What the lab cannot give the roles; the role defaults switch these when the inventory says `lab: true`
+# (as `toolkit lab up` writes it). Printed on every lab run so it is never silent.
+LAB_NOTES = (
+    "lab: no kernel headers (proxmox_gpu_host_kernel_headers_required=false) and no CUDA repository "
+    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -148,11 +146,8 @@ def _extravars(args: argparse.Namespace, host: str, is_lab: bool) -> dict[str, A
 
     extravars: dict[str, Any] = {}
     if is_lab:
-        extravars.update(LAB_EXTRAVARS)
-        Console(stderr=True).print(
-            "[yellow]lab: " + ", ".join(f"{k}={v}" for k, v in LAB_EXTRAVARS.items()) + " (no kernel headers and no "
-            "CUDA repository in the lab)[/]"
-        )
+        Console(stderr=True).print(f"[yellow]{LAB_NOTES}[/]")
+    extravars["lab"] = is_lab  # --lab/--no-lab win over the inventory's `lab:`
     extravars.update(parse_extra_vars(args.extra_var))
     extravars["toolkit_hosts"] = host
     extravars["toolkit_proxmox_host"] = host

@@ -1,0 +1,325 @@
+"""`toolkit doctor`'s judgement: raw readings from a Proxmox host and its containers in, checks out.
+
+Pure. The readings are what playbooks/doctor.yml collects (nvidia-smi output, /proc/devices, the
+live nvidia_uvm parameter, `pct config`, how each /dev/nvidia* node opens inside the container, a
+cuInit result). Each failing check says what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+_ALLOW = re.compile(r"^lxc\.cgroup2?\.devices\.allow:\s*c\s+(\d+):(\*|\d+)\s+[rwm]+\s*$")
+
+
+@dataclass(frozen=True)
+class Check:
+    subject: str  # host or container name
+    name: str
+    status: str  # pass, fail, warn, skip
+    detail: str
+    fix: str = ""
+
+
+def char_majors(proc_devices: str) -> dict[str, int]:
+    majors: dict[str, int] = {}
+    section = ""
+    for line in proc_devices.splitlines():
+        if line.endswith(":"):
+            section = line[:-1].strip()
+            continue
+        parts = line.split()
+        if section == "Character devices" and len(parts) == 2 and parts[0].isdigit():
+            majors.setdefault(parts[1], int(parts[0]))
+    return majors
+
+
+def nvidia_majors(proc_devices: str) -> dict[str, int]:
+    m = char_majors(proc_devices)
+    out = {}
+    nvidia = m.get("nvidia-frontend", m.get("nvidia"))
+    if nvidia is not None:
+        out["nvidia"] = nvidia
+    if "nvidia-uvm" in m:
+        out["uvm"] = m["nvidia-uvm"]
+    if "nvidia-caps" in m:
+        out["caps"] = m["nvidia-caps"]
+    return out
+
+
+def smi_versions(smi: str) -> list[str]:
+    """Driver versions from `nvidia-smi --query-gpu=index,driver_version[,...] --format=csv,noheader`."""
+    versions = []
+    for line in smi.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) >= 2 and cells[0].isdigit():
+            versions.append(cells[1])
+    return versions
+
+
+def topology_links(topo: str) -> dict[str, int]:
+    """Counts of GPU-GPU link kinds in `nvidia-smi topo -m` (NV#, PIX, PXB, PHB, NODE, SYS)."""
+    counts: dict[str, int] = {}
+    for line in topo.splitlines():
+        cells = line.split()
+        if not cells or not re.fullmatch(r"GPU\d+", cells[0]):
+            continue
+        for cell in cells[1:]:
+            if re.fullmatch(r"NV\d+", cell):
+                counts["NVLink"] = counts.get("NVLink", 0) + 1
+            elif cell in ("PIX", "PXB", "PHB", "NODE", "SYS"):
+                counts[cell] = counts.get(cell, 0) + 1
+    return counts
+
+
+def _as_int(value: Any, default: int = -1) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def judge_host(name: str, r: Mapping[str, Any]) -> list[Check]:
+    checks: list[Check] = []
+    versions = smi_versions(str(r.get("smi", "")))
+    if _as_int(r.get("smi_rc")) == 0 and versions:
+        checks.append(Check(name, "driver", PASS, f"{len(versions)} GPU(s), driver {', '.join(sorted(set(versions)))}"))
+    else:
+        checks.append(
+            Check(
+                name,
+                "driver",
+                FAIL,
+                f"nvidia-smi fails (rc {r.get('smi_rc')}): {str(r.get('smi', '')).strip()[:160]}",
+                f"toolkit host provision {name} (a version mismatch needs a reboot of the host)",
+            )
+        )
+
+    hmm = str(r.get("hmm", "")).strip()
+    conf = str(r.get("modprobe_conf", ""))
+    persisted = re.search(r"^\s*options\s+nvidia[-_]uvm\s+.*\buvm_disable_hmm=(1|y|Y)\b", conf, re.M) is not None
+    if hmm in ("Y", "1"):
+        if persisted:
+            checks.append(
+                Check(name, "HMM disabled", PASS, "uvm_disable_hmm=Y live and in " + str(r.get("modprobe_conf_path")))
+            )
+        else:
+            checks.append(
+                Check(
+                    name,
+                    "HMM disabled",
+                    WARN,
+                    "live uvm_disable_hmm=Y but not in modprobe.d: lost at reboot",
+                    f"toolkit host provision {name} (writes options nvidia_uvm uvm_disable_hmm=1)",
+                )
+            )
+    else:
+        checks.append(
+            Check(
+                name,
+                "HMM disabled",
+                FAIL,
+                f"uvm_disable_hmm={hmm or 'unreadable (nvidia_uvm not loaded)'}: CUDA in containers fails "
+                "with cuInit 3 (NVIDIA/open-gpu-kernel-modules#797)",
+                f"toolkit host provision {name} (sets uvm_disable_hmm=1 and reloads nvidia_uvm)",
+            )
+        )
+
+    majors = nvidia_majors(str(r.get("proc_devices", "")))
+    nodes: Mapping[str, Any] = r.get("nodes") or {}
+    missing = [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm") if n not in nodes]
+    wrong = []
+    for node, info in sorted(nodes.items()):
+        want = (
+            majors.get("uvm")
+            if node.startswith("/dev/nvidia-uvm")
+            else (majors.get("caps") if node.startswith("/dev/nvidia-caps/") else majors.get("nvidia"))
+        )
+        if want is not None and _as_int(info.get("major")) != want:
+            wrong.append(f"{node} is major {info.get('major')}, the driver registered {want}")
+    if missing or wrong or not nodes:
+        checks.append(
+            Check(
+                name,
+                "device nodes",
+                FAIL,
+                "; ".join([f"missing {', '.join(missing)}"] if missing else []) + "; ".join(wrong),
+                "systemctl restart nvidia-uvm-nodes.service on the host (stale nodes after a driver reload: "
+                "remove them first, jammsen/proxmox-setup-scripts#7)",
+            )
+        )
+    else:
+        checks.append(Check(name, "device nodes", PASS, f"{len(nodes)} nodes, majors {majors}"))
+    if not r.get("unit_present"):
+        checks.append(
+            Check(
+                name,
+                "node unit",
+                WARN,
+                "no oneshot unit creates /dev/nvidia-uvm before the guests start",
+                f"toolkit host provision {name}",
+            )
+        )
+
+    if _as_int(r.get("topo_rc")) != 0:
+        checks.append(Check(name, "topology / P2P", SKIP, "nvidia-smi topo -m not available here"))
+    else:
+        links = topology_links(str(r.get("topo", "")))
+        if links.get("NVLink"):
+            checks.append(Check(name, "topology / P2P", PASS, f"NVLink between GPUs ({links})"))
+        elif links:
+            checks.append(
+                Check(
+                    name,
+                    "topology / P2P",
+                    WARN,
+                    f"no NVLink, GPU pairs over PCIe {links}: tensor-parallel allreduce crosses PCIe "
+                    "(the seed's ~250 W of 600 W at 100 % utilisation)",
+                    "prefer expert parallelism or TP4+PP2 over TP8 on such a host",
+                )
+            )
+        else:
+            checks.append(Check(name, "topology / P2P", SKIP, "single GPU or no matrix in nvidia-smi topo -m"))
+    return checks
+
+
+def judge_container(
+    name: str, r: Mapping[str, Any], host_report: Mapping[str, Any] | None, pct_config: str = "", host_name: str = ""
+) -> list[Check]:
+    if r.get("unreachable"):
+        return [
+            Check(
+                name,
+                "reachable",
+                FAIL,
+                str(r.get("message", "does not answer over SSH")),
+                f"toolkit host provision {host_name or 'HOST'} --containers (starts it), then check its net0",
+            )
+        ]
+    checks: list[Check] = []
+    host_versions = sorted(set(smi_versions(str((host_report or {}).get("smi", "")))))
+    ct_versions = sorted(set(smi_versions(str(r.get("smi", "")))))
+    if not ct_versions:
+        checks.append(
+            Check(
+                name,
+                "driver versions",
+                FAIL,
+                f"nvidia-smi fails in the container (rc {r.get('smi_rc')}): {str(r.get('smi', '')).strip()[:160]}",
+                f"toolkit host provision {host_name} --containers",
+            )
+        )
+    elif host_versions and ct_versions != host_versions:
+        checks.append(
+            Check(
+                name,
+                "driver versions",
+                FAIL,
+                f"container userspace {', '.join(ct_versions)}, host driver {', '.join(host_versions)}",
+                f"toolkit host provision {host_name} --containers (installs the host's exact version)",
+            )
+        )
+    else:
+        checks.append(Check(name, "driver versions", PASS, f"{', '.join(ct_versions)} = host's"))
+
+    majors = nvidia_majors(str((host_report or {}).get("proc_devices", "")))
+    allowed = {int(m.group(1)) for m in (_ALLOW.match(line) for line in pct_config.splitlines()) if m}
+    registered = set(char_majors(str((host_report or {}).get("proc_devices", ""))).values())
+    stale = sorted(a for a in allowed if registered and a not in registered)
+    nodes: Mapping[str, Any] = r.get("nodes") or {}
+    eperm = {n: i for n, i in nodes.items() if i.get("open") == "EPERM"}
+    if eperm:
+        denied = sorted({_as_int(i.get("major")) for i in eperm.values()})
+        detail = f"EPERM on {', '.join(sorted(eperm))} (major {', '.join(map(str, denied))} not allowed)"
+        if stale:
+            detail += f"; the config allows major {', '.join(map(str, stale))}, which no driver registered (stale)"
+        checks.append(
+            Check(
+                name,
+                "cgroup rules",
+                FAIL,
+                detail,
+                f"toolkit host provision {host_name} --containers (rules from the live majors {majors}), "
+                "or fix the lxc.cgroup2.devices.allow lines in /etc/pve/lxc/VMID.conf and restart it",
+            )
+        )
+    elif not nodes:
+        checks.append(
+            Check(
+                name,
+                "cgroup rules",
+                FAIL,
+                "no /dev/nvidia* node in the container",
+                f"toolkit host provision {host_name} --containers (passes the GPUs through)",
+            )
+        )
+    else:
+        how = sorted({str(i.get("open")) for i in nodes.values()})
+        status = WARN if stale else PASS
+        detail = f"{len(nodes)} nodes open ({', '.join(how)}; ENXIO = allowed, no driver behind the node)"
+        if stale:
+            detail += f"; stale allow rule for unregistered major {', '.join(map(str, stale))}"
+        checks.append(Check(name, "cgroup rules", status, detail))
+        missing = [n for n in ("/dev/nvidiactl", "/dev/nvidia-uvm") if n not in nodes]
+        if missing:
+            checks.append(
+                Check(
+                    name,
+                    "device nodes",
+                    FAIL,
+                    f"missing in the container: {', '.join(missing)}",
+                    f"toolkit host provision {host_name} --containers",
+                )
+            )
+
+    cuda: Mapping[str, Any] = r.get("cuda") or {}
+    if cuda.get("ok"):
+        checks.append(Check(name, "CUDA init", PASS, f"cuInit 0, {cuda.get('device_count')} device(s)"))
+    elif _as_int(cuda.get("rc")) == 3:
+        hmm = str((host_report or {}).get("hmm", "")).strip() or "unknown"
+        checks.append(
+            Check(
+                name,
+                "CUDA init",
+                FAIL,
+                f"cuInit 3 (CUDA_ERROR_NOT_INITIALIZED) while nvidia-smi works; host uvm_disable_hmm={hmm}",
+                "on the host: options nvidia_uvm uvm_disable_hmm=1, reload nvidia_uvm "
+                f"(toolkit host provision {host_name})"
+                if hmm not in ("Y", "1")
+                else "check /dev/nvidia-uvm and its cgroup rule in the container",
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                name,
+                "CUDA init",
+                FAIL,
+                f"CUDA does not initialise: {dict(cuda) or 'no result'}",
+                "see the cgroup rules and device nodes checks above",
+            )
+        )
+    return checks
+
+
+def judge(host: str, reports: Mapping[str, Mapping[str, Any]], unreachable: Mapping[str, str]) -> list[Check]:
+    """All checks for `host` and its containers. `reports`: inventory host -> the doctor report."""
+    if host in unreachable:
+        return [Check(host, "reachable", FAIL, unreachable[host], "check the address and SSH key in the inventory")]
+    host_report = reports.get(host)
+    if host_report is None:
+        return [Check(host, "reachable", FAIL, "no report from the host", "see the run's artifacts")]
+    checks = judge_host(host, host_report)
+    configs: Mapping[str, str] = host_report.get("containers") or {}
+    for ct in sorted(set(configs) | {c for c in unreachable if c != host}):
+        r: Mapping[str, Any] = (
+            {"unreachable": True, "message": unreachable[ct]}
+            if ct in unreachable
+            else (reports.get(ct) or {"unreachable": True, "message": "no report (not run)"})
+        )
+        checks += judge_container(ct, r, host_report, str(configs.get(ct, "")), host)
+    return checks
