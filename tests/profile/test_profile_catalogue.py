@@ -162,3 +162,32 @@ def test_runtime_walk_reads_parser_actions() -> None:
     assert old.deprecated and old.replacement == "--dsa-decode-backend" and old.default is None
     assert not cat.get("--disable-cuda-graph").takes_value
     assert cat.get("--help") is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["glm5-baseline", "glm5-tp8", "glm5-tp4-pp2", "glm5-ep8"])
+def test_sglang_reads_the_config_yaml_back_into_the_same_flags(
+    wheel_0_5_9: Path, shipped, tmp_path: Path, name
+) -> None:
+    """SGLang's own --config reader (server_args_config_parser.py of the 0.5.9 wheel, which needs only
+    argparse and yaml) turns the rendered config YAML into exactly the launch argv's flags."""
+    import importlib.util
+
+    from toolkit.core.profile.render import render_launch_argv, render_sglang_config_yaml
+
+    module_path = "sglang/srt/server_args_config_parser.py"
+    with zipfile.ZipFile(wheel_0_5_9) as zf:
+        zf.extract(module_path, tmp_path)
+    spec = importlib.util.spec_from_file_location("sglang_config_parser_0_5_9", tmp_path / module_path)
+    assert spec is not None and spec.loader is not None
+    parser_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parser_module)
+    catalogue = load_catalogue("0.5.9")
+    switches = [f.dest for f in catalogue.flags if f.action == "store_true"]
+    resolved = shipped.resolve(name)
+    config = tmp_path / "config.yaml"
+    config.write_text(render_sglang_config_yaml(resolved))
+    merged = parser_module.ConfigArgumentMerger(boolean_actions=switches).merge_config_with_args(
+        ["--config", str(config)]
+    )
+    assert merged == render_launch_argv(resolved)[3:]
