@@ -191,3 +191,18 @@ def test_sglang_reads_the_config_yaml_back_into_the_same_flags(
         ["--config", str(config)]
     )
     assert merged == render_launch_argv(resolved)[3:]
+
+
+@pytest.mark.slow
+def test_bench_argv_flags_exist_in_the_pinned_bench_serving(wheel_0_5_9: Path, write_profiles, base_yaml) -> None:
+    """Every flag render_bench_argv can emit is one that 0.5.9's sglang/bench_serving.py defines."""
+    from toolkit.core.profile.render import render_bench_argv
+
+    with zipfile.ZipFile(wheel_0_5_9) as zf:
+        bench = Catalogue("0.5.9", extract_from_source(zf.read("sglang/bench_serving.py").decode()))
+    every = "bench:\n  random_range_ratio: 1.0\n  max_concurrency: 64\n  warmup_requests: 4\n  seed: 1\n"
+    store = write_profiles({"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\n" + every})
+    argv = render_bench_argv(store.resolve("c"), base_url="http://127.0.0.1:8000", output_file="o.jsonl")
+    flags = [a for a in argv if a.startswith("--")]
+    assert {"--random-range-ratio", "--max-concurrency", "--warmup-requests", "--seed"} <= set(flags)
+    assert [f for f in flags if bench.get(f) is None] == []
