@@ -42,9 +42,9 @@ def stale_temp_files(path: Path) -> list[Path]:
     return sorted(p for p in path.parent.glob(_tmp_prefix(path) + "*.tmp") if p.is_file())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` (UTF-8) atomically, keeping its permission bits."""
-    data = text.encode("utf-8")
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (str as UTF-8, or bytes) atomically, keeping its permission bits."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:

@@ -1,0 +1,148 @@
+"""The report's plots as PNG bytes: the only importer of matplotlib.
+
+Agg backend (no display), fixed size and DPI, and no timestamps in the PNG metadata, so the same
+run gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from toolkit.core.report import GpuLine, Plot, PlotData
+
+_SIZE_IN = (10.0, 4.0)
+_DPI = 100
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    # metadata={"Software": None}: no matplotlib version in the file, so the bytes depend only on the data.
+    fig.savefig(buf, format="png", dpi=_DPI, bbox_inches="tight", metadata={"Software": None})
+    _pyplot().close(fig)
+    return buf.getvalue()
+
+
+def _windows(ax: Any, d: PlotData) -> None:
+    if d.bench_window_s:
+        ax.axvspan(*d.bench_window_s, color="0.92", zorder=0, label="benchmark")
+    if d.steady_window_s:
+        ax.axvspan(*d.steady_window_s, color="#d8ecd8", zorder=0, label="steady window")
+
+
+def _lines(ax: Any, lines: list[GpuLine], *, style: str = "-", alpha: float = 0.9, label: str = "GPU") -> None:
+    for ln in lines:
+        ax.plot(ln.t_s, [float("nan") if v is None else v for v in ln.values], style, lw=1.2, alpha=alpha,
+                label=f"{label} {ln.gpu}")
+
+
+def power_plot(d: PlotData) -> Plot:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    _windows(ax, d)
+    _lines(ax, d.power)
+    if d.power_limit_w is not None:
+        ax.axhline(d.power_limit_w, color="#c00000", ls="--", lw=1.5, label=f"enforced limit {d.power_limit_w:g} W")
+    if d.idle_power_w is not None:
+        ax.axhline(d.idle_power_w, color="0.35", ls=":", lw=1.5, label=f"idle baseline {d.idle_power_w:.0f} W")
+    ax.set_xlabel("time since the probe started (s)")
+    ax.set_ylabel("power (W)")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(alpha=0.3)
+    caption = ("Per-GPU board power (nvmlDeviceGetPowerUsage, a ~1 s average) against the enforced limit and the "
+               "idle baseline measured before the load.")
+    return Plot("power", "Power per GPU over time", caption, _png(fig))
+
+
+def util_gpm_plot(d: PlotData) -> Plot:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    _windows(ax, d)
+    _lines(ax, d.util, label="util.gpu, GPU")
+    if d.gpm_sm:
+        _lines(ax, d.gpm_sm, style="--", label="GPM SM activity, GPU")
+        caption = ("util.gpu is the share of time any kernel ran (a spinning kernel reads 100 %); GPM SM activity "
+                   "is the share of SM cycles doing work. A wide gap between them is the busy-but-waiting signature.")
+    else:
+        ax.text(0.5, 0.5, "GPM not available on these GPUs (or not sampled):\npower against the limit is the check",
+                transform=ax.transAxes, ha="center", va="center", fontsize=11, color="#a05000")
+        caption = "Utilization only: these GPUs offer no GPM metrics (Hopper and newer do)."
+    ax.set_xlabel("time since the probe started (s)")
+    ax.set_ylabel("%")
+    ax.set_ylim(0, 105)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
+    ax.grid(alpha=0.3)
+    return Plot("util-gpm", "Utilization against GPM SM activity", caption, _png(fig))
+
+
+def throughput_plot(d: PlotData) -> Plot:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    _windows(ax, d)
+    if d.throughput_t_s:
+        ax.plot(d.throughput_t_s, d.throughput_tok_per_s, "-", color="#1f77b4", lw=1.8, label="output tok/s")
+    else:
+        ax.text(0.5, 0.5, "no throughput figures in this run", transform=ax.transAxes, ha="center", va="center")
+    ax.set_xlabel("time since the probe started (s)")
+    ax.set_ylabel("output tokens / s")
+    ax.set_ylim(bottom=0)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    ax.grid(alpha=0.3)
+    return Plot("throughput", "Throughput over time", d.throughput_source[0].upper() + d.throughput_source[1:] + ".",
+                _png(fig))
+
+
+def report_plots(d: PlotData) -> list[Plot]:
+    return [power_plot(d), util_gpm_plot(d), throughput_plot(d)]
+
+
+# --- sweep plots (issue #8: toolkit sweep); plain data in, PNG bytes out -------------------------------
+
+
+def sweep_throughput_png(curves: list[dict[str, Any]], *, title: str) -> bytes:
+    """Steady-state output throughput against concurrency, one line per variant.
+
+    `curves`: [{"variant": "v01", "label": "max_running_requests=256 ...", "points": [(concurrency, tok/s)]}].
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    for c in curves:
+        xs = [p[0] for p in c["points"]]
+        ys = [p[1] for p in c["points"]]
+        ax.plot(xs, ys, "o-", lw=1.4, label=f"{c['variant']} {c['label']}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("steady-state output tok/s")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    return _png(fig)
+
+
+def sweep_pareto_png(
+    points: list[tuple[str, int, float, float]], front: list[tuple[str, int]], *, title: str
+) -> bytes:
+    """Every measured point as (variant, concurrency, tok/s, J per output token); the Pareto front joined."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    on_front = set(front)
+    ax.scatter([p[3] for p in points], [p[2] for p in points], color="0.6", s=22, label="measured point")
+    best = sorted((p for p in points if (p[0], p[1]) in on_front), key=lambda p: p[3])
+    ax.plot([p[3] for p in best], [p[2] for p in best], "o-", color="#c00000", lw=1.6, label="Pareto front")
+    for vid, conc, tput, energy in best:
+        ax.annotate(f"{vid}@{conc}", (energy, tput), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("energy per output token (J, all GPUs)")
+    ax.set_ylabel("steady-state output tok/s")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    return _png(fig)

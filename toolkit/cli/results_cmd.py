@@ -1,0 +1,134 @@
+"""`toolkit results ...`: record a probe run into a profile, compare profiles' results.
+
+Thin: parse, call toolkit.adapters.results_store / toolkit.core.results, render (rich or --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from toolkit.core.errors import ToolkitError
+
+PROFILES_DIR_HELP = "where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the git repository here)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="results_command", metavar="SUBCOMMAND")
+
+    rec = sub.add_parser("record", help="write a probe run's results entry into a profile (atomic; a re-record "
+                         "of the same run changes nothing)",
+                         description="Write the results entry of a probe run directory into a profile's "
+                         "toolkit-written block. Only the block changes.")
+    rec.add_argument("dir", type=Path, help="the probe run directory (toolkit probe run --out)")
+    rec.add_argument("--profile", required=True, metavar="NAME", help="the profile the run measured")
+    rec.add_argument("--keep-last", type=int, default=None, metavar="N",
+                     help="keep the newest N toolkit entries (default: the block's keep_last, 10)")
+    rec.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    rec.add_argument("--json", action="store_true", help="machine-readable output")
+    rec.set_defaults(func=cmd_record)
+
+    cmp_ = sub.add_parser("compare", help="rank profiles by steady-state throughput and tokens per joule",
+                          description="One table of each profile's latest results entry, ranked by "
+                          "steady-state output throughput and by output tokens per joule; stale entries "
+                          "(measured an older spec) are marked.")
+    cmp_.add_argument("profiles", nargs="+", metavar="PROFILE")
+    cmp_.add_argument("--all", action="store_true", help="every entry of each profile, not only its latest")
+    cmp_.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    cmp_.add_argument("--json", action="store_true", help="machine-readable output")
+    cmp_.set_defaults(func=cmd_compare)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from toolkit.adapters.results_store import record_run
+
+    if args.keep_last is not None and args.keep_last < 1:
+        raise ToolkitError.of("--keep-last must be at least 1", field="--keep-last", fix="e.g. --keep-last 10")
+    outcome = record_run(args.dir, args.profile, args.profiles_dir, keep_last=args.keep_last)
+    e = outcome.entry
+    rate, kind = e.output_tok_per_s()
+    if args.json:
+        print(json.dumps({"profile": outcome.profile, "file": str(outcome.file), "action": outcome.action,
+                          "run_id": e.run_id, "dropped": outcome.dropped,
+                          "entry": e.model_dump(mode="json", by_alias=True, exclude_none=True)}, indent=2))
+        return 0
+    from rich.console import Console
+
+    con = Console()
+    verb = {"added": "recorded", "replaced": "re-recorded (figures changed)", "unchanged": "already recorded, "
+            "file unchanged"}[outcome.action]
+    con.print(f"[bold]{outcome.profile}[/]: {verb}: {e.run_id} -> {outcome.file}")
+    if e.lab:
+        con.print(f"[yellow]lab data ({e.lab.kind}): {e.lab.note}[/]")
+    figures = [f"{rate:g} output tok/s ({kind})" if rate is not None else "no throughput"]
+    if e.energy and e.energy.output_tok_per_j is not None:
+        figures.append(f"{e.energy.output_tok_per_j:g} tok/J")
+    if e.power and e.power.mean_w is not None:
+        figures.append(f"{e.power.mean_w:g} W per GPU")
+    if e.verdict:
+        figures.append(e.verdict.class_)
+    con.print("  " + " | ".join(figures))
+    if outcome.dropped:
+        con.print(f"  dropped by keep_last {outcome.block.keep_last}: {', '.join(outcome.dropped)}")
+    return 0
+
+
+def _fmt(v: float | None, spec: str = "g") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from toolkit.adapters.results_store import load_profile_results
+    from toolkit.core.results.compare import latest, rank
+
+    rows: list[tuple[str, Any, str | None]] = []
+    missing: list[str] = []
+    for name in dict.fromkeys(args.profiles):  # each profile once, in the order given
+        pr = load_profile_results(name, args.profiles_dir)
+        entries = pr.block.entries if args.all else [e for e in [latest(pr.block, pr.spec_hash)] if e is not None]
+        if not entries:
+            missing.append(name)
+        rows += [(name, e, pr.spec_hash) for e in entries]
+    ranked = rank(rows)
+    if args.json:
+        print(json.dumps({
+            "ranked": [{
+                "profile": r.profile, "run_id": r.entry.run_id, "source": r.entry.source, "stale": r.stale,
+                "lab": r.entry.lab.kind if r.entry.lab else None, "output_tok_per_s": r.output_tok_per_s,
+                "throughput_kind": r.throughput_kind, "output_tok_per_j": r.output_tok_per_j,
+                "rank_throughput": r.rank_throughput, "rank_tok_per_j": r.rank_tok_per_j,
+                "verdict": r.entry.verdict_class(),
+            } for r in ranked],
+            "no_results": missing,
+        }, indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="results compare: ranked by steady-state throughput, then tokens per joule")
+    for col, just in (("#", "right"), ("profile", "left"), ("entry", "left"), ("out tok/s", "right"),
+                      ("tok/J", "right"), ("#J", "right"), ("W/GPU", "right"), ("verdict", "left"),
+                      ("note", "left")):
+        table.add_column(col, justify=just, no_wrap=col != "note")  # type: ignore[arg-type]
+    for r in ranked:
+        e = r.entry
+        notes = []
+        if r.stale:
+            notes.append("[red]STALE[/] (older spec)")
+        if r.throughput_kind == "full" and r.output_tok_per_s is not None:
+            notes.append("full-run rate")
+        if e.lab:
+            notes.append(f"[yellow]lab: {e.lab.kind}[/]")
+        if e.source == "manual":
+            notes.append("manual" + (", approximate" if e.approximate else ""))
+        table.add_row(_fmt(r.rank_throughput, "d") if r.rank_throughput else "-", r.profile, e.run_id,
+                      _fmt(r.output_tok_per_s, ",.1f"), _fmt(r.output_tok_per_j, ".3g"),
+                      _fmt(r.rank_tok_per_j, "d") if r.rank_tok_per_j else "-",
+                      _fmt(e.power.mean_w if e.power else None, ".1f"), e.verdict_class() or "-", "; ".join(notes))
+    con = Console(width=None if Console().is_terminal else 160)
+    con.print(table)
+    if missing:
+        con.print(f"no results yet: {', '.join(missing)} (record one: toolkit results record DIR --profile NAME)")
+    return 0
