@@ -120,7 +120,10 @@ def sweep_throughput_png(curves: list[dict[str, Any]], *, title: str) -> bytes:
         xs = [p[0] for p in c["points"]]
         ys = [p[1] for p in c["points"]]
         ax.plot(xs, ys, "o-", lw=1.4, label=f"{c['variant']} {c['label']}")
+    levels = sorted({p[0] for c in curves for p in c["points"]})
     ax.set_xscale("log", base=2)
+    ax.set_xticks(levels, [str(level) for level in levels])
+    ax.minorticks_off()
     ax.set_xlabel("concurrency (requests in flight)")
     ax.set_ylabel("steady-state output tok/s")
     ax.set_ylim(bottom=0)
