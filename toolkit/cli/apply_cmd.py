@@ -117,13 +117,13 @@ def _validate(resolved: Any) -> list[Any]:
 
 
 def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
-    """A recorded GPU trace the lab's probe replays (lab data), from the probe's committed fixtures."""
-    fixtures = repo_root / "tests" / "fixtures" / "probe"
-    for pattern in (f"*{gpus}gpu*busy*", "*seed*", "*busy*", "*.csv"):
-        found = sorted(fixtures.glob(pattern))
-        if found:
-            return str(found[0])
-    return ""
+    """A recorded GPU trace the lab's probe replays (every output then says "lab data").
+
+    The probe's committed fixtures first (tests/fixtures/probe/), then the results' synthetic
+    seed-shaped 8-GPU run (tests/results/fixtures/run-synthetic-tp8/, made by make_run.py)."""
+    candidates = sorted((repo_root / "tests" / "fixtures" / "probe").glob(f"*{gpus}*gpu*/trace.csv"))
+    candidates += sorted((repo_root / "tests" / "results" / "fixtures").glob("run-synthetic-tp8/trace.csv"))
+    return str(candidates[0]) if candidates else ""
 
 
 @dataclass
@@ -185,6 +185,12 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     gpu_trace = ""
     if is_lab:
         gpu_trace = _gpu_trace_for_lab(repo_root, resolved.spec.target.gpu_count or 8)
+        if args.probe and not gpu_trace:
+            raise ToolkitError.of(
+                "the lab has no GPU and no recorded GPU trace was found to replay",
+                field="--probe",
+                fix="run from a checkout that has tests/results/fixtures/run-synthetic-tp8/ (or probe fixtures)",
+            )
         # A short idle baseline: the replayed trace carries its own idle phase; no live view in a log.
         probe_args = ["--idle-s", "2", "--live", "off"]
         if gpu_trace:
@@ -302,7 +308,8 @@ def _summary(result: Any, fetch_dir: Path, args: argparse.Namespace, profile: st
 
 def _probe_results(fetch_dir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for host_dir in sorted(p for p in fetch_dir.glob("*/probe") if p.is_dir()):
+    # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
+    for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
         verdict_file = host_dir / "verdict.json"
         verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
         out[host_dir.parent.name] = {"run_dir": str(host_dir), "verdict": verdict}
@@ -312,25 +319,36 @@ def _probe_results(fetch_dir: Path) -> dict[str, Any]:
 def _record(fetch_dir: Path, profile: str, profiles_dir: str | None, probe: dict[str, Any]) -> dict[str, Any]:
     import importlib
 
-    try:
-        record_run = importlib.import_module("toolkit.results").record_run
-    except (ImportError, AttributeError):
-        return {"skipped": "toolkit.results.record_run does not exist yet (issue #4); nothing recorded"}
+    record_run = None
+    # Issue #4's recorder: toolkit.adapters.results_store.record_run (or the toolkit.results facade if present).
+    for module in ("toolkit.results", "toolkit.adapters.results_store"):
+        try:
+            record_run = importlib.import_module(module).record_run
+            break
+        except (ImportError, AttributeError):
+            continue
+    if record_run is None:
+        return {"skipped": "record_run (issue #4) is not in this checkout; nothing recorded"}
     from toolkit.adapters.profile_store import find_profiles_dir
 
     recorded = {}
     for host, info in probe.items():
-        recorded[host] = str(record_run(Path(info["run_dir"]), profile, find_profiles_dir(profiles_dir)))
+        if not info.get("verdict"):
+            recorded[host] = "skipped: the probe wrote no verdict"
+            continue
+        outcome = record_run(Path(info["run_dir"]), profile, find_profiles_dir(profiles_dir))
+        recorded[host] = f"{getattr(outcome, 'action', 'recorded')} in {getattr(outcome, 'file', profile)}"
     return {"recorded": recorded}
 
 
 def _verdict_line(verdict: dict[str, Any] | None) -> str:
     if not verdict:
         return "no verdict (the probe wrote none)"
-    cls = verdict.get("verdict") or verdict.get("class") or verdict.get("label") or "?"
-    conf = verdict.get("confidence")
-    lab = " (lab data)" if verdict.get("lab_data") or verdict.get("source") in ("recorded", "lab") else ""
-    return f"{cls}" + (f", confidence {conf}" if conf is not None else "") + lab
+    text = str(verdict.get("headline") or verdict.get("class") or "?")
+    conf = verdict.get("confidence_label") or verdict.get("confidence")
+    source = str(verdict.get("data_source") or "")
+    lab = " [lab data]" if "lab data" in source else ""
+    return text + (f" (confidence {conf})" if conf is not None else "") + lab
 
 
 def _print_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:
