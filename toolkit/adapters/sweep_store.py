@@ -198,10 +198,12 @@ class ApplyProbeRunner:
             what = failures[0]["task"] + ": " + failures[0]["message"][-300:] if failures else tail
             raise VariantFailed(f"deploy failed: {what}", artifacts=str(log))
         probes = summary.get("probe") or {}
-        if not probes:
+        run_dirs = [Path(p["run_dir"]) for p in probes.values() if p.get("run_dir")]
+        # Apply's summary names the fetched run; fall back to any probe run under the artifacts (run.json).
+        run_dirs = run_dirs or sorted(p.parent for p in runs.glob("**/run.json"))
+        if not run_dirs:
             raise PointFailed(f"apply ran but fetched no probe run: {tail}", artifacts=str(log))
-        run_dir = next(iter(probes.values()))["run_dir"]
-        return measurement_from_probe_dir(Path(run_dir))
+        return measurement_from_probe_dir(run_dirs[0])
 
 
 def _tail(path: Path, lines: int = 5) -> str:
@@ -242,7 +244,7 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
 
 def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
     """Map a results entry (#4's ResultsEntry) onto the sweep's Measurement; NaN stays NaN (a failure)."""
-    tput, _which = entry.output_tok_per_s()
+    tput, which = entry.output_tok_per_s()
     if tput is None:
         raise PointFailed("the probe run has no output throughput (the benchmark produced no result)")
     power = entry.power
@@ -257,4 +259,5 @@ def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
         power_w_total=round(power.mean_w * count, 1) if power and power.mean_w is not None else None,
         verdict=entry.verdict_class(),
         data_source=f"lab data ({entry.lab.kind})" if lab and entry.lab else "measured",
+        throughput_window=which,
     )

@@ -27,6 +27,7 @@ class RankedRow:
     verdict: str | None
     outcome: str  # done or partial
     data_source: str
+    throughput_window: str = "steady"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def _row(rank: int, v: VariantState, concurrency: int, m: Measurement) -> Ranked
         verdict=m.verdict,
         outcome=v.outcome,
         data_source=m.data_source,
+        throughput_window=m.throughput_window,
     )
 
 

@@ -20,7 +20,7 @@ def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
             r.variant_id,
             r.label,
             str(r.concurrency),
-            _f(r.steady_output_tok_per_s, ",.1f"),
+            _f(r.steady_output_tok_per_s, ",.1f") + ("" if r.throughput_window == "steady" else " (full run)"),
             _f(r.tokens_per_j, ".3f"),
             _f(r.energy_per_output_token_j, ".3f"),
             _f(r.power_w_total, ",.0f"),

@@ -45,6 +45,8 @@ class Measurement:
     verdict: str | None = None
     # Where the numbers come from: "measured", or "lab data" / "recorded run" for stand-ins; shown with them.
     data_source: str = "measured"
+    # "steady" when the probe found a plateau; "full" when it did not and the rate is the whole run's.
+    throughput_window: str = "steady"
 
     def non_finite(self) -> list[str]:
         """Names of numeric fields that are NaN or infinite (a benchmark that produced NaN is a failure)."""
