@@ -66,8 +66,8 @@ def parse_block(text: str, *, file: str, first_line: int = 1) -> ResultsBlock:
         raise ToolkitError.of("below the marker line there must be exactly one mapping, `results:`",
                               file=file, line=first_line, field="results", fix=_FIX_BROKEN)
     raw = data["results"]
-    results_node = _line_of(root, ("results",))
-    migrated = migrate_block(raw, file=file, line=(results_node or 1) + offset)
+    version_line = _line_of(root, ("results", "schema_version"))
+    migrated = migrate_block(raw, file=file, line=(version_line or 1) + offset)
     try:
         return ResultsBlock.model_validate(migrated)
     except ValidationError as err:

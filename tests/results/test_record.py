@@ -1,0 +1,218 @@
+"""Recording a probe run into a profile, through the real CLI, the real profile store and real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.results.conftest import REPO, Scratch
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.adapters.results_store import load_profile_results, stale_temp_files
+from toolkit.cli.main import main
+from toolkit.core.profile.hashing import spec_hash
+from toolkit.core.profile.results_block import split_results_block
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "glm5-tp8.block.yaml"
+
+
+def _record(s: Scratch, *extra: str, profile: str = "glm5-tp8", run: Path | None = None) -> int:
+    return main(["results", "record", str(run or s.run), "--profile", profile, "--profiles-dir", str(s.profiles),
+                 *extra])
+
+
+def test_golden_record_changes_only_the_block_and_again_is_a_no_op(scratch: Scratch) -> None:
+    path = scratch.profiles / "glm5-tp8.yaml"
+    before = path.read_bytes()
+    assert _record(scratch) == 0
+    after = path.read_bytes()
+    author_before, _ = split_results_block(before.decode())
+    author_after, block_after = split_results_block(after.decode())
+    assert author_after == author_before, "the author's text above the marker changed"
+    assert after != before
+    # The spec hash is the profiles code's to define; the golden checks where it lands, not its value.
+    current_hash = spec_hash(ProfileStore(scratch.profiles).resolve("glm5-tp8"))
+    block = (block_after or "").replace(current_hash, "<SPEC_HASH>")
+    assert "<SPEC_HASH>" in block
+    if os.environ.get("UPDATE_GOLDEN"):
+        GOLDEN.write_text(block)
+    assert block == GOLDEN.read_text(), "block differs from golden (UPDATE_GOLDEN=1 to accept a real change)"
+
+    stat = path.stat()
+    others = {p.name: p.read_bytes() for p in scratch.profiles.glob("*.yaml") if p != path}
+    assert _record(scratch) == 0
+    assert path.read_bytes() == after, "recording the same run again changed the file"
+    assert path.stat().st_mtime_ns == stat.st_mtime_ns and path.stat().st_ino == stat.st_ino, "it was rewritten"
+    assert {p.name: p.read_bytes() for p in scratch.profiles.glob("*.yaml") if p != path} == others
+
+
+def test_recorded_profile_still_loads_with_the_same_spec(scratch: Scratch) -> None:
+    before = spec_hash(ProfileStore(scratch.profiles).resolve("glm5-tp8"))
+    assert _record(scratch) == 0
+    resolved = ProfileStore(scratch.profiles).resolve("glm5-tp8")
+    assert spec_hash(resolved) == before, "recording results must not change what the spec hashes to"
+    pr = load_profile_results("glm5-tp8", scratch.profiles)
+    entry = pr.block.entries[-1]
+    assert entry.run_id == scratch.run.name
+    assert entry.spec_hash == before
+    assert entry.lab is not None and entry.lab.kind == "stand-in", "a stand-in run must say so in the entry"
+    assert entry.artifacts == "runs/run-synthetic-tp8"
+    # The imported seed figures survived the migration from schema 1.
+    manual = pr.block.entries[0]
+    assert manual.source == "manual" and manual.throughput.full_run.output_tok_per_s == 3740
+
+
+def _break_block(s: Scratch) -> int:
+    path = s.profiles / "glm5-tp8.yaml"
+    text = path.read_text()
+    lines = text.splitlines(keepends=True)
+    n = next(i for i, ln in enumerate(lines) if "output_tok_per_s: 3740" in ln)
+    lines[n] = "    output_tok_per_s: 3740: 3900\n"  # a second colon, as a hasty hand edit leaves it
+    path.write_text("".join(lines))
+    return n + 1
+
+
+def _newer_schema(s: Scratch) -> int:
+    path = s.profiles / "glm5-tp8.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    n = next(i for i, ln in enumerate(lines) if ln.strip() == "schema_version: 1" and i > 50)
+    lines[n] = "  schema_version: 99\n"
+    path.write_text("".join(lines))
+    return n + 1
+
+
+@pytest.mark.parametrize("case", ["no-profile", "no-summary", "broken-block", "newer-schema", "not-a-dir"])
+def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsys: pytest.CaptureFixture[str]
+                                              ) -> None:
+    profile, run, want_line = "glm5-tp8", scratch.run, None
+    if case == "no-profile":
+        profile = "glm5-nope"
+    elif case == "no-summary":
+        (scratch.run / "summary.json").unlink()
+    elif case == "broken-block":
+        want_line = _break_block(scratch)
+    elif case == "newer-schema":
+        want_line = _newer_schema(scratch)
+    else:
+        run = scratch.root / "missing-run"
+    before = scratch.snapshot()
+    assert _record(scratch, profile=profile, run=run) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "fix:" in err
+    assert scratch.snapshot() == before, "bad input must change nothing"
+    if case == "no-profile":
+        assert "glm5-nope" in err and "glm5-tp8" in err  # names the one asked for and the ones there are
+    if case == "no-summary":
+        assert "summary.json" in err
+    if want_line is not None:
+        assert f"glm5-tp8.yaml:{want_line}" in err, err
+    if case == "newer-schema":
+        assert "newer than this toolkit" in err
+
+
+def test_keep_last_prunes_toolkit_entries_but_keeps_manual_history(scratch: Scratch) -> None:
+    runs = []
+    for i in range(3):
+        d = scratch.root / "runs" / f"run-{i}"
+        d.mkdir()
+        for f in scratch.run.iterdir():
+            data = f.read_text()
+            if f.name == "run.json":
+                m = json.loads(data)
+                m["started_at_utc"] = f"2026-12-0{i + 3}T00:00:00Z"
+                data = json.dumps(m)
+            (d / f.name).write_text(data)
+        runs.append(d)
+    for d in runs:
+        assert _record(scratch, "--keep-last", "2", run=d) == 0
+    block = load_profile_results("glm5-tp8", scratch.profiles).block
+    assert [e.run_id for e in block.entries] == ["manual-1", "run-1", "run-2"]
+    assert block.keep_last == 2
+
+
+def test_stale_entries_are_marked_after_a_spec_change(scratch: Scratch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _record(scratch) == 0
+    path = scratch.profiles / "glm5-tp8.yaml"
+    path.write_text(path.read_text().replace("max_running_requests: 1024", "max_running_requests: 512", 1))
+    capsys.readouterr()
+    assert main(["results", "compare", "glm5-tp8", "glm5-baseline", "--all", "--json",
+                 "--profiles-dir", str(scratch.profiles)]) == 0
+    rows = json.loads(capsys.readouterr().out)["ranked"]
+    by_id = {(r["profile"], r["run_id"]): r for r in rows}
+    assert by_id[("glm5-tp8", "run-synthetic-tp8")]["stale"] is True
+    assert by_id[("glm5-tp8", "manual-1")]["stale"] is False  # no hash recorded: cannot be judged
+    assert main(["results", "compare", "glm5-tp8", "--all", "--profiles-dir", str(scratch.profiles)]) == 0
+    assert "STALE" in capsys.readouterr().out
+
+
+def test_compare_ranks_by_steady_throughput_then_tokens_per_joule(scratch: Scratch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert _record(scratch) == 0
+    capsys.readouterr()
+    assert main(["results", "compare", "glm5-baseline", "glm5-tp8", "glm5-ep8", "--json",
+                 "--profiles-dir", str(scratch.profiles)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["profile"] for r in out["ranked"]] == ["glm5-tp8", "glm5-baseline"]
+    tp8, base = out["ranked"]
+    assert tp8["run_id"] == "run-synthetic-tp8" and tp8["throughput_kind"] == "steady"
+    assert tp8["rank_throughput"] == 1 and tp8["rank_tok_per_j"] == 1 and tp8["lab"] == "stand-in"
+    assert base["throughput_kind"] == "full" and base["rank_tok_per_j"] is None
+    assert out["no_results"] == ["glm5-ep8"]
+
+
+def test_secrets_in_the_run_never_reach_the_profile(scratch: Scratch) -> None:
+    secret = "sk-test-0123456789abcdef"
+    m = json.loads((scratch.run / "run.json").read_text())
+    m["command"] = ["python3", "-m", "sglang.bench_serving", "--api-key", secret]
+    (scratch.run / "run.json").write_text(json.dumps(m))
+    b = json.loads((scratch.run / "bench.jsonl").read_text())
+    b["server_info"] = {**b["server_info"], "api_key": secret}
+    b["api_key"] = secret
+    (scratch.run / "bench.jsonl").write_text(json.dumps(b) + "\n")
+    assert _record(scratch) == 0
+    assert secret not in (scratch.profiles / "glm5-tp8.yaml").read_text()
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from toolkit.cli.main import main
+    real_write = os.write
+    def half_write(fd, data):
+        n = real_write(fd, bytes(data[: len(data) // 2]))
+        print("STOPPED", flush=True)
+        time.sleep(120)
+        return n
+    os.write = half_write
+    sys.exit(main(sys.argv[1:]))
+    """
+)
+
+
+def test_record_killed_mid_write_leaves_the_profile_intact(scratch: Scratch) -> None:
+    path = scratch.profiles / "glm5-tp8.yaml"
+    before = path.read_bytes()
+    args = ["results", "record", str(scratch.run), "--profile", "glm5-tp8", "--profiles-dir", str(scratch.profiles)]
+    child = subprocess.Popen([sys.executable, "-c", CHILD, *args], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "STOPPED"
+        torn = stale_temp_files(path)
+        assert len(torn) == 1 and torn[0].stat().st_size > 0, "the child was stopped inside the write"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert path.read_bytes() == before
+    ProfileStore(scratch.profiles).resolve("glm5-tp8")  # still a valid profile
+    assert _record(scratch) == 0
+    assert stale_temp_files(path) == []
