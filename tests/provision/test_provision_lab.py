@@ -1,0 +1,193 @@
+"""The provision roles for real against the lab: real Ansible over real SSH into pve1 and a real LXC
+container (stand-ins only for the driver, the GPUs and pct). Each role runs, then runs again with
+changed=0; the effects are read back from the hosts; bad input stops before anything changes.
+
+The tests use their own container (vmid 150, host `ct-prov`) so the lab's `ct` (vmid 100), which
+other tests deploy into, is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.adapters.ansible import PlaybookResult, run_playbook
+from toolkit.cli.main import main as toolkit_main
+
+REPO = Path(__file__).resolve().parents[2]
+VMID = 150
+CT = "ct-prov"
+SECRET = "Pr0v-test-root-pw-4b1e"
+
+
+def _fmt(result: PlaybookResult) -> list[str]:
+    return [f"{f.host}: {f.task}: {f.message}" for f in result.failures]
+
+
+@pytest.fixture(scope="module")
+def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab's inventory with the test's own container in place of `ct`."""
+    data = yaml.safe_load(Path(lab.inventory_path).read_text())
+    cts = data["all"]["children"]["gpu_containers"]["hosts"]
+    ct = dict(cts.pop("ct"))
+    address = re.sub(r"\.\d+$", f".{VMID}", ct["ansible_host"])
+    ct.update(ansible_host=address, lxc_gpu_container_vmid=VMID, lxc_gpu_container_address=address,
+              lxc_gpu_container_net0=re.sub(r"ip=[\d.]+/", f"ip={address}/", ct["lxc_gpu_container_net0"]),
+              lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-test")
+    cts[CT] = ct
+    path = tmp_path_factory.mktemp("inv") / "lab-prov.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+def pve(lab: Any, command: str) -> str:
+    proc = lab.ssh("pve1", command)
+    assert proc.returncode == 0, f"{command}: {proc.stderr}"
+    return str(proc.stdout)
+
+
+def run(book: str, inv: Path, runs: Path, **extravars: Any) -> PlaybookResult:
+    return run_playbook(book, inventory=inv, extravars=extravars or None, private_data_dir=runs)
+
+
+def test_host_role_from_scratch_then_no_change(lab: Any, inv: Path, runs: Path) -> None:
+    # Back to a bare host as far as the role's effects go: HMM on in modprobe.d and live, no units.
+    pve(lab, "rm -f /etc/systemd/system/nvidia-uvm-nodes.service /etc/systemd/system/nvidia-persistenced.service "
+             "/etc/systemd/system/multi-user.target.wants/nvidia-*.service /etc/modprobe.d/blacklist-nouveau.conf; "
+             "echo 'options nvidia_uvm uvm_disable_hmm=0' > /etc/modprobe.d/nvidia-uvm.conf; "
+             "if [ -d /run/lab-standin/sys/module/nvidia ]; then modprobe -r nvidia_uvm; modprobe nvidia_uvm; fi")
+    first = run("host", inv, runs)
+    assert first.rc == 0, _fmt(first)
+    assert first.hosts["pve1"].changed > 0
+    second = run("host", inv, runs)
+    assert second.rc == 0, _fmt(second)
+    assert second.hosts["pve1"].changed == 0, [e.task for e in second.events if e.kind == "changed"]
+
+    assert pve(lab, "cat /etc/modprobe.d/nvidia-uvm.conf").strip().endswith("options nvidia_uvm uvm_disable_hmm=1")
+    assert pve(lab, "cat /run/lab-standin/sys/module/nvidia_uvm/parameters/uvm_disable_hmm").strip() == "Y"
+    unit = pve(lab, "cat /etc/systemd/system/nvidia-uvm-nodes.service")
+    assert "Before=pve-guests.service" in unit and "ExecStart=/usr/bin/nvidia-modprobe -u -c=0" in unit
+    assert pve(lab, "readlink /etc/systemd/system/multi-user.target.wants/nvidia-uvm-nodes.service").strip() == (
+        "/etc/systemd/system/nvidia-uvm-nodes.service")
+    assert "blacklist nouveau" in pve(lab, "cat /etc/modprobe.d/blacklist-nouveau.conf")
+    assert "crw" in pve(lab, "ls -l /dev/nvidia-uvm")
+
+
+def _open_nodes(lab: Any) -> dict[str, Any]:
+    script = (REPO / "roles/container_nvidia_userspace/files/open_device_nodes.py").read_text()
+    out = pve(lab, f"pct exec {VMID} -- python3 -c {shlex.quote(script)}")
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def test_container_roles_then_no_change(lab: Any, inv: Path, runs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pve(lab, f"if [ -f /etc/pve/lxc/{VMID}.conf ]; then pct destroy {VMID} --force 1; fi")
+    monkeypatch.setenv("TOOLKIT_SECRET_LXC_GPU_CONTAINER_ROOT_PASSWORD", SECRET)
+    first = run("container", inv, runs)
+    assert first.rc == 0, _fmt(first)
+    assert first.hosts[CT].changed > 0
+    monkeypatch.delenv("TOOLKIT_SECRET_LXC_GPU_CONTAINER_ROOT_PASSWORD")
+    second = run("container", inv, runs)
+    assert second.rc == 0, _fmt(second)
+    assert second.hosts[CT].changed == 0, [e.task for e in second.events if e.kind == "changed"]
+
+    config = pve(lab, f"pct config {VMID}")
+    gpus = sorted(int(n) for n in re.findall(r"^/dev/nvidia(\d+)$", pve(lab, "ls -1 /dev/nvidia*"), re.M))
+    for node in [f"/dev/nvidia{i}" for i in gpus] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]:
+        assert re.search(rf"^dev\d+: {re.escape(node)},mode=0666$", config, re.M), (node, config)
+    assert f"hostname: {CT}" in config
+    assert "mp0: /var/lib/toolkit/model-cache-test,mp=/models" in config
+    assert "status: running" in pve(lab, f"pct status {VMID}")
+
+    nodes = _open_nodes(lab)
+    assert nodes and {n["open"] for n in nodes.values()} == {"ENXIO"}, nodes
+    assert {f"/dev/nvidia{i}" for i in gpus} | {"/dev/nvidiactl", "/dev/nvidia-uvm"} <= set(nodes)
+
+    # The root password was set (a hash, not the template's locked entry) and is nowhere in the run's files.
+    shadow = pve(lab, f"pct exec {VMID} -- getent shadow root")
+    assert shadow.split(":")[1].startswith("$"), "root password not set"
+    leaks = [str(p) for p in runs.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert leaks == []
+
+
+def _doctor(inv: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, Any]]]:
+    capsys.readouterr()
+    code = toolkit_main(["doctor", "pve1", "-i", str(inv), "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_doctor_catches_a_stale_hard_coded_major(lab: Any, inv: Path, runs: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    raw = run("container", inv, runs, lxc_gpu_container_passthrough="raw")
+    assert raw.rc == 0, _fmt(raw)
+    conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    uvm = re.search(r"^(\d+) nvidia-uvm$", pve(lab, "cat /run/lab-standin/proc-devices"), re.M)
+    assert uvm and f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:* rwm" in conf
+    assert not re.search(r"^dev\d+:", conf, re.M)
+    assert {n["open"] for n in _open_nodes(lab).values()} == {"ENXIO"}
+    code, checks = _doctor(inv, capsys)
+    assert code == 0, checks
+
+    # A number copied from an old how-to (234, seen in the wild): the uvm nodes are no longer allowed.
+    pve(lab, f"sed -i 's/c {uvm.group(1)}:\\* rwm/c 234:* rwm/' /etc/pve/lxc/{VMID}.conf && "
+             f"pct shutdown {VMID} --timeout 30 --forceStop 1 && pct start {VMID}")
+    nodes = _open_nodes(lab)
+    assert nodes["/dev/nvidia-uvm"]["open"] == "EPERM" and nodes["/dev/nvidiactl"]["open"] == "ENXIO"
+    code, checks = _doctor(inv, capsys)
+    assert code == 1
+    failed = {(c["subject"], c["name"]): c for c in checks if c["status"] == "fail"}
+    rule = failed[(CT, "cgroup rules")]
+    assert "EPERM on /dev/nvidia-uvm" in rule["detail"] and "234" in rule["detail"] and rule["fix"]
+    assert (CT, "CUDA init") in failed
+
+    # The role puts it right: the stale line goes, the live major's line stays.
+    fixed = run("container", inv, runs, lxc_gpu_container_passthrough="raw")
+    assert fixed.rc == 0, _fmt(fixed)
+    assert "c 234:* rwm" not in pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    code, checks = _doctor(inv, capsys)
+    assert code == 0, [c for c in checks if c["status"] == "fail"]
+
+    back = run("container", inv, runs)  # back to devN entries for the tests after this one
+    assert back.rc == 0, _fmt(back)
+
+
+def _unchanged(lab: Any, result: PlaybookResult, before: str) -> None:
+    assert result.rc != 0
+    assert all(s.changed == 0 for s in result.hosts.values()), result.hosts
+    assert pve(lab, f"pct config {VMID}") == before
+
+
+def test_bad_input_stops_before_any_change(lab: Any, inv: Path, runs: Path, tmp_path: Path) -> None:
+    before = pve(lab, f"pct config {VMID}")
+
+    missing_gpu = run("container", inv, runs, lxc_gpu_container_gpus=[0, 99])
+    _unchanged(lab, missing_gpu, before)
+    assert "GPU(s) 99" in missing_gpu.failures[0].message and "Fix:" in missing_gpu.failures[0].message
+
+    taken = run("container", inv, runs, lxc_gpu_container_hostname="another-ct")
+    _unchanged(lab, taken, before)
+    message = taken.failures[0].message
+    assert f"vmid {VMID}" in message and f'already the container "{CT}"' in message
+
+    mismatch = run("container", inv, runs, container_nvidia_userspace_driver_version="570.133.20")
+    _unchanged(lab, mismatch, before)
+    assert "570.133.20" in mismatch.failures[0].message and "Nothing was changed" in mismatch.failures[0].message
+
+    data = yaml.safe_load(inv.read_text())
+    data["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] = "10.213.0.99"  # inside the lab's net
+    dead = tmp_path / "dead.yml"
+    dead.write_text(yaml.safe_dump(data))
+    gone = run("site", dead, runs)
+    _unchanged(lab, gone, before)
+    assert gone.failures[0].unreachable and gone.failures[0].host == "pve1"
+    assert [e for e in gone.events if e.kind == "task_start" and "Create" in e.task] == []
