@@ -39,6 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    run.add_argument("--record", action="store_true",
+                     help="write the results entry into the --profile's file (toolkit results record; issue #4)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
     run.set_defaults(func=cmd_run)
 
@@ -127,6 +129,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     gpus_wanted = _parse_gpus(args.gpus)
+    if args.record:
+        # Checked before anything runs: a missing profile or a hand-broken results block is exit 2, not an
+        # error after a long benchmark.
+        if not args.profile:
+            raise ToolkitError.of("--record needs --profile NAME (the profile the results go into)",
+                                  field="--record", fix="add --profile NAME, or record later with "
+                                  "`toolkit results record DIR --profile NAME`")
+        from toolkit.adapters.results_store import load_profile_results
+
+        load_profile_results(args.profile)
     out: Path = args.out or Path("runs") / time.strftime("probe-%Y%m%dT%H%M%SZ", time.gmtime())
     if out.exists() and any(p.name in ("run.json", "trace.csv") for p in out.iterdir()):
         raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
@@ -218,7 +230,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     _print(summary, verdict, out, as_json=args.json)
     if result.interrupted:
         return 130
+    if args.record:
+        _record(out, args.profile, verdict, quiet=args.json)
     return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+
+
+def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) -> None:
+    if verdict["class"] == "benchmark-failed":
+        print(f"not recorded into {profile}: the benchmark failed", file=sys.stderr)
+        return
+    from toolkit.adapters.results_store import record_run
+
+    outcome = record_run(out, profile)
+    if not quiet:
+        print(f"recorded into {outcome.file} ({outcome.action}: {outcome.entry.run_id})")
 
 
 def _judge_and_write(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
