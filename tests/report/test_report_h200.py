@@ -1,0 +1,73 @@
+"""The HTML report of each recorded H200 run (tests/fixtures/probe/, written by the probe engineer on the
+project's H200 device machine) renders in headless Chromium with its plots.
+
+Each run directory is replayed through the probe's own summary and verdict code (`toolkit probe replay
+--write`), recorded into a one-GPU lab profile, and reported; the screenshot is checked like the synthetic
+run's in test_report.py. Until recorded H200 runs are committed there, this test skips and says why.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from tests.report.test_report import CHROMIUM_FLAGS, LIMIT_RGB, _count_near
+from tests.results.conftest import REPO
+from toolkit.adapters.results_store import load_profile_results
+from toolkit.cli.main import main
+
+FIXTURES = REPO / "tests" / "fixtures" / "probe"
+H200_RUNS = sorted(p.parent for p in FIXTURES.glob("**/run.json") if (p.parent / "trace.csv").is_file())
+
+PROFILE = """\
+# One H200 of the project's device machine, driven by loads/gpu_phases.py (no model served).
+schema_version: 1
+name: h200-lab
+description: the probe's recorded H200 phases (a load script, not a served model)
+target:
+  gpu_model: NVIDIA H200
+  gpu_count: 1
+  compute_capability: SM90
+  interconnect: nvlink
+  gpu_power_limit_w: 700
+engine:
+  sglang_version: 0.5.9
+model:
+  repo_id: none/gpu-phases
+server:
+  tp_size: 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", H200_RUNS or [None], ids=[p.name for p in H200_RUNS] or ["none"])
+def test_report_of_a_recorded_h200_run_renders_in_chromium(run: Path | None, tmp_path: Path) -> None:
+    if run is None:
+        pytest.skip(f"no recorded run directory (run.json + trace.csv) under {FIXTURES} yet")
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        pytest.fail("Debian's chromium is not installed: run scripts/setup")
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "h200-lab.yaml").write_text(PROFILE)
+    copy = tmp_path / "runs" / run.name
+    shutil.copytree(run, copy)
+    assert main(["probe", "replay", str(copy), "--write", "--json"]) == 0
+    assert main(["results", "record", str(copy), "--profile", "h200-lab", "--profiles-dir", str(profiles)]) == 0
+    entry = load_profile_results("h200-lab", profiles).block.entries[-1]
+    assert entry.verdict is not None
+    html_file = tmp_path / "report.html"
+    assert main(["report", "h200-lab", "--profiles-dir", str(profiles), "--html", str(html_file)]) == 0
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1200,2600",
+         f"--screenshot={shot}", html_file.as_uri()], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
+    img = Image.open(shot)
+    colours = img.convert("RGB").getcolors(maxcolors=1 << 20) or []
+    assert len(colours) > 200 and max(colours)[0] / (img.width * img.height) < 0.9, "blank screenshot"
+    assert _count_near(img, LIMIT_RGB) > 300, "no enforced-limit line: the power plot did not render"
