@@ -115,3 +115,12 @@ def test_profile_diff_shows_the_imported_result_deltas(capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "output throughput, full-run (tok/s): 880 -> 3,740 (+325 %)" in out
     assert "verdict (changed): - -> busy-but-waiting" in out
+
+
+def test_the_same_run_id_from_two_hosts_is_two_entries() -> None:
+    a = _entry("probe-1", "2026-01-01T00:00:00Z", 1.0).model_copy(update={"host": "ct1"})
+    b = _entry("probe-1", "2026-01-01T00:00:00Z", 2.0).model_copy(update={"host": "ct2"})
+    block = add_entry(add_entry(empty_block(), a), b)
+    assert [e.host for e in block.entries] == ["ct1", "ct2"]
+    block = add_entry(block, a.model_copy(update={"throughput": b.throughput}))
+    assert [(e.host, e.throughput.full_run.output_tok_per_s) for e in block.entries] == [("ct1", 2.0), ("ct2", 2.0)]

@@ -184,10 +184,10 @@ def record_run(run_dir: Path | str, profile_name: str, profiles_dir: Path | str 
     )
     text = current.file.read_text(encoding="utf-8")
     author, _ = split_results_block(text)
-    was_there = any(e.run_id == entry.run_id for e in current.block.entries)
+    was_there = any((e.run_id, e.host) == (entry.run_id, entry.host) for e in current.block.entries)
     new_block = add_entry(current.block, entry, keep_last)
-    kept = {e.run_id for e in new_block.entries}
-    dropped = [e.run_id for e in (*current.block.entries, entry) if e.run_id not in kept]
+    kept = {(e.run_id, e.host) for e in new_block.entries}
+    dropped = [e.run_id for e in (*current.block.entries, entry) if (e.run_id, e.host) not in kept]
     new_text = join_results_block(author, render_block(new_block))
     if split_results_block(new_text)[0] != author:  # never reflow the author's text
         raise ToolkitError.of("internal error: the author's part would change; nothing was written",

@@ -137,7 +137,7 @@ def render_block(block: ResultsBlock) -> str:
 
 
 def add_entry(block: ResultsBlock, entry: ResultsEntry, keep_last: int | None = None) -> ResultsBlock:
-    """A new block with `entry` recorded: replaced in place when its run_id is there, else inserted
+    """A new block with `entry` recorded: replaced in place when its run (run_id and host) is there, else inserted
     (entries are kept oldest first, by date); then only the last `keep_last` toolkit entries are kept.
 
     Manual entries are never pruned: they are imported history (the seed's figures) that no artifact
@@ -146,7 +146,8 @@ def add_entry(block: ResultsBlock, entry: ResultsEntry, keep_last: int | None = 
     keep = keep_last if keep_last is not None else block.keep_last
     entries = list(block.entries)
     for i, old in enumerate(entries):
-        if old.run_id == entry.run_id:
+        # A run is its directory's name on its host: `apply --record` fetches one run id from several hosts.
+        if (old.run_id, old.host) == (entry.run_id, entry.host):
             entries[i] = entry
             break
     else:
