@@ -216,3 +216,15 @@ def test_record_killed_mid_write_leaves_the_profile_intact(scratch: Scratch) -> 
     ProfileStore(scratch.profiles).resolve("glm5-tp8")  # still a valid profile
     assert _record(scratch) == 0
     assert stale_temp_files(path) == []
+
+
+def test_textconv_shows_each_entry_as_one_line_of_figures(scratch: Scratch, capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    assert _record(scratch) == 0
+    capsys.readouterr()
+    assert main(["profile", "textconv", str(scratch.profiles / "glm5-tp8.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "results: 2 entries (schema 2, keep_last 10)" in out
+    assert "  manual-1 [manual] | 3740 tok/s (full run) | 250 W/GPU | busy-but-waiting" in out
+    assert ("  run-synthetic-tp8 [toolkit, stand-in] | 2026-12-02T12:00:00Z | 3554 tok/s (steady) | 247.2 W/GPU | "
+            "0.5572 J/tok | busy-but-waiting") in out

@@ -177,6 +177,8 @@ def headline_rows(e: ResultsEntry) -> list[tuple[str, str]]:
     if e.verdict:
         rows.append(("verdict", e.verdict.class_ + (f" (confidence {e.verdict.confidence:g})"
                                                     if e.verdict.confidence is not None else "")))
+    if e.note:
+        rows.append(("note" + (" (approximate figures)" if e.approximate else ""), e.note))
     return rows
 
 
