@@ -24,12 +24,21 @@ def _entry(run_id: str, date: str, out: float | None = None, steady: float | Non
     )
 
 
+FIXTURES = REPO / "tests" / "results" / "fixtures"
+
+
 def _repo_block(name: str) -> str:
     return split_results_block((REPO / "profiles" / f"{name}.yaml").read_text())[1] or ""
 
 
+def _v1_block(name: str) -> str:
+    """The block as the profiles importer first wrote it (schema 1), kept as a fixture."""
+    return (FIXTURES / f"{name}.v1-block.yaml").read_text()
+
+
 def test_v1_manual_entries_migrate_to_the_current_schema() -> None:
-    block = parse_block(_repo_block("glm5-tp8"), file="glm5-tp8.yaml")
+    assert "schema_version: 1" in _v1_block("glm5-tp8")
+    block = parse_block(_v1_block("glm5-tp8"), file="glm5-tp8.yaml")
     assert block.schema_version == 2
     (e,) = block.entries
     assert (e.source, e.run_id) == ("manual", "manual-1")
@@ -42,9 +51,11 @@ def test_v1_manual_entries_migrate_to_the_current_schema() -> None:
     assert e.bench.input_len == 256 and e.bench.request_rate == "inf"
 
 
-def test_render_is_stable_through_a_read_back() -> None:
-    block = parse_block(_repo_block("glm5-tp8"), file="glm5-tp8.yaml")
-    text = render_block(block)
+@pytest.mark.parametrize("name", ["glm5-baseline", "glm5-tp8"])
+def test_the_shipped_blocks_are_current_and_render_stably(name: str) -> None:
+    # `toolkit results migrate all` wrote them; migrating the v1 fixture gives the same text.
+    text = render_block(parse_block(_v1_block(name), file=name))
+    assert _repo_block(name) == text
     assert render_block(parse_block(text, file="x")) == text
     assert text.startswith("results:\n  schema_version: 2\n  keep_last: 10\n")
 

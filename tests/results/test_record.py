@@ -17,7 +17,7 @@ from toolkit.adapters.profile_store import ProfileStore
 from toolkit.adapters.results_store import load_profile_results, stale_temp_files
 from toolkit.cli.main import main
 from toolkit.core.profile.hashing import spec_hash
-from toolkit.core.profile.results_block import split_results_block
+from toolkit.core.profile.results_block import join_results_block, split_results_block
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "glm5-tp8.block.yaml"
 
@@ -27,8 +27,13 @@ def _record(s: Scratch, *extra: str, profile: str = "glm5-tp8", run: Path | None
                  *extra])
 
 
-def test_golden_record_changes_only_the_block_and_again_is_a_no_op(scratch: Scratch) -> None:
+@pytest.mark.parametrize("block_schema", ["current", "v1"])
+def test_golden_record_changes_only_the_block_and_again_is_a_no_op(scratch: Scratch, block_schema: str) -> None:
     path = scratch.profiles / "glm5-tp8.yaml"
+    if block_schema == "v1":  # a profile still carrying the importer's schema-1 block: migrated on the way
+        author = split_results_block(path.read_text())[0]
+        v1 = (Path(__file__).resolve().parent / "fixtures" / "glm5-tp8.v1-block.yaml").read_text()
+        path.write_text(join_results_block(author, v1))
     before = path.read_bytes()
     assert _record(scratch) == 0
     after = path.read_bytes()
@@ -81,7 +86,7 @@ def _break_block(s: Scratch) -> int:
 def _newer_schema(s: Scratch) -> int:
     path = s.profiles / "glm5-tp8.yaml"
     lines = path.read_text().splitlines(keepends=True)
-    n = next(i for i, ln in enumerate(lines) if ln.strip() == "schema_version: 1" and i > 50)
+    n = next(i for i, ln in enumerate(lines) if ln.strip() == "schema_version: 2" and i > 50)
     lines[n] = "  schema_version: 99\n"
     path.write_text("".join(lines))
     return n + 1
@@ -228,3 +233,18 @@ def test_textconv_shows_each_entry_as_one_line_of_figures(scratch: Scratch, caps
     assert "  manual-1 [manual] | 3740 tok/s (full run) | 250 W/GPU | busy-but-waiting" in out
     assert ("  run-synthetic-tp8 [toolkit, stand-in] | 2026-12-02T12:00:00Z | 3554 tok/s (steady) | 247.2 W/GPU | "
             "0.5572 J/tok | busy-but-waiting") in out
+
+
+def test_migrate_rewrites_a_v1_block_once_and_only_the_block(scratch: Scratch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = scratch.profiles / "glm5-baseline.yaml"
+    author = split_results_block(path.read_text())[0]
+    v1 = (Path(__file__).resolve().parent / "fixtures" / "glm5-baseline.v1-block.yaml").read_text()
+    path.write_text(join_results_block(author, v1))
+    assert main(["results", "migrate", "glm5-baseline", "--profiles-dir", str(scratch.profiles)]) == 0
+    assert "rewritten" in capsys.readouterr().out
+    after = path.read_text()
+    assert split_results_block(after)[0] == author and "schema_version: 2" in after
+    assert main(["results", "migrate", "all", "--profiles-dir", str(scratch.profiles)]) == 0
+    assert "glm5-baseline: already current" in capsys.readouterr().out
+    assert path.read_text() == after

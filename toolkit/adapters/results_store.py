@@ -196,3 +196,17 @@ def record_run(run_dir: Path | str, profile_name: str, profiles_dir: Path | str 
         return RecordOutcome(profile_name, current.file, entry, "unchanged", [], new_block)
     write_atomic(current.file, new_text)
     return RecordOutcome(profile_name, current.file, entry, "replaced" if was_there else "added", dropped, new_block)
+
+
+def migrate_profile(profile_name: str, profiles_dir: Path | str | None = None) -> bool:
+    """Rewrite a profile's results block in the current schema (only the block; atomic). True if it changed."""
+    current = load_profile_results(profile_name, profiles_dir)
+    text = current.file.read_text(encoding="utf-8")
+    author, block_text = split_results_block(text)
+    if block_text is None:
+        return False
+    new_text = join_results_block(author, render_block(current.block))
+    if new_text == text:
+        return False
+    write_atomic(current.file, new_text)
+    return True

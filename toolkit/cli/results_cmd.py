@@ -40,6 +40,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cmp_.add_argument("--json", action="store_true", help="machine-readable output")
     cmp_.set_defaults(func=cmd_compare)
 
+    mig = sub.add_parser("migrate", help="rewrite profiles' results blocks in the current schema (only the block)",
+                         description="Older results blocks are migrated on every read; this writes the migrated "
+                         "block back (atomically; the author's text is untouched).")
+    mig.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names, or `all`")
+    mig.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    mig.set_defaults(func=cmd_migrate)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.adapters.results_store import migrate_profile
+
+    names = ProfileStore(args.profiles_dir).names() if args.profiles == ["all"] else args.profiles
+    for name in names:
+        changed = migrate_profile(name, args.profiles_dir)
+        print(f"{name}: {'results block rewritten in the current schema' if changed else 'already current'}")
+    return 0
+
 
 def cmd_record(args: argparse.Namespace) -> int:
     from toolkit.adapters.results_store import record_run
