@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -248,3 +249,22 @@ def test_migrate_rewrites_a_v1_block_once_and_only_the_block(scratch: Scratch,
     assert main(["results", "migrate", "all", "--profiles-dir", str(scratch.profiles)]) == 0
     assert "glm5-baseline: already current" in capsys.readouterr().out
     assert path.read_text() == after
+
+
+def test_parallel_recorders_into_one_profile_lose_no_entry(scratch: Scratch) -> None:
+    # Four real processes record four runs at once (a sweep's parallel points); the file lock makes the
+    # read-modify-write of the block one at a time, so every entry lands.
+    runs = []
+    for i in range(4):
+        d = scratch.root / "runs" / f"par-{i}"
+        shutil.copytree(scratch.run, d)
+        runs.append(d)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-m", "toolkit", "results", "record", str(d), "--profile", "glm5-tp8",
+                               "--profiles-dir", str(scratch.profiles), "--json"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for d in runs]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    ids = [e.run_id for e in load_profile_results("glm5-tp8", scratch.profiles).block.entries]
+    assert sorted(ids) == ["manual-1", "par-0", "par-1", "par-2", "par-3"]

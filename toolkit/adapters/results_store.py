@@ -15,8 +15,10 @@ original untouched and at most a `.NAME.*.tmp` file beside it, which no profile 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +162,30 @@ def _run_artifacts(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[
     return run, summary, verdict, topology, bench_raw
 
 
+@contextlib.contextmanager
+def profile_lock(path: Path) -> Iterator[None]:
+    """Exclusive lock on the profile file itself, so two recorders (parallel sweeps, several hosts) never
+    both read the old block and the second write drops the first entry.
+
+    The lock is on the inode; a writer replaces the inode, so after acquiring we check that the path
+    still names the inode we locked, and lock again if it moved on.
+    """
+    while True:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def record_run(run_dir: Path | str, profile_name: str, profiles_dir: Path | str | None = None,
                *, keep_last: int | None = None) -> RecordOutcome:
     """Write the results entry of the probe run in `run_dir` into profile `profile_name`.
@@ -170,6 +196,15 @@ def record_run(run_dir: Path | str, profile_name: str, profiles_dir: Path | str 
     """
     run_path = Path(run_dir)
     profiles = ProfileStore(profiles_dir)
+    path = profiles.path(profile_name)
+    if not path.is_file():
+        load_profile_results(profile_name, profiles.dir)  # raises the not-found error with the known names
+    with profile_lock(path):
+        return _record_locked(run_path, profile_name, profiles, keep_last)
+
+
+def _record_locked(run_path: Path, profile_name: str, profiles: ProfileStore, keep_last: int | None
+                   ) -> RecordOutcome:
     current = load_profile_results(profile_name, profiles.dir)
     run, summary, verdict, topology, bench_raw = _run_artifacts(run_path)
     entry = build_entry(
