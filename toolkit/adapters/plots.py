@@ -91,6 +91,12 @@ def throughput_plot(d: PlotData) -> Plot:
     _windows(ax, d)
     if d.throughput_t_s:
         ax.plot(d.throughput_t_s, d.throughput_tok_per_s, "-", color="#1f77b4", lw=1.8, label="output tok/s")
+        if d.full_run_tok_per_s is not None:
+            ax.axhline(d.full_run_tok_per_s, color="0.4", ls=":", lw=1.2,
+                       label=f"full-run average {d.full_run_tok_per_s:,.0f}")
+        if d.steady_tok_per_s is not None and d.steady_window_s:
+            ax.hlines(d.steady_tok_per_s, *d.steady_window_s, colors="#2ca02c", linestyles="--", lw=1.5,
+                      label=f"steady-state average {d.steady_tok_per_s:,.0f}")
     else:
         ax.text(0.5, 0.5, "no throughput figures in this run", transform=ax.transAxes, ha="center", va="center")
     ax.set_xlabel("time since the probe started (s)")

@@ -52,6 +52,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     pr = load_profile_results(args.name, args.profiles_dir)
     store = ProfileStore(pr.file.parent)
     entry = latest(pr.block, pr.spec_hash)
+    if args.run is not None:
+        # The figures and the plots must describe the same run: prefer the entry recorded from --run.
+        named = [e for e in pr.block.entries if e.run_id == args.run.resolve().name]
+        entry = named[-1] if named else entry
     parent = pr.resolved.spec.extends
     changes = [c.render() for c in diff_profiles(store.resolve(parent), pr.resolved).changes] if parent else []
     report = ReportData(
@@ -60,6 +64,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         history=[(e, is_stale(e, pr.spec_hash)) for e in pr.block.entries],
     )
     run_dir = _run_dir(args, entry.artifacts if entry else None, pr.file.parent)
+    if args.run is not None and (entry is None or entry.run_id != args.run.resolve().name):
+        report.notes.append(f"the plots are from {args.run}, which is not recorded in this profile; the figures "
+                            f"are from {entry.run_id if entry else 'no entry'}")
     want_plots = args.html is not None or args.markdown is not None
     if run_dir is not None and run_dir.is_dir():
         from toolkit.adapters.probe_store import load_run

@@ -40,6 +40,8 @@ class PlotData:
     throughput_tok_per_s: list[float]
     throughput_source: str  # how the time series was obtained, shown under the plot
     data_source: str
+    full_run_tok_per_s: float | None = None  # bench_serving's whole-run rate (ramp and drain included)
+    steady_tok_per_s: float | None = None  # the rate over the steady window
 
 
 def _median(vs: list[float]) -> float | None:
@@ -95,6 +97,8 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
     found = bool((summary.get("steady_state") or {}).get("found"))
     sw = (float(steady["start_s"]), float(steady["end_s"])) if found and "start_s" in steady else None
     ts, rates = throughput_series((bench_raw or {}).get("timeline"), bench[0] if bench else 0.0)
+    full_avg = ((summary.get("full") or {}).get("throughput") or {}).get("output_tok_per_s")
+    steady_avg = (steady.get("throughput") or {}).get("output_tok_per_s") if found else None
     if ts:
         source = f"output tokens per {THROUGHPUT_BIN_S:g} s bin, from the benchmark's token timeline"
     else:
@@ -118,6 +122,8 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
         throughput_tok_per_s=rates,
         throughput_source=source,
         data_source=str(summary.get("data_source") or run.get("data_source") or "measured"),
+        full_run_tok_per_s=float(full_avg) if isinstance(full_avg, int | float) else None,
+        steady_tok_per_s=float(steady_avg) if isinstance(steady_avg, int | float) else None,
     )
 
 
