@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import contextlib
+
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import dump_trace, parse_trace, trace_from_rows
 from toolkit.core.probe.verdict import judge
@@ -80,10 +82,56 @@ def bench_replay(repeats: int) -> dict[str, object]:
     }
 
 
+def nvml_call_costs(repeats: int = 20) -> dict[str, float]:
+    """Median wall ms of each NVML call the sampler makes, on GPU 0: where a GPU-sample's time goes."""
+    import pynvml as nv
+
+    nv.nvmlInit()
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(0)
+        calls = {
+            "power_usage": lambda: nv.nvmlDeviceGetPowerUsage(h),
+            "field_power_instant": lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_POWER_INSTANT]),
+            "enforced_power_limit": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h),
+            "total_energy": lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h),
+            "utilization": lambda: nv.nvmlDeviceGetUtilizationRates(h),
+            "clock_sm": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+            "clock_mem": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+            "clock_event_reasons": lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(h),
+            "temperature": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+            "pcie_throughput_tx": lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES),
+            "pcie_throughput_rx": lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES),
+        }
+        if nv.nvmlGpmQueryDeviceSupport(h).isSupportedDevice:
+            s1, s2 = nv.nvmlGpmSampleAlloc(), nv.nvmlGpmSampleAlloc()
+            calls["gpm_sample_get"] = lambda: nv.nvmlGpmSampleGet(h, s1)
+
+            def metrics_get() -> None:
+                nv.nvmlGpmSampleGet(h, s2)
+                mg = nv.c_nvmlGpmMetricsGet_t()
+                mg.version, mg.numMetrics, mg.sample1, mg.sample2 = nv.NVML_GPM_METRICS_GET_VERSION, 1, s1, s2
+                mg.metrics[0].metricId = nv.NVML_GPM_METRIC_SM_UTIL
+                nv.nvmlGpmMetricsGet(mg)
+
+            calls["gpm_sample_get_plus_metrics_get"] = metrics_get
+        out = {}
+        for name, fn in calls.items():
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                with contextlib.suppress(nv.NVMLError):
+                    fn()
+                ts.append(time.perf_counter() - t0)
+            out[name] = round(statistics.median(ts) * 1000, 4)
+        return out
+    finally:
+        nv.nvmlShutdown()
+
+
 def bench_nvml(seconds: float, rates: list[float]) -> dict[str, object]:
     from toolkit.adapters.nvml import NvmlSampler
 
-    out: dict[str, object] = {}
+    out: dict[str, object] = {"per_call_ms_median": nvml_call_costs()}
     for gpm in (True, False):
         sampler = NvmlSampler(gpm=gpm)
         gpus = sampler.open(None)
@@ -106,6 +154,8 @@ def bench_nvml(seconds: float, rates: list[float]) -> dict[str, object]:
                     cpu += time.thread_time() - c0
                     k += 1
                 wall = time.monotonic() - t_start
+                # A sample's wall time includes NVML's own waits (the PCIe counters block ~20 ms each);
+                # the CPU share is what the probe takes from the host.
                 out[f"{'gpm' if gpm else 'no_gpm'}_{hz:g}hz"] = {
                     "gpus": len(gpus),
                     "ticks": len(per_tick),

@@ -24,6 +24,12 @@ except ImportError:  # pragma: no cover - depends on the machine
 # early, so a tick less than this after the previous GPM sample leaves the GPM cells empty.
 GPM_MIN_INTERVAL_S = 0.1
 
+# nvmlDeviceGetPcieThroughput blocks while it measures (a 20 ms window per call, nvml.h); TX and RX made
+# every GPU-sample cost ~46 ms on the H200 (tests/fixtures/probe/h200-*/run.json sampler_cost, first run).
+# Where GPM runs it reports PCIe TX/RX itself, so the blocking calls are skipped; elsewhere they are made at
+# most once per PCIE_MIN_INTERVAL_S and the cells between are empty.
+PCIE_MIN_INTERVAL_S = 1.0
+
 _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 # pynvml spells NVML_P2P_CAPS_INDEX_READ as `0,` (a tuple) in nvidia-ml-py 12.x/13.x: use the enum values.
 _P2P_READ, _P2P_NVLINK = 0, 2
@@ -66,6 +72,7 @@ class _Gpu:
         self.gpm_prev: Any = None
         self.gpm_prev_t = 0.0
         self.gpm_spare: Any = None
+        self.pcie_last_t = -1e9
 
 
 class NvmlSampler:
@@ -255,10 +262,13 @@ class NvmlSampler:
         if reasons_fn is not None:
             row["clock_reasons"] = self._read(g, "reasons", lambda: reasons_fn(h), errors)
         row["temp_c"] = self._read(g, "temp", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), errors)
-        row["pcie_tx_kib_s"] = self._read(
-            g, "pcie_tx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES), errors)
-        row["pcie_rx_kib_s"] = self._read(
-            g, "pcie_rx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES), errors)
+        now = time.monotonic()
+        if not g.gpm and now - g.pcie_last_t >= PCIE_MIN_INTERVAL_S:
+            g.pcie_last_t = now
+            row["pcie_tx_kib_s"] = self._read(
+                g, "pcie_tx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES), errors)
+            row["pcie_rx_kib_s"] = self._read(
+                g, "pcie_rx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES), errors)
         if g.gpm:
             self._gpm(g, row, errors)
         if errors:

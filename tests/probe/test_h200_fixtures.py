@@ -1,0 +1,121 @@
+"""Recorded H200 runs (tests/fixtures/probe/h200-*, loads/h200_experiment.sh) through the real summary and
+verdict code: each phase of loads/gpu_phases.py must get its class. Multi-GPU cases are COMPOSED from these
+single-GPU traces (labelled so), not measured on 8 GPUs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from toolkit.adapters.probe_store import judge_run, load_run
+from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.summary import summarize
+from toolkit.core.probe.trace import Trace
+from toolkit.core.probe.verdict import judge
+
+from .synthetic import seed_run
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
+EXPECTED = {
+    "h200-idle": "no-load",
+    "h200-compute": "compute-bound",
+    "h200-compute-50hz": "compute-bound",
+    "h200-memory": "memory-bandwidth-bound",
+    "h200-spin": "busy-but-waiting",
+    "h200-launch": "launch-bound",
+    "h200-failing": "benchmark-failed",
+    "h200-interrupted": "benchmark-failed",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_recorded_phase_gets_its_class(name: str) -> None:
+    run = load_run(FIX / name)
+    assert run.manifest["data_source"] == "measured (NVML)"
+    summary, verdict = judge_run(run)
+    assert verdict.cls == EXPECTED[name], verdict.headline
+    # the stored verdict was made on the GPU machine by the same code: replay must agree with it
+    assert run.verdict is not None and run.verdict["class"] == verdict.cls
+    if verdict.cls in ("compute-bound", "memory-bandwidth-bound", "busy-but-waiting", "launch-bound"):
+        assert summary["steady_state"]["found"]
+        assert verdict.basis == "gpm" and verdict.confidence >= 0.75
+    if name.startswith("h200-compute"):
+        assert verdict.power_capped is True
+        assert verdict.evidence["power_of_limit"] > 0.95
+
+
+def test_recorded_energy_counter_matches_integrated_power_within_2_percent() -> None:
+    for name in ("h200-compute", "h200-memory", "h200-spin", "h200-launch"):
+        summary, _ = judge_run(load_run(FIX / name))
+        g = summary["steady"]["gpus"]["0"]
+        assert g["energy_source"] == "counter"
+        # instant power (NVML_FI_DEV_POWER_INSTANT) integrates to the counter; the 1 s averaged power lags
+        assert abs(g["energy_integrated_instant_j"] / g["energy_j"] - 1) < 0.02, name
+        assert abs(g["energy_integrated_j"] / g["energy_j"] - 1) < 0.03, name
+
+
+def test_benchmark_failure_keeps_artifacts_and_stderr_tail() -> None:
+    run = load_run(FIX / "h200-failing")
+    _, verdict = judge_run(run)
+    assert run.manifest["exit_code"] == 3
+    assert "planted failure" in verdict.evidence["stderr_tail"]
+    interrupted = load_run(FIX / "h200-interrupted")
+    assert interrupted.manifest["interrupted"] is True and interrupted.manifest["status"] == "interrupted"
+    assert len(interrupted.trace.gpus[0]) > 50  # what it had was written
+
+
+def _strip_gpm(trace: Trace) -> Trace:
+    t = copy.deepcopy(trace)
+    for s in t.gpus.values():
+        for c in list(s.values):
+            if c.startswith("gpm_"):
+                s.values[c] = [None] * len(s)
+    return t
+
+
+@pytest.mark.parametrize("name", ["h200-compute", "h200-spin", "h200-launch", "h200-idle"])
+def test_without_gpm_the_class_holds_at_lower_confidence(name: str) -> None:
+    run = load_run(FIX / name)
+    summary = summarize(_strip_gpm(run.trace), run.manifest, normalize_bench_result(run.bench_raw))
+    v = judge(summary, run.topology, {})
+    assert v.cls == EXPECTED[name]
+    assert v.basis == "power+util+clocks"
+    if v.cls != "no-load":
+        assert v.confidence < 0.75
+
+
+def _compose(parts: dict[int, str]) -> tuple[Trace, dict]:
+    """An N-GPU trace whose GPU g is the recorded GPU 0 of fixture parts[g], cut to the shortest."""
+    runs = {g: load_run(FIX / name) for g, name in parts.items()}
+    n = min(len(r.trace.gpus[0]) for r in runs.values())
+    gpus = {}
+    for g, r in runs.items():
+        s = copy.deepcopy(r.trace.gpus[0])
+        s.gpu = g
+        s.t_s = s.t_s[:n]
+        s.values = {c: v[:n] for c, v in s.values.items()}
+        s.errors = s.errors[:n]
+        gpus[g] = s
+    first = runs[0].manifest
+    end = min(min(r.manifest["bench_end_s"] for r in runs.values()), gpus[0].t_s[-1])
+    manifest = {**first, "bench_end_s": end,
+                "data_source": "composed from single-GPU H200 recordings; not measured on 8 GPUs"}
+    return Trace({"sample_hz": "10", "source": "composed:h200"}, gpus), manifest
+
+
+def test_composed_eight_gpus_one_working_is_imbalanced_and_named() -> None:
+    trace, manifest = _compose({g: "h200-spin" for g in range(7)} | {7: "h200-compute"})
+    v = judge(summarize(trace, manifest, {}), {}, {})
+    assert v.cls == "imbalanced"
+    assert v.slow_gpu == 7
+    assert "GPU 7" in v.headline and "GPU 7" in v.next_steps[0]
+
+
+def test_composed_eight_spinning_gpus_without_p2p_say_fewer_tp_ranks() -> None:
+    trace, manifest = _compose({g: "h200-spin" for g in range(8)})
+    *_, topology = seed_run()  # the seed's topology: 8 GPUs, each on its own root complex, no P2P
+    v = judge(summarize(trace, manifest, {}), topology, {"profile": "glm5-tp8"})
+    assert v.cls == "busy-but-waiting"
+    assert "glm5-tp4-pp2" in v.next_steps[0] and "glm5-ep8" in v.next_steps[0]
