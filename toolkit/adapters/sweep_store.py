@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -181,13 +182,20 @@ class ApplyProbeRunner:
         if self.lab is not None:
             argv.append("--lab" if self.lab else "--no-lab")
         log = runs / "apply.log"
+        with log.open("w") as handle:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=handle, text=True)
+            try:
+                stdout, _ = proc.communicate(timeout=self.timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                raise VariantFailed(f"apply did not finish in {self.timeout_s:.0f} s", artifacts=str(log)) from None
+            except BaseException:
+                # Ctrl-C (or SIGINT to this process alone): let apply stop its playbook cleanly before we go,
+                # so no orphaned deploy keeps changing the host under the resumed sweep.
+                _stop(proc)
+                raise
         try:
-            with log.open("w") as handle:
-                proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=handle, text=True, timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            raise VariantFailed(f"apply did not finish in {self.timeout_s:.0f} s", artifacts=str(log)) from None
-        try:
-            summary = json.loads(proc.stdout)
+            summary = json.loads(stdout)
         except json.JSONDecodeError:
             summary = None
         tail = _tail(log)
@@ -204,6 +212,18 @@ class ApplyProbeRunner:
         if not run_dirs:
             raise PointFailed(f"apply ran but fetched no probe run: {tail}", artifacts=str(log))
         return measurement_from_probe_dir(run_dirs[0])
+
+
+def _stop(proc: subprocess.Popen[str], grace_s: float = 120.0) -> None:
+    """SIGINT, then wait for apply to wind its playbook down; SIGKILL only if it will not."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _tail(path: Path, lines: int = 5) -> str:
