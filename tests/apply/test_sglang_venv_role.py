@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,9 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "-d", str(dest), f"sglang=={SGLANG_VERSION}"],
         check=True,
     )
+    with tarfile.open(dest.with_suffix(".tar"), "w") as tar:  # the shape toolkit.adapters.wheelhouse gives
+        for p in sorted(dest.iterdir()):
+            tar.add(p, arcname=p.name)
     return dest
 
 
@@ -57,6 +61,7 @@ def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]]) -> Any:
             "sglang_venv_sglang_version": SGLANG_VERSION,
             "sglang_venv_requirements": [f"sglang=={SGLANG_VERSION}"],
             "sglang_venv_wheelhouse_src": str(wheelhouse),
+            "sglang_venv_wheelhouse_tar": str(wheelhouse.with_suffix(".tar")),
             "sglang_venv_wheelhouse_dir": str(tmp / "wheelhouse"),
             "sglang_venv_patch_dir": str(tmp / "patches"),
             "sglang_venv_hf_home": str(tmp / "hf"),

@@ -40,6 +40,8 @@ class Wheelhouse:
     sglang_version: str
     left_out: list[str]  # SGLang requirements not in the wheelhouse (GPU-only or not needed to serve the lab)
     built: bool  # False when a complete cached one was reused
+    tarball: Path  # the same wheels in one tar, what the hosts get
+    toolkit_wheel: Path  # the toolkit's own wheel, for the probe's venv (kept apart from the wheelhouse)
 
 
 def cache_root() -> Path:
@@ -123,24 +125,53 @@ def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
                               exit_code=EXIT_FAILED)
 
 
+def _tarball(dest: Path) -> Path:
+    """The wheelhouse as one uncompressed tar (wheels are zips already): the host gets one file to
+    checksum and copy instead of sixty, which is most of a no-change apply's time otherwise.
+    Members are sorted and their metadata fixed, so the same wheels give the same bytes."""
+    import tarfile
+
+    out = dest.with_suffix(".tar")
+    tmp = out.with_name(out.name + ".tmp")
+
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+        return info
+
+    with tarfile.open(tmp, "w") as tar:
+        for p in sorted(dest.iterdir()):
+            if p.is_file() and not p.name.endswith(".tmp"):
+                tar.add(p, arcname=p.name, filter=clean)
+    os.replace(tmp, out)
+    return out
+
+
 def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) -> Wheelhouse:
-    """A complete wheelhouse for this SGLang release (built once, then reused)."""
-    dest = (root or cache_root()) / f"sglang-{sglang_version}-cp311"
+    """A complete wheelhouse for this SGLang release (built once, then reused), and the toolkit's wheel."""
+    base = root or cache_root()
+    dest = base / f"sglang-{sglang_version}-cp311"
     dest.mkdir(parents=True, exist_ok=True)
-    # The toolkit's own wheel follows the checkout: rebuilt when its sources changed (a build costs
-    # seconds, and a no-change apply should cost little more than the playbook).
+    # The toolkit's own wheel follows the checkout: rebuilt when its sources changed. It lives apart
+    # from the wheelhouse, so a toolkit change never makes the SGLang venv's wheelhouse look changed.
+    tk_dir = base / "toolkit"
+    tk_dir.mkdir(parents=True, exist_ok=True)
     source = _source_digest(repo_root)
-    marker = dest / ".toolkit-source-sha256"
-    wheels = list(dest.glob("gpu_serving_toolkit-*.whl"))
+    marker = tk_dir / ".toolkit-source-sha256"
+    wheels = list(tk_dir.glob("gpu_serving_toolkit-*.whl"))
     if not wheels or not marker.exists() or marker.read_text().strip() != source:
         for old in wheels:
             old.unlink()
-        _build_toolkit_wheel(dest, repo_root)
+        _build_toolkit_wheel(tk_dir, repo_root)
         marker.write_text(source + "\n")
+    toolkit_wheel = next(tk_dir.glob("gpu_serving_toolkit-*.whl"))
     # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
     wanted = json.dumps([sglang_version, list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
-    if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted:
-        return Wheelhouse(dest, sglang_version, (dest / "LEFT_OUT.txt").read_text().split(), built=False)
+    tar = dest.with_suffix(".tar")
+    if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists():
+        left = (dest / "LEFT_OUT.txt").read_text().split()
+        return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel)
+    for stale in dest.glob("gpu_serving_toolkit-*.whl"):  # from before the toolkit wheel moved out
+        stale.unlink()
     _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True)
     wheel = next(dest.glob(f"sglang-{sglang_version}-*.whl"))
     sglang_reqs = _requires(wheel)
@@ -153,4 +184,5 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     tmp.write_text("\n".join(left_out) + "\n")
     os.replace(tmp, dest / "LEFT_OUT.txt")
     (dest / STAMP).write_text(wanted + "\n")
-    return Wheelhouse(dest, sglang_version, left_out, built=True)
+    tar = _tarball(dest)
+    return Wheelhouse(dest, sglang_version, left_out, built=True, tarball=tar, toolkit_wheel=toolkit_wheel)

@@ -191,8 +191,9 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
                 field="--probe",
                 fix="run from a checkout that has tests/results/fixtures/run-synthetic-tp8/ (or probe fixtures)",
             )
-        # A short idle baseline: the replayed trace carries its own idle phase; no live view in a log.
-        probe_args = ["--idle-s", "2", "--live", "off"]
+        # The replayed trace's idle phase is 10 s (the probe's default idle baseline), so the bench
+        # window lines up with its load phase; no live view in a log.
+        probe_args = ["--live", "off"]
         if gpu_trace:
             # The trace's directory travels whole: the replay reads topology.json next to it.
             trace = Path(gpu_trace)
@@ -204,6 +205,8 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         inputs,
         run_id=run_id,
         wheelhouse_dir=str(wheelhouse.path),
+        wheelhouse_tar=str(wheelhouse.tarball),
+        toolkit_wheel=str(wheelhouse.toolkit_wheel),
         fetch_dir=str(fetch_dir),
         standin_server_src=str(SERVER_PATH),
         lab=lab,
@@ -347,7 +350,7 @@ def _verdict_line(verdict: dict[str, Any] | None) -> str:
     text = str(verdict.get("headline") or verdict.get("class") or "?")
     conf = verdict.get("confidence_label") or verdict.get("confidence")
     source = str(verdict.get("data_source") or "")
-    lab = " [lab data]" if "lab data" in source else ""
+    lab = " (lab data)" if "lab data" in source else ""
     return text + (f" (confidence {conf})" if conf is not None else "") + lab
 
 

@@ -234,6 +234,8 @@ def build_extravars(
     run_id: str,
     wheelhouse_dir: str,
     fetch_dir: str,
+    wheelhouse_tar: str = "",
+    toolkit_wheel: str = "",
     standin_server_src: str,
     lab: LabOptions | None = None,
     bench_argv: Sequence[str] | None = None,
@@ -254,6 +256,7 @@ def build_extravars(
         "sglang_venv_sglang_version": inputs.sglang_version,
         "sglang_venv_requirements": requirements,
         "sglang_venv_wheelhouse_src": wheelhouse_dir,
+        "sglang_venv_wheelhouse_tar": wheelhouse_tar or f"{wheelhouse_dir.rstrip('/')}.tar",
         "sglang_venv_patches": [
             {"name": p.name, "target": p.target, "patch_src": str(p.patch_file), "sha256": p.sha256}
             for p in inputs.patches
@@ -283,6 +286,7 @@ def build_extravars(
         "bench_probe_probe_args": list(probe_args),
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_wheelhouse_src": wheelhouse_dir,
+        "bench_probe_toolkit_wheel_src": toolkit_wheel,
         "bench_probe_tokenizer_dir": lab.tokenizer_dir or "",
         "bench_probe_dataset_path": lab.dataset_path or "",
     }
