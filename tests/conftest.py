@@ -16,6 +16,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+    # tests/lab/test_lifecycle.py takes the lab up and down itself: it runs before anything that
+    # uses the shared `lab` fixture, so it never takes down a lab another test is using.
+    first = [i for i in items if i.nodeid.startswith("tests/lab/test_lifecycle.py")]
+    if first:
+        items[:] = first + [i for i in items if i not in first]
 
 
 @pytest.fixture(scope="session")

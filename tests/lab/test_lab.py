@@ -59,6 +59,20 @@ def test_pve1_answers_as_a_debian_12_proxmox_stand_in(lab: LabState) -> None:
     assert inventory["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] == lab.host_address
 
 
+def test_pve1_runs_systemd_and_a_unit_a_role_installs_really_runs(lab: LabState) -> None:
+    assert ok(lab, "pve1", "cat /proc/1/comm; systemctl is-system-running") == "systemd\nrunning\n"
+    unit = ("[Unit]\nDescription=lab test oneshot\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+            "ExecStart=/usr/bin/touch /run/lab-test-oneshot\n")
+    try:
+        ok(lab, "pve1", f"printf '{unit}' > /etc/systemd/system/lab-test.service && systemctl daemon-reload && "
+                        "systemctl start lab-test.service")
+        assert ok(lab, "pve1", "systemctl is-active lab-test.service; test -e /run/lab-test-oneshot && echo ran") \
+            == "active\nran\n"
+    finally:
+        lab.ssh("pve1", "systemctl stop lab-test.service; rm -f /etc/systemd/system/lab-test.service "
+                        "/run/lab-test-oneshot; systemctl daemon-reload")
+
+
 def test_pve1_cannot_reach_beyond_the_lab(lab: LabState) -> None:
     proc = lab.ssh("pve1", "ip route get 1.1.1.1")
     assert proc.returncode != 0 and "unreachable" in proc.stderr.lower()

@@ -15,8 +15,12 @@ from toolkit.lab.standins import labstandin
 REPO = Path(__file__).resolve().parents[2]
 
 
+# The default lab's networks, spelled out (a TOOLKIT_LAB_INSTANCE run has other defaults).
+BASE = LabConfig(subnet="10.213.0.0/24", ct_subnet="10.213.1.0/24")
+
+
 def default_state() -> LabState:
-    return LabState(config=LabConfig(), inventory_path="inventory/lab.yml",
+    return LabState(config=BASE, inventory_path="inventory/lab.yml",
                     ssh_key_path="/var/lib/toolkit-lab/ssh/id_ed25519",
                     known_hosts_path="/var/lib/toolkit-lab/ssh/known_hosts")
 
@@ -31,11 +35,11 @@ def test_addresses_follow_the_subnets() -> None:
     (LabConfig(gpus=0), "--gpus"),
     (LabConfig(gpus=17), "--gpus"),
     (LabConfig(driver_version="latest"), "--driver-version"),
-    (LabConfig(subnet="10.213.0.5/24"), "--subnet"),
+    (LabConfig(subnet="10.213.0.5/24", ct_subnet="10.213.1.0/24"), "--subnet"),
     (LabConfig(subnet="8.8.8.0/24"), "--subnet"),
-    (LabConfig(ct_subnet="10.213.0.0/24"), "--ct-subnet"),
+    (LabConfig(subnet="10.213.0.0/24", ct_subnet="10.213.0.0/24"), "--ct-subnet"),
     (LabConfig(ct_vmid=99), "--ct-vmid"),
-    (LabConfig(ct_subnet="10.213.1.0/26"), "--ct-subnet"),
+    (LabConfig(subnet="10.213.0.0/24", ct_subnet="10.213.1.0/26"), "--ct-subnet"),
 ])
 def test_bad_options_name_the_option_and_a_fix(config: LabConfig, field: str) -> None:
     with pytest.raises(ToolkitError) as err:
@@ -48,10 +52,10 @@ def test_a_taken_network_is_refused_but_not_the_labs_own_veth() -> None:
     routes = [{"dst": "default", "dev": "eth0"}, {"dst": "192.0.2.0/24", "dev": "eth0"},
               {"dst": "10.213.0.0/24", "dev": plan.HOST_VETH}, {"dst": "10.213.1.0/24", "dev": plan.HOST_VETH},
               {"dst": "10.213.1.64/26", "dev": "docker0"}]
-    problems = plan.address_conflicts(LabConfig(), routes, our_links={plan.HOST_VETH})
+    problems = plan.address_conflicts(BASE, routes, our_links={plan.HOST_VETH})
     assert [(p.field, "docker0" in p.message) for p in problems] == [("--ct-subnet", True)]
     assert "--subnet" in (problems[0].fix or "")
-    assert plan.address_conflicts(LabConfig(), routes[:3], our_links={plan.HOST_VETH}) == []
+    assert plan.address_conflicts(BASE, routes[:3], our_links={plan.HOST_VETH}) == []
 
 
 def test_inventory_has_the_contract_groups_and_matches_the_committed_example() -> None:
@@ -67,6 +71,13 @@ def test_inventory_has_the_contract_groups_and_matches_the_committed_example() -
     example = yaml.safe_load((REPO / "inventory/lab.example.yml").read_text())
     assert example == inv, "inventory/lab.example.yml no longer shows what `lab up` writes"
     assert plan.render_inventory(default_state()) == text  # deterministic
+
+
+def test_a_second_instance_gets_its_own_names_and_a_bad_name_is_refused() -> None:
+    assert plan.instance_suffix("b") == "b" and plan.instance_suffix("") == ""
+    with pytest.raises(ToolkitError) as err:
+        plan.instance_suffix("Bad name")
+    assert err.value.problems[0].field == "TOOLKIT_LAB_INSTANCE"
 
 
 def test_state_round_trips_and_a_newer_schema_is_refused() -> None:

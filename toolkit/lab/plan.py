@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,8 +52,6 @@ TEMPLATE_DIR = "/var/lib/vz/template/cache"
 TEMPLATE_MASKED_UNITS = ("lxc.service", "lxc-net.service", "lxc-monitord.service")
 TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
 DEFAULT_DRIVER_VERSION = "580.95.05"
-DEFAULT_SUBNET = "10.213.0.0/24"
-DEFAULT_CT_SUBNET = "10.213.1.0/24"
 DEFAULT_CT_VMID = 100
 # Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (DOMAIN.md
 # section 4 lists 234, 506, 508, 509, 511 seen in the wild); fixed here so the lab is repeatable,
@@ -62,12 +62,28 @@ NVIDIA_MAJOR = 195
 MAX_GPUS = 16
 STATE_SCHEMA = 1
 
-NETNS = "toolkit-pve1"
-HOST_VETH = "tklab0"  # controller side; the pve1 side is renamed eth0 inside the namespace
-PEER_VETH = "tklab0p"
+def instance_suffix(value: str) -> str:
+    """A second lab on the same machine (developing the lab while tests use the first) is named by
+    $TOOLKIT_LAB_INSTANCE: 1-4 lower-case letters or digits; '' is the default lab."""
+    if value and not re.fullmatch(r"[a-z0-9]{1,4}", value):
+        raise ToolkitError.of(f"TOOLKIT_LAB_INSTANCE={value!r} is not 1-4 lower-case letters or digits",
+                              field="TOOLKIT_LAB_INSTANCE", fix="unset it, or use e.g. TOOLKIT_LAB_INSTANCE=b")
+    return value
+
+
+INSTANCE = instance_suffix(os.environ.get("TOOLKIT_LAB_INSTANCE", ""))
+_SUFFIX = f"-{INSTANCE}" if INSTANCE else ""
+NETNS = "toolkit-pve1" + _SUFFIX
+HOST_VETH = f"tklab{INSTANCE or '0'}"  # controller side; the pve1 side is renamed eth0 in the namespace
+PEER_VETH = HOST_VETH + "p"
 BRIDGE = "vmbr0"
-CGROUP_NAME = "toolkit-lab"
+CGROUP_NAME = "toolkit-lab" + _SUFFIX
+STATE_DIR_NAME = "toolkit-lab" + _SUFFIX
 HOSTNAME = "pve1"
+# A second instance gets its own default networks, so both can run at once.
+_NET = 213 if not INSTANCE else 214 + sum(map(ord, INSTANCE)) % 30
+DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
+DEFAULT_CT_SUBNET = f"10.{_NET}.1.0/24"
 
 
 @dataclass(frozen=True)

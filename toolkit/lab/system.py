@@ -26,7 +26,7 @@ from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
 from toolkit.lab import plan, rootfs
 from toolkit.lab.plan import LabConfig, LabState
 
-STATE_DIR = Path("/var/lib/toolkit-lab")
+STATE_DIR = Path("/var/lib") / plan.STATE_DIR_NAME
 STATE_FILE = STATE_DIR / "state.json"
 SSH_DIR = STATE_DIR / "ssh"
 PVE1_DIR = STATE_DIR / "pve1"
@@ -46,6 +46,18 @@ REQUIRED_COMMANDS = {
 }
 
 Progress = Callable[[str], None]
+
+# Units pve1's systemd must not run: they would act on this machine's kernel and devices, which pve1
+# shares (udev would replay the machine's uevents, systemd-sysctl and binfmt set global kernel
+# state, fstrim would trim the machine's disk), or would make a network or containers of their
+# own (Proxmox does not use Debian's lxc units either), or want a network the lab does not have.
+PVE1_MASKED_UNITS = (
+    "systemd-udevd.service", "systemd-udevd-control.socket", "systemd-udevd-kernel.socket",
+    "systemd-udev-trigger.service", "systemd-udev-settle.service", "systemd-sysctl.service",
+    "systemd-binfmt.service", "proc-sys-fs-binfmt_misc.automount", "fstrim.timer", "lxc.service",
+    "lxc-net.service", "lxc-monitord.service", "apt-daily.timer", "apt-daily-upgrade.timer",
+    "getty@tty1.service", "console-getty.service",
+)
 
 
 def _quiet(_: str) -> None:
@@ -108,7 +120,7 @@ def default_inventory_path() -> Path:
     if env:
         return Path(env)
     checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "pyproject.toml").is_file() and (checkout / "inventory").is_dir():
+    if not plan.INSTANCE and (checkout / "pyproject.toml").is_file() and (checkout / "inventory").is_dir():
         return checkout / "inventory" / "lab.yml"
     return STATE_DIR / "lab.yml"
 
@@ -312,6 +324,12 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     put("/usr/lib/lab-standin/labstandin.py", standin_bytes("labstandin.py"))
     put("/usr/lib/lab-standin/proc-devices.kernel", Path("/proc/devices").read_text())
     put("/usr/local/sbin/lab-init", standin_bytes("lab-init"), 0o755)
+    put("/etc/systemd/system/lab-standin-boot.service", standin_bytes("lab-standin-boot.service"))
+    wants = upper / "etc/systemd/system/sysinit.target.wants"
+    wants.mkdir(parents=True, exist_ok=True)
+    (wants / "lab-standin-boot.service").symlink_to("/etc/systemd/system/lab-standin-boot.service")
+    for unit in PVE1_MASKED_UNITS:
+        (upper / "etc/systemd/system" / unit).symlink_to("/dev/null")
     put("/usr/sbin/pct", standin_bytes("pct"), 0o755)
     put("/usr/bin/pveversion", standin_bytes("pveversion"), 0o755)
     put("/usr/sbin/modprobe", standin_bytes("modprobe"), 0o755)
@@ -432,8 +450,12 @@ def wait_for_ssh(state: LabState, timeout_s: float = 30) -> None:
     while time.monotonic() < deadline:
         if not alive(state.holder_pid, state.holder_start_ticks):
             break
-        proc = state.ssh("pve1", "cat /run/lab-init.ready", timeout_s=10)
-        if proc.returncode == 0:
+        proc = state.ssh("pve1", "systemctl is-system-running --wait", timeout_s=30)
+        if proc.stdout.strip() in ("running", "degraded"):
+            if proc.stdout.strip() == "degraded":
+                failed = state.ssh("pve1", "systemctl --failed --no-legend --plain", timeout_s=10).stdout
+                raise ToolkitError.of(f"pve1 booted with failed units:\n{failed}", exit_code=EXIT_FAILED,
+                                      fix="`toolkit lab ssh pve1 journalctl -b` shows why; then `toolkit lab down`")
             return
         last = proc.stderr.strip()
         time.sleep(0.1)
@@ -498,8 +520,8 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     return state
 
 
-def _kill_tree(pids: set[int], ticks: dict[int, int], timeout_s: float) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def _kill_tree(pids: set[int], ticks: dict[int, int], timeout_s: float, first: int = signal.SIGTERM) -> None:
+    for sig in (first, signal.SIGKILL):
         for pid in pids:
             if alive(pid, ticks.get(pid, 0)):
                 with contextlib.suppress(ProcessLookupError):
@@ -522,9 +544,10 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         children = Path(f"/proc/{state.holder_pid}/task/{state.holder_pid}/children")
         if alive(state.holder_pid, state.holder_start_ticks) and children.exists():
             init_pids = {int(p) for p in children.read_text().split()}
-        # SIGTERM to pve1's init first: lab-init stops the containers cleanly; then the launcher.
+        # pve1's systemd halts on SIGRTMIN+3 (what lxc-stop sends a systemd container): units stop,
+        # the PID namespace ends. Then SIGKILL, and the launcher by pid.
         ticks = {p: start_ticks(p) for p in init_pids}
-        _kill_tree(init_pids, ticks, timeout_s=15)
+        _kill_tree(init_pids, ticks, timeout_s=15, first=signal.SIGRTMIN + 3)
         _kill_tree({state.holder_pid}, {state.holder_pid: state.holder_start_ticks}, timeout_s=5)
     # By name: whatever is still in the lab's network namespace or cgroup is the lab's.
     leftover = (netns_pids() | cgroup_pids()) - {os.getpid()}
@@ -570,7 +593,7 @@ def leftovers() -> list[str]:
     found += [f"cgroup {d}" for d in lab_cgroup_dirs() if d.exists()]
     found += [f"process {p}" for p in sorted(netns_pids() | cgroup_pids())]
     found += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if "toolkit-lab" in line]
+              if str(STATE_DIR) + "/" in line or line.split()[4] == str(NETNS_PATH)]
     if PVE1_DIR.exists():
         found.append(f"directory {PVE1_DIR}")
     return found

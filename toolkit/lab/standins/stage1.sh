@@ -53,6 +53,11 @@ mknod -m 666 "$R/dev/nvidiactl" c 195 255
 mknod -m 666 "$R/dev/nvidia-modeset" c 195 254
 mount -t tmpfs -o mode=755,size=256m run "$R/run"
 mount -t tmpfs -o mode=1777,size=1g tmp "$R/tmp"
+# pve1 shares this machine's kernel: its global settings (kernel.*, vm.*, fs.*) must stay
+# untouched, so /proc/sys is read-only except this network namespace's own net.* part.
+mount --bind "$R/proc/sys" "$R/proc/sys"
+mount --bind "$R/proc/sys/net" "$R/proc/sys/net"
+mount -o remount,bind,ro "$R/proc/sys"
 hostname "$LAB_HOSTNAME"
 cd "$R"
 mkdir -p .lab-oldroot
@@ -60,5 +65,7 @@ pivot_root . .lab-oldroot
 cd /
 umount -l /.lab-oldroot
 rmdir /.lab-oldroot
+# systemd as pve1's init, as on a Proxmox host, so the units roles install really run. The
+# `container` variable makes it behave as in a container (no udev, no kernel tuning).
 exec /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin container=lxc \
-  /usr/bin/python3 /usr/local/sbin/lab-init
+  /lib/systemd/systemd --system --log-target=console --show-status=no
