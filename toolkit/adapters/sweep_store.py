@@ -247,7 +247,7 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
         verdict = judged.to_dict()
     exit_code = (summary.get("benchmark") or {}).get("exit_code")
     if exit_code not in (0, None) or verdict.get("class") == "benchmark-failed":
-        tail = str((summary.get("benchmark") or {}).get("stderr_tail") or "")[-300:]
+        tail = str((summary.get("benchmark") or {}).get("stderr_tail") or "").strip()[-300:]
         raise PointFailed(f"benchmark failed (exit {exit_code}): {tail}", artifacts=str(run_dir))
     entry = build_entry(
         summary,

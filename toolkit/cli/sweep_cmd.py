@@ -193,8 +193,16 @@ def _runner(args: argparse.Namespace, state: Any, store: Any, base: Any, profile
     from toolkit.core.sweep.recorded import TableRunner
 
     if args.runner.startswith("recorded:"):
+        from toolkit.adapters.sweep_store import measurement_from_probe_dir
+
         path = args.runner.split(":", 1)[1]
-        return TableRunner(load_table(path), source=path, sleep=time.sleep)
+        here = Path(path).resolve().parent
+        return TableRunner(
+            load_table(path),
+            source=path,
+            sleep=time.sleep,
+            load_probe_run=lambda run: measurement_from_probe_dir(here / run),
+        )
     if args.runner == "apply":
         chain = [profiles.path(n) for n in base.chain]
         return ApplyProbeRunner(

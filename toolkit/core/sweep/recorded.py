@@ -8,7 +8,9 @@ A table is a mapping: {"about": str, "points": [...]}; each point has `knobs` (d
 knobs it was measured with; a point matches a variant when these equal the variant's own knobs) and
 either `concurrency` with `steady_output_tok_per_s`, `power_w_total` (all GPUs, steady window) and
 optionally `output_tok_per_s`, `verdict`, `duration_s`, `fail` ("point") with `reason`; or `fail`:
-"variant" with `reason` (the server did not come up: no concurrency needed).
+"variant" with `reason` (the server did not come up: no concurrency needed); or `concurrency` with
+`probe_run`: a recorded `toolkit probe run` directory (relative to the table's file), read through the
+probe's own summary and verdict code by the injected `load_probe_run`.
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ class TableRunner:
         source: str,
         data_source: str = "recorded run",
         sleep: Callable[[float], None] | None = None,
+        load_probe_run: Callable[[str], Measurement] | None = None,
     ) -> None:
         self.source = source
+        self.load_probe_run = load_probe_run
         self.data_source = data_source
         self.sleep = sleep
         self.calls: list[tuple[str, int]] = []
@@ -70,6 +74,14 @@ class TableRunner:
             self.sleep(float(p["duration_s"]))
         if p.get("fail"):
             raise PointFailed(str(p.get("reason", "failed")))
+        if p.get("probe_run"):
+            if self.load_probe_run is None:
+                raise PointFailed(f"{self.source}: a probe_run point needs a probe run loader")
+            m = self.load_probe_run(str(p["probe_run"]))
+            # The run was recorded elsewhere, not with this variant's knobs: say so with every figure.
+            run_name = str(p["probe_run"]).rstrip("/").rsplit("/", 1)[-1]
+            m.data_source = f"replayed probe run {run_name} (recorded as: {m.data_source})"
+            return m
         tput = _num(p["steady_output_tok_per_s"])
         power = _num(p["power_w_total"]) if p.get("power_w_total") is not None else None
         tokens_per_j = energy = None
