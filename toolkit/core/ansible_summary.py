@@ -86,6 +86,13 @@ def failure_message(res: Mapping[str, Any]) -> str:
     """The most useful single line from a failed module result."""
     if res.get("censored"):
         return NO_LOG_MESSAGE
+    items = res.get("results")
+    if isinstance(items, list):
+        # A loop: Ansible's own msg is only "One or more items failed"; the failed item says why.
+        failed = [i for i in items if isinstance(i, Mapping) and i.get("failed")]
+        if failed:
+            item = failed[0].get("item")
+            return f"item {item!r}: {failure_message(failed[0])}"
     parts: list[str] = []
     msg = res.get("msg")
     if isinstance(msg, str | int | float) and str(msg).strip():
