@@ -24,7 +24,7 @@ LAB_DATASET_PATH = "/opt/sglang/standin/lab-sharegpt.json"
 # 1024 prompts (the seed's count) against the single-threaded stand-in would only measure Python; 64
 # keep a lab run to seconds while every code path (streaming, concurrency, the JSONL) is exercised.
 LAB_NUM_PROMPTS = 64
-LAB_HEALTH_TIMEOUT_S = 60
+LAB_HEALTH_TIMEOUT_S = 20  # the stand-in answers within about a second of its start
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
 
 
@@ -227,6 +227,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
 def run_apply_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     from toolkit.adapters.ansible import run_playbook
 
@@ -234,7 +235,7 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     plan = prepare(args, console)
     extravars, fetch_dir = plan.extravars, plan.fetch_dir
     for note in extravars["deploy_lab_notes"]:
-        console.print(f"[yellow]{note}[/]")
+        console.print(f"[yellow]{escape(note)}[/]")
     if plan.left_out:
         console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(plan.left_out)}[/]")
 
@@ -277,6 +278,8 @@ class _Progress:
         self._status.__exit__(*exc)
 
     def on_event(self, event: Any) -> None:
+        from rich.markup import escape
+
         kind = getattr(event, "kind", "")
         if kind == "task_start":
             self.tasks += 1
@@ -284,9 +287,9 @@ class _Progress:
         elif kind == "play_start":
             self.console.print(f"[bold]{event.play}[/]")
         elif kind == "changed":
-            self.console.print(f"  [yellow]changed[/] {event.host}: {event.task}")
+            self.console.print(f"  [yellow]changed[/] {escape(event.host)}: {escape(event.task)}")
         elif kind in ("failed", "unreachable") and not getattr(event, "ignore_errors", False):
-            self.console.print(f"  [red]{kind}[/] {event.host}: {event.task}")
+            self.console.print(f"  [red]{kind}[/] {escape(event.host)}: {escape(event.task)}")
 
 
 def _summary(result: Any, fetch_dir: Path, args: argparse.Namespace, profile: str) -> dict[str, Any]:
@@ -358,6 +361,7 @@ def _print_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> N
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"toolkit apply profile {summary['profile']}" + (" (check mode)" if summary["check"] else ""))
@@ -367,11 +371,13 @@ def _print_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> N
         table.add_row(host, str(s["ok"]), str(s["changed"]), str(s["failed"]), str(s["unreachable"]))
     console.print(table)
     for f in summary["failures"]:
-        console.print(f"[red]{f['host']}: {f['task']}[/]\n{f['message']}")
+        # Log lines hold brackets ("[lab stand-in] ..."): print them as text, never as rich markup.
+        console.print(f"[red]{escape(f['host'])}: {escape(f['task'])}[/]\n{escape(f['message'])}")
     if summary["unreachable"]:
         console.print(f"[red]unreachable: {', '.join(summary['unreachable'])}[/] (the other hosts were deployed)")
     for host, info in (summary.get("probe") or {}).items():
-        console.print(f"[bold]{host}[/]: verdict {_verdict_line(info['verdict'])}; run {info['run_dir']}")
+        verdict = escape(_verdict_line(info["verdict"]))
+        console.print(f"[bold]{escape(host)}[/]: verdict {verdict}; run {info['run_dir']}")
     rec = summary.get("record")
     if rec:
         console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
