@@ -21,8 +21,6 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit.adapters.ansible import run_playbook
-
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,12 +40,10 @@ def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def provisioned(lab: Any) -> Any:
-    """The lab with its GPU container created and its NVIDIA userspace installed (the #6 playbooks)."""
-    for book in ("host", "container"):
-        if not (REPO / "playbooks" / f"{book}.yml").exists():
-            pytest.skip(f"playbooks/{book}.yml (issue #6) is not in this checkout yet")
-        result = run_playbook(book, inventory=lab.inventory_path)
-        assert result.rc == 0, [f"{f.host}: {f.task}: {f.message}" for f in result.failures]
+    """The lab with its GPU container created and its NVIDIA userspace installed (`toolkit host provision`, #6)."""
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "pve1", "--containers", "-i",
+                           str(lab.inventory_path)], capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
     return lab
 
 
