@@ -31,6 +31,8 @@ def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
     ]
 
 
+RANKING_SCHEMA_VERSION = 1  # of ranking.json (and `toolkit sweep --json`)
+
 RANK_HEADER = ["#", "variant", "knobs", "concurrency", "steady tok/s", "tok/J", "J/tok", "power W", "verdict", "runs"]
 
 
@@ -73,6 +75,7 @@ def to_json(state: SweepState) -> dict[str, Any]:
         return dict(p.__dict__)
 
     return {
+        "schema_version": RANKING_SCHEMA_VERSION,
         "run_id": state.run_id,
         "profile": state.profile,
         "runner": state.runner,
