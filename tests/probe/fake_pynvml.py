@@ -7,6 +7,7 @@ error translation is exercised as it would be against a real driver.
 
 from __future__ import annotations
 
+import time
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,9 +64,13 @@ def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.Si
     ns.nvmlDeviceGetPowerUsage = lambda h: dev(h, "power").power_mw
     ns.nvmlDeviceGetEnforcedPowerLimit = lambda h: dev(h, "limit").limit_mw
 
+    last: dict[int, float] = {}
+
     def energy(h: int) -> int:
         g = dev(h, "energy")
-        g.energy_mj += g.power_mw // 10  # 100 ms at the current power
+        now = time.monotonic()
+        g.energy_mj += int(g.power_mw * (now - last.get(h, now)))  # constant power since the last read
+        last[h] = now
         return g.energy_mj
 
     ns.nvmlDeviceGetTotalEnergyConsumption = energy

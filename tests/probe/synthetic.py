@@ -55,3 +55,21 @@ def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> t
                   for a in range(8) for b in range(a + 1, 8)],
     }
     return trace, run, bench, topology
+
+
+def write_seed_fixture(directory: Any) -> None:
+    """tests/fixtures/probe/seed-synthetic/: the seed-shaped trace and topology, for the lab's --replay-gpu-trace.
+
+    Regenerate with: .venv/bin/python -c "from tests.probe.synthetic import write_seed_fixture as w;
+    w('tests/fixtures/probe/seed-synthetic')"
+    """
+    import json
+    from pathlib import Path
+
+    from toolkit.core.probe.trace import dump_trace
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    trace, _run, _bench, topology = seed_run()
+    (d / "trace.csv").write_text(dump_trace(trace))
+    (d / "topology.json").write_text(json.dumps(topology, indent=2, sort_keys=True) + "\n")

@@ -122,3 +122,14 @@ def test_bench_result_parsed_by_presence_of_keys() -> None:
     assert old["request_per_s"] is None  # absent stays absent
     new = normalize_bench_result({"total_throughput": 200.0, "output_throughput": 50.0, "input_throughput": 100.0})
     assert new["total_tok_per_s"] == 200.0 and new["total_tok_per_s_source"] == "reported"
+
+
+def test_committed_seed_fixture_matches_its_generator(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pathlib import Path
+
+    from .synthetic import write_seed_fixture
+
+    write_seed_fixture(tmp_path)
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "seed-synthetic"
+    for name in ("trace.csv", "topology.json"):
+        assert (fixture / name).read_text() == (tmp_path / name).read_text(), name

@@ -29,6 +29,12 @@ GPM_MIN_INTERVAL_S = 0.1
 # Where GPM runs it reports PCIe TX/RX itself, so the blocking calls are skipped; elsewhere they are made at
 # most once per PCIE_MIN_INTERVAL_S and the cells between are empty.
 PCIE_MIN_INTERVAL_S = 1.0
+# nvmlDeviceGetTotalEnergyConsumption costs ~3.2 ms of CPU per call on the H200 device machine (median of 20,
+# benchmarks/bench_probe.py --nvml, tests/fixtures/probe/h200-nvml-cost-run2.json) against ~3 us for the
+# other readings: read every tick it alone would cost 8 GPUs x 20 Hz x 3.2 ms = 51 % of a core. The counter
+# is therefore read at most once per `energy_interval_s` (default 1 s); window energy adds power over the
+# short edges between the window's bounds and its first/last counter read (core/probe/energy.py).
+ENERGY_INTERVAL_S = 1.0
 
 _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 # pynvml spells NVML_P2P_CAPS_INDEX_READ as `0,` (a tuple) in nvidia-ml-py 12.x/13.x: use the enum values.
@@ -73,6 +79,7 @@ class _Gpu:
         self.gpm_prev_t = 0.0
         self.gpm_spare: Any = None
         self.pcie_last_t = -1e9
+        self.energy_last_t = -1e9
 
 
 class NvmlSampler:
@@ -80,8 +87,9 @@ class NvmlSampler:
 
     source = "nvml"
 
-    def __init__(self, *, gpm: bool = True) -> None:
+    def __init__(self, *, gpm: bool = True, energy_interval_s: float = ENERGY_INTERVAL_S) -> None:
         self._want_gpm = gpm
+        self.energy_interval_s = energy_interval_s
         self._gpus: list[_Gpu] = []
         self._gpm_ids: dict[str, int] = {}
         self._open = False
@@ -248,8 +256,11 @@ class NvmlSampler:
                 g.unsupported.add("power_instant")
         lim = self._read(g, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), errors)
         row["power_limit_w"] = lim / 1000.0 if lim is not None else None
-        e = self._read(g, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), errors)
-        row["energy_j"] = e / 1000.0 if e is not None else None
+        now = time.monotonic()
+        if now - g.energy_last_t >= self.energy_interval_s:
+            g.energy_last_t = now
+            e = self._read(g, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), errors)
+            row["energy_j"] = e / 1000.0 if e is not None else None
         u = self._read(g, "util", lambda: nv.nvmlDeviceGetUtilizationRates(h), errors)
         if u is not None:
             row["util_gpu_pct"], row["util_mem_pct"] = float(u.gpu), float(u.memory)
@@ -262,7 +273,6 @@ class NvmlSampler:
         if reasons_fn is not None:
             row["clock_reasons"] = self._read(g, "reasons", lambda: reasons_fn(h), errors)
         row["temp_c"] = self._read(g, "temp", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), errors)
-        now = time.monotonic()
         if not g.gpm and now - g.pcie_last_t >= PCIE_MIN_INTERVAL_S:
             g.pcie_last_t = now
             row["pcie_tx_kib_s"] = self._read(

@@ -37,6 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
+    run.add_argument("--energy-interval-s", type=float, default=1.0,
+                     help="read the energy counter at most this often (default 1; 0 = every sample; "
+                     "one read costs ~3 ms of CPU on an H200)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
     run.add_argument("--record", action="store_true",
@@ -81,6 +84,11 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path) -> dict[str, Any]
         value = getattr(server, attr, None)
         if value is not None:
             target[attr] = value
+    from toolkit.core.probe.verdict import fewer_tp_variants
+
+    # Suggest only variants that exist beside this profile (e.g. glm5-tp8 -> glm5-tp4-pp2, glm5-ep8).
+    known = set(store.names())
+    target["variants"] = [v for v in fewer_tp_variants({"profile": resolved.name}) if v in known]
     return {
         "argv": render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl), python=sys.executable),
         "idle_s": float(spec.probe.idle_s),
@@ -172,7 +180,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         from toolkit.adapters.nvml import NvmlSampler
 
-        sampler = NvmlSampler(gpm=not args.no_gpm)
+        sampler = NvmlSampler(gpm=not args.no_gpm, energy_interval_s=args.energy_interval_s)
         data_source = "measured (NVML)"
     gpus = sampler.open(gpus_wanted)
     try:
@@ -190,6 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "gpus": gpus,
             "sample_hz": hz,
             "idle_s": idle_s,
+            "energy_interval_s": args.energy_interval_s,
             "command": redact_argv(plan["argv"]),
             "profile": args.profile,
             "target": plan["target"],
@@ -286,7 +295,7 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
     if "recorded" in src or "lab data" in src or replay:
         con.print(f"[yellow]data: {src}{' (replayed from ' + str(out) + ')' if replay else ''}[/yellow]")
     tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
-               f"{summary['steady']['start_s']}–{summary['steady']['end_s']} s)")
+               f"{summary['steady']['start_s']}-{summary['steady']['end_s']} s)")
     for col in ("GPU", "idle W", "full W", "steady W", "p95 W", "limit W", "util %", "SM MHz", "GPM SM %",
                 "tensor %", "DRAM %", "energy J"):
         tb.add_column(col, justify="right")

@@ -158,7 +158,7 @@ def _work(g: dict[str, Any]) -> float | None:
     return _above_idle(g)
 
 
-def _fewer_tp_variants(target: dict[str, Any]) -> list[str]:
+def fewer_tp_variants(target: dict[str, Any]) -> list[str]:
     if target.get("variants"):
         return [str(v) for v in target["variants"]]
     name = str(target.get("profile", ""))
@@ -195,7 +195,7 @@ def next_steps(cls: str, power_capped: bool | None, topology: dict[str, Any], ta
     if cls == WAITING:
         steps = []
         if ngpu > 1 and _no_p2p(topology):
-            variants = _fewer_tp_variants(target)
+            variants = fewer_tp_variants(target)
             steps.append(
                 f"These {ngpu} GPUs have no P2P path (allreduce crosses the host's PCIe root complexes) and spend the "
                 f"run waiting, not computing: try fewer tensor-parallel ranks"
