@@ -78,3 +78,34 @@ def test_missing_patch_file_is_refused_before_anything_runs(store: ProfileStore,
         deploy.inputs_from_resolved(resolved, repo_root=tmp_path)  # no profiles/patches/ there
     (problem,) = err.value.problems
     assert problem.field == "engine.patches[0].patch" and problem.fix
+
+
+def _two_node(store: ProfileStore):  # type: ignore[no-untyped-def]
+    import dataclasses
+
+    resolved = store.resolve("glm5-tp8")
+    server = resolved.spec.server.model_copy(update={"nnodes": 2, "tp_size": 16, "dist_init_addr": "10.0.0.1:20000"})
+    return dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"server": server}))
+
+
+def test_multi_node_gives_each_host_its_rank_in_inventory_order(store: ProfileStore) -> None:
+    nodes = deploy.per_node(_two_node(store), ["gpu-a", "gpu-b"])
+    for rank, host in enumerate(["gpu-a", "gpu-b"]):
+        argv, unit = nodes[host]
+        assert argv[argv.index("--node-rank") + 1] == str(rank)
+        assert argv[argv.index("--nnodes") + 1] == "2"
+        assert argv[argv.index("--dist-init-addr") + 1] == "10.0.0.1:20000"
+        assert f"--node-rank {rank}" in unit
+    resolved = store.resolve("glm5-tp8")
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
+    ev = deploy.build_extravars(inputs, run_id="r", wheelhouse_dir="/w", fetch_dir="/f", standin_server_src="/s",
+                                lab=deploy.LabOptions(standin_server=True), nodes=nodes)
+    assert set(ev["sglang_service_unit_by_host"]) == {"gpu-a", "gpu-b"}
+    assert "--node-rank 1" in ev["sglang_service_standin_exec_by_host"]["gpu-b"]
+    assert deploy.per_node(resolved, ["only"]) == {}  # one node: every host runs the single unit
+
+
+def test_multi_node_needs_as_many_hosts_as_nodes(store: ProfileStore) -> None:
+    with pytest.raises(ToolkitError) as err:
+        deploy.per_node(_two_node(store), ["gpu-a"])
+    assert err.value.problems[0].field == "server.nnodes"

@@ -116,6 +116,22 @@ def _validate(resolved: Any) -> list[Any]:
     return list(validate(resolved, load_catalogue(str(resolved.spec.engine.sglang_version))))
 
 
+def _inventory_hosts(inventory: Path, limit: str | None, group: str = "gpu_containers") -> list[str]:
+    """The inventory's hosts of `group` in order (ansible-inventory's own parse, any inventory format)."""
+    import subprocess
+    import sys
+
+    cmd = [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory), "--list"]
+    if limit:
+        cmd += ["--limit", limit]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ToolkitError.of(f"cannot read the inventory: {proc.stderr.strip()[-400:]}", file=str(inventory),
+                              field="--inventory", fix="check the inventory with `ansible-inventory -i FILE --list`")
+    data = json.loads(proc.stdout)
+    return list((data.get(group) or {}).get("hosts") or [])
+
+
 def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
     """A recorded GPU trace the lab's probe replays (every output then says "lab data").
 
@@ -199,6 +215,9 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
             trace = Path(gpu_trace)
             probe_args += ["--replay-gpu-trace", f"/var/lib/toolkit/lab/{trace.parent.name}/{trace.name}"]
 
+    nodes = {}
+    if resolved.spec.server.nnodes > 1:
+        nodes = deploy.per_node(resolved, _inventory_hosts(inventory, args.limit))
     with console.status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)"):
         wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=repo_root)
     extravars = deploy.build_extravars(
@@ -212,6 +231,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         lab=lab,
         bench_argv=bench_argv,
         probe_args=probe_args,
+        nodes=nodes,
     )
     extravars["deploy_probe"] = bool(args.probe)
     extravars["bench_probe_gpu_trace_src"] = str(Path(gpu_trace).parent) if gpu_trace else ""

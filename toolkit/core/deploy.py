@@ -9,7 +9,7 @@ and, in the lab, the announced substitutions (the stand-in server, a smaller ben
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,6 +165,32 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
     )
 
 
+def per_node(resolved: ResolvedProfile, hosts: Sequence[str]) -> dict[str, tuple[list[str], str]]:
+    """Multi-node SGLang (server.nnodes > 1): each host's argv and unit, with its --node-rank.
+
+    Node ranks follow the inventory's order of the deployed hosts (node 0 is the first, and the
+    profile's dist_init_addr must be its address); `nnodes` hosts exactly, or nothing is deployed.
+    """
+    import dataclasses
+
+    nnodes = resolved.spec.server.nnodes
+    if nnodes <= 1:
+        return {}
+    if len(hosts) != nnodes:
+        raise ToolkitError.of(
+            f"server.nnodes is {nnodes} but the inventory deploys {len(hosts)} host(s): {', '.join(hosts) or 'none'}",
+            file=resolved.file,
+            field="server.nnodes",
+            fix=f"list {nnodes} hosts in the inventory's gpu_containers group (node 0 first), or use --limit",
+        )
+    out = {}
+    for rank, host in enumerate(hosts):
+        server = resolved.spec.server.model_copy(update={"node_rank": rank})
+        node = dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"server": server}))
+        out[host] = (render_launch_argv(node), render_systemd_unit(node))
+    return out
+
+
 def standin_argv(launch_argv: Sequence[str], server_path: str) -> list[str]:
     """The stand-in's command: the rendered SGLang argv with `-m sglang.launch_server` swapped for the stand-in.
 
@@ -240,6 +266,7 @@ def build_extravars(
     lab: LabOptions | None = None,
     bench_argv: Sequence[str] | None = None,
     probe_args: Sequence[str] = (),
+    nodes: Mapping[str, tuple[list[str], str]] | None = None,
 ) -> dict[str, Any]:
     """The extravars of playbooks/deploy.yml. Keys carry the role prefix they belong to."""
     lab = lab or LabOptions()
@@ -280,6 +307,13 @@ def build_extravars(
         "sglang_service_standin": lab.standin_server,
         "sglang_service_standin_src": standin_server_src,
         "sglang_service_standin_exec": systemd_exec_line(standin) if standin else "",
+        # Multi-node: per host, the argv and unit with that host's --node-rank (empty for one node).
+        "sglang_service_argv_by_host": {h: a for h, (a, _) in (nodes or {}).items()},
+        "sglang_service_unit_by_host": {h: u for h, (_, u) in (nodes or {}).items()},
+        "sglang_service_standin_exec_by_host": {
+            h: systemd_exec_line(standin_argv(a, "/opt/sglang/standin/server.py"))
+            for h, (a, _) in (nodes or {}).items()
+        } if lab.standin_server else {},
         "sglang_service_standin_fail_health": lab.standin_fail_health,
         "sglang_service_standin_nan_log": lab.standin_nan_log,
         "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
