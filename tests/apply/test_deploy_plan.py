@@ -10,6 +10,7 @@ import pytest
 from toolkit.adapters.profile_store import ProfileStore
 from toolkit.core import deploy
 from toolkit.core.errors import ToolkitError
+from toolkit.core.profile import ResolvedProfile
 from toolkit.core.profile.render import render_bench_argv, render_launch_argv, render_systemd_unit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ def test_missing_patch_file_is_refused_before_anything_runs(store: ProfileStore,
     assert problem.field == "engine.patches[0].patch" and problem.fix
 
 
-def _two_node(store: ProfileStore):  # type: ignore[no-untyped-def]
+def _two_node(store: ProfileStore) -> ResolvedProfile:
     import dataclasses
 
     resolved = store.resolve("glm5-tp8")
