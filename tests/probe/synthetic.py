@@ -58,10 +58,10 @@ def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> t
 
 
 def write_seed_fixture(directory: Any) -> None:
-    """tests/fixtures/probe/seed-synthetic/: the seed-shaped trace and topology, for the lab's --replay-gpu-trace.
+    """tests/fixtures/probe/seed-synthetic-8gpu/: the seed-shaped trace and topology, for the lab's --replay-gpu-trace.
 
     Regenerate with: .venv/bin/python -c "from tests.probe.synthetic import write_seed_fixture as w;
-    w('tests/fixtures/probe/seed-synthetic')"
+    w('tests/fixtures/probe/seed-synthetic-8gpu')"
     """
     import json
     from pathlib import Path

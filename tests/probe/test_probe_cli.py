@@ -141,7 +141,7 @@ def test_unsupported_metrics_are_empty_not_zero(tmp_path: Path) -> None:
 
 @pytest.mark.slow  # replays the seed trace in real time: 10 s idle + 20 s benchmark
 def test_profile_gives_the_bench_command_target_and_variants(tmp_path: Path) -> None:
-    seed = FIX / "seed-synthetic" / "trace.csv"
+    seed = FIX / "seed-synthetic-8gpu" / "trace.csv"
     out = tmp_path / "run"
     # An explicit command wins over the profile's bench; the profile still gives target and probe settings.
     rc = main(["probe", "run", "--profile", "glm5-tp8", "--replay-gpu-trace", str(seed), "--idle-s", "10",
@@ -156,7 +156,7 @@ def test_profile_gives_the_bench_command_target_and_variants(tmp_path: Path) -> 
 
 
 def test_profile_bench_is_rendered_bench_serving(tmp_path: Path) -> None:
-    seed = FIX / "seed-synthetic" / "trace.csv"
+    seed = FIX / "seed-synthetic-8gpu" / "trace.csv"
     out = tmp_path / "run"
     rc = main(["probe", "run", "--profile", "glm5-tp8", "--replay-gpu-trace", str(seed), "--idle-s", "0.2",
                "--out", str(out), "--json"])

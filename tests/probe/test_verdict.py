@@ -130,6 +130,6 @@ def test_committed_seed_fixture_matches_its_generator(tmp_path) -> None:  # type
     from .synthetic import write_seed_fixture
 
     write_seed_fixture(tmp_path)
-    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "seed-synthetic"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "seed-synthetic-8gpu"
     for name in ("trace.csv", "topology.json"):
         assert (fixture / name).read_text() == (tmp_path / name).read_text(), name

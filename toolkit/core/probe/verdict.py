@@ -285,10 +285,15 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
     if basis != "gpm":
         evidence["note"] = ("GPM unavailable: judged from power against the limit, utilization and clocks "
                             "(lower confidence)")
-    notes = {j.note for j in members if j.note}
     headline = cls + (" (power-capped)" if power_capped else "") + (f": GPU {slow_gpu}" if slow_gpu is not None else "")
-    if notes:
-        headline += " — " + "; ".join(sorted(notes))
+    if cls != IMBALANCED:
+        first = next(((g, j) for g, j in per_gpu.items() if j.cls == cls and j.note), None)
+        if first is not None:
+            # One GPU's numbers stand for the class; per_gpu has every GPU's own.
+            more = sum(1 for j in per_gpu.values() if j.cls == cls) - 1
+            headline += f" — {first[1].note}" + (f" (GPU {first[0]}; {more} more GPUs alike)" if more else "")
+    else:
+        headline += f" — others wait: work by GPU {evidence['work_by_gpu']}"
     v = Verdict(cls, confidence, basis, evidence, [], per_gpu, power_capped, slow_gpu, headline, source)
     v.next_steps = next_steps(cls, power_capped, topology, target, slow_gpu, summary)
     return v
