@@ -190,4 +190,5 @@ def test_bad_input_stops_before_any_change(lab: Any, inv: Path, runs: Path, tmp_
     gone = run("site", dead, runs)
     _unchanged(lab, gone, before)
     assert gone.failures[0].unreachable and gone.failures[0].host == "pve1"
-    assert [e for e in gone.events if e.kind == "task_start" and "Create" in e.task] == []
+    assert not [e for e in gone.events if e.kind == "task_start" and e.task.startswith("Create |")]
+    assert any("did not answer the preflight" in f.message for f in gone.failures)
