@@ -61,6 +61,37 @@ def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.Si
     ns.nvmlDeviceGetHandleByIndex = lambda i: i
     ns.nvmlDeviceGetMaxClockInfo = lambda h, c: 1980 if c == real.NVML_CLOCK_SM else 3201
     ns.nvmlGpmQueryDeviceSupport = lambda h: types.SimpleNamespace(isSupportedDevice=int(gpus[h].gpm))
+    samples: dict[int, tuple[int, float]] = {}  # id(sample) -> (gpu, time taken)
+    ns.nvmlGpmSampleAlloc = lambda: types.SimpleNamespace()
+    ns.nvmlGpmSampleFree = lambda smp: None
+
+    def gpm_get(h: int, smp: Any) -> Any:
+        dev(h, "gpm_sample")
+        samples[id(smp)] = (h, time.monotonic())
+        return smp
+
+    ns.nvmlGpmSampleGet = gpm_get
+
+    class MetricsGet:  # the fields the adapter sets and reads of c_nvmlGpmMetricsGet_t
+        def __init__(self) -> None:
+            self.version = self.numMetrics = 0
+            self.sample1 = self.sample2 = None
+            self.metrics = [types.SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(16)]
+
+    ns.c_nvmlGpmMetricsGet_t = MetricsGet
+
+    def metrics_get(mg: MetricsGet) -> MetricsGet:
+        (h1, t1), (h2, t2) = samples[id(mg.sample1)], samples[id(mg.sample2)]
+        assert h1 == h2 and t2 > t1, "GPM samples must be of one GPU, in order"
+        calls["gpm_metrics"] = calls.get("gpm_metrics", 0) + 1
+        g = gpus[h1]
+        values = {real.NVML_GPM_METRIC_SM_UTIL: g.util_gpu * 0.9, real.NVML_GPM_METRIC_DRAM_BW_UTIL: 5.0}
+        for m in mg.metrics[: mg.numMetrics]:
+            m.nvmlReturn = real.NVML_SUCCESS if m.metricId in values else real.NVML_ERROR_NOT_SUPPORTED
+            m.value = values.get(m.metricId, 0.0)
+        return mg
+
+    ns.nvmlGpmMetricsGet = metrics_get
     ns.nvmlDeviceGetPowerUsage = lambda h: dev(h, "power").power_mw
     ns.nvmlDeviceGetEnforcedPowerLimit = lambda h: dev(h, "limit").limit_mw
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from unittest import mock
 
@@ -165,3 +166,23 @@ def test_profile_bench_is_rendered_bench_serving(tmp_path: Path) -> None:
     assert run["command"][run["command"].index("--output-file") + 1] == str((out / "bench.jsonl").resolve())
     # No SGLang here: the benchmark fails, and the run says so rather than judging the GPUs.
     assert rc == 1 and json.loads((out / "verdict.json").read_text())["class"] == "benchmark-failed"
+
+
+def test_gpm_metrics_flow_and_unsupported_ones_stay_empty() -> None:
+    gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
+    fake = fp.make_fake([gpu])
+    with mock.patch.object(nvml_adapter, "pynvml", fake):
+        s = nvml_adapter.NvmlSampler()
+        s.open(None)
+        rows = []
+        for i in range(6):
+            rows.append(s.sample(0.11 * i)[0])
+            time.sleep(0.11)
+        s.close()
+    with_gpm = [r for r in rows if r.get("gpm_sm_util_pct") is not None]
+    assert len(with_gpm) >= 4 and fake.calls["gpm_metrics"] == len(with_gpm)
+    assert with_gpm[0]["gpm_sm_util_pct"] == 72.0 and with_gpm[0]["gpm_dram_bw_util_pct"] == 5.0
+    assert all(r.get("gpm_tensor_util_pct") is None for r in rows)  # not offered: empty, not 0
+    assert all(r.get("pcie_tx_kib_s") is None for r in rows)  # GPM covers PCIe: the 21 ms calls are skipped
+    energy_reads = [r for r in rows if r.get("energy_j") is not None]
+    assert 1 <= len(energy_reads) <= 2  # at most once a second

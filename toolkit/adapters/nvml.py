@@ -79,6 +79,7 @@ class _Gpu:
         self.gpm_prev_t = 0.0
         self.gpm_spare: Any = None
         self.pcie_last_t = -1e9
+        self.gpm_request: Any = None  # one c_nvmlGpmMetricsGet_t per GPU, reused: it holds 477 metric slots
         self.energy_last_t = -1e9
 
 
@@ -292,14 +293,16 @@ class NvmlSampler:
             return
         try:
             pynvml.nvmlGpmSampleGet(g.handle, g.gpm_spare)
-            mg = pynvml.c_nvmlGpmMetricsGet_t()
-            mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
-            mg.numMetrics = len(self._gpm_ids)
+            cols = list(self._gpm_ids)
+            mg = g.gpm_request
+            if mg is None:
+                mg = g.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
+                mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+                mg.numMetrics = len(cols)
+                for i, col in enumerate(cols):
+                    mg.metrics[i].metricId = self._gpm_ids[col]
             mg.sample1 = g.gpm_prev
             mg.sample2 = g.gpm_spare
-            cols = list(self._gpm_ids)
-            for i, col in enumerate(cols):
-                mg.metrics[i].metricId = self._gpm_ids[col]
             pynvml.nvmlGpmMetricsGet(mg)
             for i, col in enumerate(cols):
                 m = mg.metrics[i]
