@@ -126,6 +126,24 @@ def test_passthrough_allowed_major_gives_enxio_and_unallowed_gives_eperm(ct: Lab
     assert errnos(ct, "ct", "/dev/nvidiactl") == {"/dev/nvidiactl": "ENXIO"}
 
 
+def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(lab: LabState) -> None:
+    ip = lab.config.ct_subnet.replace(".0/24", ".120/24")
+    lab.ssh("pve1", "pct stop 120; pct destroy 120")
+    ok(lab, "pve1", f"pct create 120 local:vztmpl/{TEMPLATE_NAME} --hostname u --unprivileged 1 "
+                    f"--net0 name=eth0,bridge=vmbr0,ip={ip} --dev0 /dev/nvidia0,mode=0666,uid=0,gid=44 && "
+                    "pct start 120")
+    try:
+        assert ok(lab, "pve1", "pct exec 120 -- cat /proc/self/uid_map").split() == ["0", "100000", "65536"]
+        assert ok(lab, "pve1", "pct exec 120 -- stat -c '%u %g %a' /dev/nvidia0") == "0 44 666\n"
+        probe = ERRNO_PROBE.replace("python3 -c ", "pct exec 120 -- python3 -c ") + "/dev/nvidia0"
+        assert ok(lab, "pve1", probe).split() == ["/dev/nvidia0", "ENXIO"]
+        wait_for(lambda: lab.ssh("pve1", "pct exec 120 -- systemctl is-system-running").stdout.strip()
+                 in ("running", "degraded"), 60, "systemd in the unprivileged container")
+        assert ok(lab, "pve1", "pct exec 120 -- systemctl is-system-running") == "running\n"
+    finally:
+        lab.ssh("pve1", "pct stop 120; pct destroy 120")
+
+
 def test_start_fails_like_proxmox_when_a_device_node_is_missing(lab: LabState) -> None:
     ok(lab, "pve1", f"pct create 101 local:vztmpl/{TEMPLATE_NAME} --hostname missing-dev "
                     f"--dev0 /dev/nvidia-does-not-exist")

@@ -84,10 +84,8 @@ def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path
     _make_template(tmp, log)
     (tmp / ".toolkit-lab-complete").write_text(cache_key() + "\n")
     os.replace(tmp, final)
-    # Userlands made from an older package list or revision are unreachable now: drop them.
-    for old in cache_dir.glob(f"rootfs-{plan.DEBIAN_SUITE}-*"):
-        if old != final and old.is_dir() and not old.name.endswith(".building"):
-            shutil.rmtree(old)
+    # Userlands of an older package list or revision are left alone: a running lab may still have
+    # one as its overlay's lower layer. `toolkit lab down --purge-cache` removes them.
     return final
 
 

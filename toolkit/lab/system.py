@@ -106,6 +106,9 @@ def load_state() -> LabState | None:
         text = STATE_FILE.read_text()
     except FileNotFoundError:
         return None
+    except PermissionError as err:
+        raise ToolkitError.of(f"cannot read the lab's state: {err}", file=str(STATE_FILE), field="user",
+                              fix="run it as root: `sudo toolkit lab ...`") from err
     return LabState.from_json(text, str(STATE_FILE))
 
 
@@ -334,7 +337,6 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     put("/usr/bin/pveversion", standin_bytes("pveversion"), 0o755)
     put("/usr/sbin/modprobe", standin_bytes("modprobe"), 0o755)
     put("/usr/local/bin/lspci-lab-standin", standin_bytes("lspci-lab-standin"), 0o755)
-    put("/usr/share/lab-standin/pct-autodev-hook", standin_bytes("pct-autodev-hook"), 0o755)
     put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
     (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
     (upper / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)

@@ -53,11 +53,10 @@ mknod -m 666 "$R/dev/nvidiactl" c 195 255
 mknod -m 666 "$R/dev/nvidia-modeset" c 195 254
 mount -t tmpfs -o mode=755,size=256m run "$R/run"
 mount -t tmpfs -o mode=1777,size=1g tmp "$R/tmp"
-# pve1 shares this machine's kernel: its global settings (kernel.*, vm.*, fs.*) must stay
-# untouched, so /proc/sys is read-only except this network namespace's own net.* part.
-mount --bind "$R/proc/sys" "$R/proc/sys"
-mount --bind "$R/proc/sys/net" "$R/proc/sys/net"
-mount -o remount,bind,ro "$R/proc/sys"
+# /proc/sys stays writable: a read-only bind over it would make this /proc "not fully visible"
+# and the kernel then refuses the /proc mount of every unprivileged container (seen: "Failed to
+# mount proc ... Operation not permitted" for `--unprivileged 1`). pve1 shares this machine's
+# kernel, so the systemd units that set global kernel state are masked instead (system.py).
 hostname "$LAB_HOSTNAME"
 cd "$R"
 mkdir -p .lab-oldroot
