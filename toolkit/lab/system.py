@@ -446,12 +446,19 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
                               fix="`toolkit lab down`, then look at the console above")
 
 
-def wait_for_ssh(state: LabState, timeout_s: float = 30) -> None:
+def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True) -> None:
+    """Until pve1 answers over SSH and (`boot`) its systemd has finished booting with no failed
+    unit. An already running lab is only asked to answer: a unit a role broke is the role's."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
         if not alive(state.holder_pid, state.holder_start_ticks):
             break
+        if not boot:
+            if state.ssh("pve1", "true", timeout_s=10).returncode == 0:
+                return
+            time.sleep(0.2)
+            continue
         proc = state.ssh("pve1", "systemctl is-system-running --wait", timeout_s=30)
         if proc.stdout.strip() in ("running", "degraded"):
             if proc.stdout.strip() == "degraded":
@@ -480,7 +487,7 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
                 f"the lab is up with {preflight_existing.config}, not {config}", field="options",
                 fix="`toolkit lab down` first, or run `up` with the options it was made with")
         progress("lab already up: checking pve1 answers")
-        wait_for_ssh(preflight_existing, timeout_s=10)
+        wait_for_ssh(preflight_existing, timeout_s=10, boot=False)
         return preflight_existing
     if preflight_existing or netns_inode():
         progress("removing what an earlier, unfinished up left")
