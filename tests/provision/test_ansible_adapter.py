@@ -133,3 +133,25 @@ def test_share_dir_finds_roles_and_playbooks() -> None:
     share = share_dir()
     assert (share / "roles" / "proxmox_gpu_host" / "tasks" / "main.yml").is_file()
     assert (share / "playbooks").is_dir()
+
+
+def test_vault_encrypted_secret_is_used_and_not_logged(local: tuple[Path, Path, Path], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    book, inv, out = local
+    secret = "vaulted-secret-3f9a"
+    pw = tmp_path / "vault-pass"
+    pw.write_text("vault-test-password\n")
+    vault = Path(sys.executable).parent / "ansible-vault"
+    enc = subprocess.run([str(vault), "encrypt_string", "--vault-password-file", str(pw), secret, "--name",
+                          "tiny_secret"], capture_output=True, text=True, check=True).stdout
+    group_vars = inv.parent / "group_vars"
+    group_vars.mkdir()
+    (group_vars / "all.yml").write_text(enc)
+    monkeypatch.setenv("TOOLKIT_VAULT_PASSWORD_FILE", str(pw))
+    runs = tmp_path / "runs"
+    result = run_playbook(str(book), inventory=inv, extravars={"out": str(out)}, private_data_dir=runs)
+    assert result.rc == 0, result.failures
+    assert (out / "secret.txt").read_text() == secret
+    assert [str(p) for p in runs.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
