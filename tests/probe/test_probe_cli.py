@@ -186,3 +186,33 @@ def test_gpm_metrics_flow_and_unsupported_ones_stay_empty() -> None:
     assert all(r.get("pcie_tx_kib_s") is None for r in rows)  # GPM covers PCIe: the 21 ms calls are skipped
     energy_reads = [r for r in rows if r.get("energy_j") is not None]
     assert 1 <= len(energy_reads) <= 2  # at most once a second
+
+
+def test_missing_benchmark_program_is_exit_2_with_nothing_written(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    assert main(["probe", "run", "--replay-gpu-trace", str(FIX / "h200-spin" / "trace.csv"), "--out", str(out),
+                 "--", "no-such-benchmark-xyz"]) == 2
+    assert not out.exists()
+
+
+def test_ctrl_c_writes_what_it_has(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    out = tmp_path / "r"
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "probe", "run", "--replay-gpu-trace", str(FIX / "h200-spin" / "trace.csv"),
+         "--idle-s", "1", "--out", str(out), "--live", "off", "--",
+         sys.executable, "-c", "import time; time.sleep(60)"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (out / "bench.stdout.log").exists():
+        time.sleep(0.1)
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) == 130
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["interrupted"] is True
+    assert json.loads((out / "verdict.json").read_text())["class"] == "benchmark-failed"
+    assert (out / "trace.csv").read_text().count("\n") > 20

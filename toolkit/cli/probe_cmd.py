@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -162,6 +163,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not plan["argv"]:
         raise ToolkitError.of("no benchmark to run", field="command",
                               fix="give --profile NAME, or the benchmark after --: toolkit probe run -- CMD ...")
+    exe = plan["argv"][0]
+    if shutil.which(exe) is None:
+        raise ToolkitError.of(f"benchmark command {exe!r} not found", field="command",
+                              fix="give an installed program (or a path to one) after --")
     idle_s = args.idle_s if args.idle_s is not None else plan["idle_s"]
     hz = args.hz if args.hz is not None else plan["sample_hz"]
     if hz <= 0 or hz > 100:
