@@ -138,8 +138,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     gpus_wanted = _parse_gpus(args.gpus)
-    if args.record and not args.profile:
-        raise ToolkitError.of("--record writes into a profile", field="--record", fix="add --profile NAME")
     if args.record:
         # Checked before anything runs: a missing profile or a hand-broken results block is exit 2, not an
         # error after a long benchmark.
@@ -244,11 +242,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     write_json_atomic(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
     _print(summary, verdict, out, as_json=args.json)
-    if args.record and not result.interrupted:
-        from toolkit.adapters.results_store import record_run  # pydantic: only with --profile
-
-        outcome = record_run(out, args.profile)
-        print(f"results: {outcome.action} entry {outcome.entry.run_id} in {outcome.file}", file=sys.stderr)
     if result.interrupted:
         return 130
     if args.record:
