@@ -60,6 +60,9 @@ def test_report_of_a_recorded_h200_run_renders_in_chromium(run: Path | None, tmp
     assert main(["results", "record", str(copy), "--profile", "h200-lab", "--profiles-dir", str(profiles)]) == 0
     entry = load_profile_results("h200-lab", profiles).block.entries[-1]
     assert entry.verdict is not None
+    # Real GPU figures under a stand-in load: the entry must not pass loop iterations off as a model's tokens.
+    if (copy / "bench.jsonl").exists():  # a failed or interrupted run left no bench result to name its unit
+        assert entry.lab is not None and "not a served model" in entry.lab.note
     html_file = tmp_path / "report.html"
     assert main(["report", "h200-lab", "--profiles-dir", str(profiles), "--html", str(html_file)]) == 0
     shot = tmp_path / "shot.png"

@@ -30,7 +30,9 @@ def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
     assert "recorded into" in proc.stdout
     entry = load_profile_results("glm5-tp8", scratch.profiles).block.entries[-1]
     assert entry.run_id == "probe-1" and entry.artifacts == "runs/probe-1"
-    assert entry.lab is not None and entry.lab.kind == "replay"  # the recorded trace says it is lab data
+    # Both the recorded trace and the load (loop iterations, not a model's tokens) are stand-ins, and say so.
+    assert entry.lab is not None and entry.lab.kind == "stand-in"
+    assert "recorded GPU trace" in entry.lab.note and "loop iteration" in entry.lab.note
     assert entry.verdict is not None and entry.verdict.class_ == "no-load"
 
 

@@ -101,7 +101,8 @@ def throughput_plot(d: PlotData) -> Plot:
         ax.text(0.5, 0.5, "no throughput figures in this run", transform=ax.transAxes, ha="center", va="center")
     ax.set_xlabel("time since the probe started (s)")
     ax.set_ylabel("output tokens / s")
-    ax.set_ylim(bottom=0)
+    top = max([*d.throughput_tok_per_s, d.full_run_tok_per_s or 0.0, d.steady_tok_per_s or 0.0], default=0.0)
+    ax.set_ylim(0, top * 1.15 if top > 0 else 1.0)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.grid(alpha=0.3)
     return Plot("throughput", "Throughput over time", d.throughput_source[0].upper() + d.throughput_source[1:] + ".",

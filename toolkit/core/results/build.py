@@ -132,15 +132,23 @@ def _energy(window: dict[str, Any], name: str) -> Energy | None:
                   output_tok_per_j=sig(tok_per_j), method=method)
 
 
-def _lab(summary: dict[str, Any], run: dict[str, Any]) -> LabNote | None:
-    """Stand-in or replayed data says so in the entry (the standard: every stand-in announces itself)."""
+def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None) -> LabNote | None:
+    """Stand-in or replayed data says so in the entry (the standard: every stand-in announces itself).
+
+    A load that is not a served model (loads/gpu_phases.py on a real GPU) says so too: its "tokens" are
+    whatever its `unit` names, so its tok/s and J per token must never be read as a model's.
+    """
     source = str(summary.get("data_source") or run.get("data_source") or "measured")
+    unit = (bench_raw or {}).get("unit")
+    load_note = None
+    if isinstance(unit, str) and unit and unit.strip().lower() != "token":
+        backend = (bench_raw or {}).get("backend")
+        load_note = f"the load is not a served model ({backend or 'unknown benchmark'}): its tokens are {unit}"
     if source.startswith("measured"):
-        return None
-    stand_in = any(w in source for w in ("stand-in", "synthetic"))
+        return LabNote(kind="stand-in", note=f"GPU figures {source}; {load_note}") if load_note else None
+    stand_in = any(w in source for w in ("stand-in", "synthetic")) or load_note is not None
     replay = any(w in source for w in ("replay", "recorded")) and not stand_in
-    kind = "replay" if replay else "stand-in"
-    return LabNote(kind=kind, note=source)
+    return LabNote(kind="replay" if replay else "stand-in", note=source + (f"; {load_note}" if load_note else ""))
 
 
 def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | None) -> BenchSettings:
@@ -276,7 +284,7 @@ def build_entry(
         source="toolkit",
         date=date,
         spec_hash=spec_hash,
-        lab=_lab(summary, run),
+        lab=_lab(summary, run, bench_raw),
         sglang_version=_sglang_version(bench_raw),
         host=_str(run.get("host")),
         gpu=_gpu_stamp(topology or {}, summary),
