@@ -579,9 +579,29 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         inventory.unlink()
     STATE_FILE.unlink(missing_ok=True)
     if purge_cache:
+        others = other_running_labs()
+        if others:
+            raise ToolkitError.of(
+                f"this lab is down, but the cache stays: {', '.join(others)} still run on it",
+                field="--purge-cache", fix="take those labs down first (TOOLKIT_LAB_INSTANCE=... toolkit lab down)")
         progress("removing the cache and the lab's SSH key")
         rootfs.purge()
         shutil.rmtree(SSH_DIR, ignore_errors=True)
+
+
+def other_running_labs() -> list[str]:
+    """Other lab instances on this machine whose pve1 still runs (they share the cache)."""
+    found = []
+    for state_file in Path("/var/lib").glob("toolkit-lab*/state.json"):
+        if state_file == STATE_FILE:
+            continue
+        try:
+            other = LabState.from_json(state_file.read_text(), str(state_file))
+        except (OSError, ToolkitError):
+            continue
+        if alive(other.holder_pid, other.holder_start_ticks):
+            found.append(str(state_file.parent))
+    return found
 
 
 def status() -> LabState | None:
