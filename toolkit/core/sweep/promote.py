@@ -137,8 +137,9 @@ def promote(
             field="--promote",
             fix=f"nothing to promote: {base.name} already has the measured-best values",
         )
+    window = "steady-state" if best.throughput_window == "steady" else "over the full run (no steady window found)"
     metric = (
-        f"{best.steady_output_tok_per_s:,.0f} output tok/s steady-state"
+        f"{best.steady_output_tok_per_s:,.0f} output tok/s {window}"
         if by == "throughput"
         else f"{best.tokens_per_j:.3f} output tok/J"
     )
@@ -171,7 +172,7 @@ def promote(
         why[path] = {"reason": reason, "link": run_ref}
     promoted = name or f"{base.name}-{state.run_id.removeprefix(base.name + '-')}-{best.variant_id}".lower()
     header = [
-        f"Promoted by `toolkit sweep --resume {state.run_id} --promote` from variant {best.variant_id}.",
+        f"Promoted by `toolkit sweep --promote` from sweep {state.run_id}, variant {best.variant_id}.",
         f"The sweep's state and report: {run_ref}",
     ]
     text = variant_profile_text(

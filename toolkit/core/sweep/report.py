@@ -7,6 +7,7 @@ from typing import Any
 
 from toolkit.core.sweep.ranking import ParetoPoint, RankedRow, pareto_front, rank_by_efficiency, rank_by_throughput
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
+from toolkit.core.sweep.variants import format_value
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -94,7 +95,7 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The sweep report: both rankings, the Pareto front, what was not measured and why, the plots."""
-    axes = ", ".join(f"`{a.path}` in {list(a.values)}" for a in state.axes)
+    axes = ", ".join(f"`{a.path}` in [{', '.join(format_value(x) for x in a.values)}]" for a in state.axes)
     sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
     parts = [
         f"# Sweep {state.run_id}",
