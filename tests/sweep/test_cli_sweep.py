@@ -143,6 +143,14 @@ def test_sigint_and_sigkill_then_resume_and_promote(workdir: Path) -> None:
         assert proc.returncode == 0, err
     assert "--max-running-requests" in out and "256" in out
 
+    # --show measures nothing and prints the same rankings for machines.
+    show = toolkit("sweep", "--show", run_id, "--json", *common(workdir), cwd=workdir)
+    out, err = show.communicate(timeout=60)
+    assert show.returncode == 0, err
+    shown = json.loads(out)
+    assert shown["schema_version"] == 1 and shown["by_throughput"] == ranking["by_throughput"]
+    assert "runner:" not in err  # nothing was run
+
 
 def test_bad_input_exits_2_and_writes_nothing(workdir: Path) -> None:
     cases = [
