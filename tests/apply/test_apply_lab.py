@@ -38,13 +38,31 @@ def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
     return proc.returncode, summary, proc.stderr
 
 
+class Target:
+    """The lab's GPU container the tests deploy to: `ct` of the lab's inventory (CI), or, with
+    TOOLKIT_TEST_APPLY_INVENTORY, another container of the same lab (so a developer's run does not
+    redeploy a container another engineer is testing)."""
+
+    def __init__(self, lab: Any, inventory: Path) -> None:
+        self.lab = lab
+        self.inventory_path = inventory
+        hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_containers"]["hosts"]
+        self.name = next(iter(hosts))
+        self.address = hosts[self.name]["ansible_host"]
+
+    def ssh(self, command: str) -> subprocess.CompletedProcess[str]:
+        argv = [*self.lab.ssh_args("ct")[:-1], f"root@{self.address}", command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
 @pytest.fixture(scope="module")
-def provisioned(lab: Any) -> Any:
-    """The lab with its GPU container created and its NVIDIA userspace installed (`toolkit host provision`, #6)."""
+def provisioned(lab: Any) -> Target:
+    """The container created and its NVIDIA userspace installed (`toolkit host provision`, #6)."""
+    inventory = Path(os.environ.get("TOOLKIT_TEST_APPLY_INVENTORY") or lab.inventory_path)
     proc = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "pve1", "--containers", "-i",
-                           str(lab.inventory_path)], capture_output=True, text=True, cwd=REPO, timeout=1800)
+                           str(inventory)], capture_output=True, text=True, cwd=REPO, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return lab
+    return Target(lab, inventory)
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +73,8 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def ct(lab: Any, command: str) -> subprocess.CompletedProcess[str]:
-    return lab.ssh("ct", command)  # type: ignore[no-any-return]
+def ct(target: Target, command: str) -> subprocess.CompletedProcess[str]:
+    return target.ssh(command)
 
 
 def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
@@ -65,16 +83,16 @@ def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
     return len(((data.get("results") or {}).get("entries")) or [])
 
 
-def apply(lab: Any, work: Path, *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
+def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
     return toolkit("apply", "profile", "glm5-tp8", "-i", str(inventory or lab.inventory_path),
                    "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
 
 
-def test_apply_from_scratch_probe_and_record(provisioned: Any, work: Path) -> None:
+def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) -> None:
     before = _entries(work / "profiles")
     rc, summary, err = apply(provisioned, work, "--probe", "--record")
     assert rc == 0, err[-4000:]
-    assert summary["hosts"]["ct"]["changed"] > 0 and not summary["failures"]
+    assert summary["hosts"][provisioned.name]["changed"] > 0 and not summary["failures"]
 
     # What runs is what `toolkit profile render` prints.
     rendered = subprocess.run([sys.executable, "-m", "toolkit", "profile", "render", "glm5-tp8", "--only", "unit"],
@@ -98,13 +116,13 @@ def test_apply_from_scratch_probe_and_record(provisioned: Any, work: Path) -> No
     assert reverse.returncode == 0
 
     # Artifacts on the controller: server info from the stand-in, environment, smoke text, the probe run.
-    run_dir = Path(summary["artifacts_dir"]) / "ct"
+    run_dir = Path(summary["artifacts_dir"]) / provisioned.name
     info = json.loads((run_dir / "server_info.json").read_text())
     assert info["lab_standin"] is True and info["version"] == "0.5.9" and info["tp_size"] == 8
     env = json.loads((run_dir / "environment.json").read_text())
     assert env.get("SGLANG_STANDIN") == "1"
     assert json.loads((run_dir / "smoke.json").read_text())["text"].strip()
-    probe = summary["probe"]["ct"]
+    probe = summary["probe"][provisioned.name]
     bench = (Path(probe["run_dir"]) / "bench.jsonl").read_text()
     assert json.loads(bench.splitlines()[-1])["completed"] == 64  # SGLang's own bench_serving wrote it
     assert probe["verdict"] is not None
@@ -114,13 +132,13 @@ def test_apply_from_scratch_probe_and_record(provisioned: Any, work: Path) -> No
         assert _entries(work / "profiles") == before + 1
 
 
-def test_second_apply_changes_nothing(provisioned: Any, work: Path) -> None:
+def test_second_apply_changes_nothing(provisioned: Target, work: Path) -> None:
     rc, summary, err = apply(provisioned, work)
     assert rc == 0, err[-4000:]
-    assert summary["hosts"]["ct"]["changed"] == 0, summary
+    assert summary["hosts"][provisioned.name]["changed"] == 0, summary
 
 
-def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Any, work: Path) -> None:
+def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:
     before = (work / "profiles" / "glm5-tp8.yaml").read_bytes()
     rc, summary, err = apply(provisioned, work, "--probe", "--record", "--lab-fail-health")
     assert rc != 0
@@ -132,7 +150,7 @@ def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Any, 
     assert rc == 0, err[-4000:]
 
 
-def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Any, work: Path) -> None:
+def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path) -> None:
     rc, summary, _ = apply(provisioned, work, "--lab-nan-log")
     assert rc != 0
     assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
@@ -140,7 +158,7 @@ def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Any, work: 
     assert rc == 0, err[-4000:]
 
 
-def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: Any, work: Path,
+def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: Target, work: Path,
                                                                     tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     shutil.copytree(work / "profiles", profiles)
@@ -158,10 +176,10 @@ def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: 
     assert ct(provisioned, digest).stdout == venv_before
 
 
-def test_unreachable_host_among_several(provisioned: Any, work: Path, tmp_path: Path) -> None:
+def test_unreachable_host_among_several(provisioned: Target, work: Path, tmp_path: Path) -> None:
     inv = yaml.safe_load(Path(provisioned.inventory_path).read_text())
     hosts = inv["all"]["children"]["gpu_containers"]["hosts"]
-    ghost = dict(hosts["ct"])
+    ghost = dict(hosts[provisioned.name])
     # An address inside the lab's own container subnet that nothing answers (traffic stays in the lab).
     ghost["ansible_host"] = ".".join([*ghost["ansible_host"].split(".")[:3], "250"])
     hosts["ct-ghost"] = ghost
@@ -170,10 +188,11 @@ def test_unreachable_host_among_several(provisioned: Any, work: Path, tmp_path: 
     rc, summary, _ = apply(provisioned, work, inventory=path)
     assert rc != 0
     assert summary["unreachable"] == ["ct-ghost"]
-    assert summary["hosts"]["ct"]["failed"] == 0 and summary["hosts"]["ct"]["unreachable"] == 0
+    me = summary["hosts"][provisioned.name]
+    assert me["failed"] == 0 and me["unreachable"] == 0
 
 
-def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Any, work: Path, tmp_path: Path) -> None:
+def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, work: Path, tmp_path: Path) -> None:
     key = hashlib.sha256(b"toolkit-apply-test-key").hexdigest()
     profiles = tmp_path / "profiles"
     shutil.copytree(work / "profiles", profiles)
@@ -194,7 +213,7 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Any, work:
                 assert key not in f.read_text(errors="replace"), f
     assert "${SGLANG_API_KEY}" in ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
     assert ct(provisioned, "stat -c %a /etc/sglang/glm5-tp8.env").stdout.strip() == "600"
-    info = json.loads((runs / summary["artifacts_dir"].rsplit("/", 1)[-1] / "ct" / "server_info.json").read_text())
+    info = json.loads((Path(summary["artifacts_dir"]) / provisioned.name / "server_info.json").read_text())
     assert info["api_key_set"] is True
     rc, _, err = apply(provisioned, work)  # back to the profile without a key
     assert rc == 0, err[-4000:]
