@@ -22,6 +22,7 @@ from toolkit.core.sweep.state import (
     check_resume,
     new_state,
     parse_concurrency,
+    retry_failed,
     state_from_dict,
 )
 from toolkit.core.sweep.variants import Variant, parse_axes, plan, variant_spec
@@ -170,6 +171,17 @@ def test_budget_plans_the_first_n_and_a_resume_can_raise_it(fresh_state: SweepSt
     assert [v.status for v in fresh_state.variants][:4] == ["planned"] * 4
     assert fresh_state.variant(1).outcome == DONE  # kept
     assert len(fresh_state.pending()) == 6
+
+
+def test_retry_failed_measures_the_failures_again(fresh_state: SweepState, table: dict[str, Any]) -> None:
+    run_sweep(fresh_state, base_spec(), TableRunner(table, source="f"), save=lambda s: None, clock=Clock())
+    assert retry_failed(fresh_state) == 4  # v03 at 1024 (NaN) and v05's three levels
+    assert fresh_state.variant(5).failure is None
+    again = TableRunner(table, source="f")
+    run_sweep(fresh_state, base_spec(), again, save=lambda s: None, clock=Clock())
+    # The same recorded failures come back; only the failed points were asked for, v05 once.
+    assert again.calls == [("v03", 1024), ("v05", 64)]
+    assert fresh_state.variant(5).outcome == FAILED
 
 
 def test_concurrency_and_eta() -> None:

@@ -33,6 +33,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show", metavar="RUN", help="print the rankings of sweep RUN and write its report; measure nothing"
     )
+    parser.add_argument(
+        "--retry-failed", action="store_true", help="with --resume: measure the failed points again too"
+    )
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
     parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule"), default="throughput")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
@@ -73,7 +76,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
     from toolkit.adapters.sweep_store import SweepStore, sweeps_dir
     from toolkit.core.sweep import report
     from toolkit.core.sweep.promote import base_spec, profile_validator
-    from toolkit.core.sweep.state import apply_budget, check_resume, new_state
+    from toolkit.core.sweep.state import apply_budget, check_resume, new_state, retry_failed
     from toolkit.core.sweep.variants import parse_axes, plan
 
     console = Console(stderr=True)
@@ -100,6 +103,9 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=levels)
         if args.budget is not None:
             apply_budget(state, args.budget)
+            store.save(state)
+        if args.retry_failed and args.resume:
+            console.print(f"retrying {retry_failed(state)} failed point(s)")
             store.save(state)
     else:
         if not args.profile:

@@ -257,6 +257,18 @@ def apply_budget(state: SweepState, budget: int | None) -> None:
             v.points = []
 
 
+def retry_failed(state: SweepState) -> int:
+    """Make every failed point pending again (a resume after fixing the host); returns how many."""
+    n = 0
+    for v in state.planned():
+        v.failure = None
+        for p in v.points:
+            if p.status == FAILED:
+                p.status, p.reason, p.measurement, p.duration_s = PENDING, None, None, None
+                n += 1
+    return n
+
+
 def check_concurrency(levels: Sequence[int]) -> list[int]:
     out: list[int] = []
     for c in levels:
