@@ -196,9 +196,23 @@ def run_reproduce(args: argparse.Namespace) -> int:
         if args.lab is not None:
             argv.append("--lab" if args.lab else "--no-lab")
         deploy_start = time.monotonic()
-        code = toolkit_main(argv)
-        report["runs"].append({"command": "toolkit " + " ".join(argv), "rc": code,
-                               "duration_s": round(time.monotonic() - deploy_start, 1)})
+        run: dict[str, Any] = {"command": "toolkit " + " ".join(argv)}
+        if args.json:
+            # One JSON document on stdout: apply's own summary goes inside ours.
+            import contextlib
+            import io
+
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                code = toolkit_main([*argv, "--json"])
+            try:
+                run["summary"] = json.loads(buf.getvalue())
+            except json.JSONDecodeError:
+                run["output"] = buf.getvalue()
+        else:
+            code = toolkit_main(argv)
+        run.update(rc=code, duration_s=round(time.monotonic() - deploy_start, 1))
+        report["runs"].append(run)
     report["duration_s"] = round(time.monotonic() - start, 1)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
