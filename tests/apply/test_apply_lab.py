@@ -163,7 +163,7 @@ def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: 
     profiles = tmp_path / "profiles"
     shutil.copytree(work / "profiles", profiles)
     tp8 = profiles / "glm5-tp8.yaml"
-    tp8.write_text(tp8.read_text().replace(PATCH_SHA, "1" * 64))
+    tp8.write_text(tp8.read_text().replace(PATCH_SHA, "ab" * 32))  # letters: YAML would read 64 digits as an int
     digest = ("find /opt/sglang/venv -type f -not -path '*__pycache__*' -print0 | sort -z "
               "| xargs -0 sha256sum | sha256sum")
     venv_before = ct(provisioned, digest).stdout
@@ -172,7 +172,7 @@ def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: 
                            str(tmp_path / "runs"), "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert proc.returncode != 0
     message = "\n".join(f["message"] for f in json.loads(proc.stdout)["failures"])
-    assert "patch sm120-cutlass-moe-autotune refused" in message and "1" * 64 in message
+    assert "patch sm120-cutlass-moe-autotune refused" in message and "ab" * 32 in message
     assert ct(provisioned, digest).stdout == venv_before
 
 
