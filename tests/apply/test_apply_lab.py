@@ -89,6 +89,9 @@ def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None) -
 
 
 def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) -> None:
+    # From scratch even on a developer's reused container: no venv, no unit, no toolkit there.
+    ct(provisioned, "systemctl disable --now sglang 2>/dev/null; rm -rf /opt/sglang /opt/toolkit /etc/sglang "
+                    "/etc/systemd/system/sglang.service /etc/systemd/system/sglang.service.d; systemctl daemon-reload")
     before = _entries(work / "profiles")
     rc, summary, err = apply(provisioned, work, "--probe", "--record")
     assert rc == 0, err[-4000:]
