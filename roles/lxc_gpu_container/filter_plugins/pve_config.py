@@ -9,6 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# Ansible runs from the toolkit's own environment, so the one /proc/devices parser (also used by doctor) is shared.
+from toolkit.core.doctor import char_majors as proc_devices_majors
+from toolkit.core.doctor import nvidia_majors
+
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _ALLOW = re.compile(r"^c (\d+):(\*|\d+) [rwm]+$")
 # Keys whose value is a property string, with the name of the first, bare item.
@@ -86,35 +90,6 @@ def pve_config_changes(current: dict[str, Any], desired: dict[str, str], owned_d
         key=lambda k: int(k[3:]),
     )
     return {"set": to_set, "delete": delete}
-
-
-def proc_devices_majors(text: str) -> dict[str, int]:
-    """Character-device majors by name from /proc/devices (`508 nvidia-uvm`)."""
-    majors: dict[str, int] = {}
-    section = ""
-    for line in text.splitlines():
-        if line.endswith(":"):
-            section = line[:-1].strip()
-            continue
-        parts = line.split()
-        if section == "Character devices" and len(parts) == 2 and parts[0].isdigit():
-            majors.setdefault(parts[1], int(parts[0]))
-    return majors
-
-
-def nvidia_majors(text: str) -> dict[str, int]:
-    """{"nvidia": 195, "uvm": 508, "caps": 509} as far as the driver registered them."""
-    majors = proc_devices_majors(text)
-    out: dict[str, int] = {}
-    for name in ("nvidia-frontend", "nvidia"):
-        if name in majors:
-            out["nvidia"] = majors[name]
-            break
-    if "nvidia-uvm" in majors:
-        out["uvm"] = majors["nvidia-uvm"]
-    if "nvidia-caps" in majors:
-        out["caps"] = majors["nvidia-caps"]
-    return out
 
 
 def stale_raw_lines(raw: list[list[str]], desired: list[list[str]], proc_devices: str) -> list[list[str]]:
