@@ -70,6 +70,8 @@ def write_seed_fixture(directory: Any) -> None:
 
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    trace, _run, _bench, topology = seed_run()
+    trace, run, _bench, topology = seed_run()
     (d / "trace.csv").write_text(dump_trace(trace))
+    # Its phases, so a replay follows the live run's idle and benchmark (RecordedSampler).
+    (d / "run.json").write_text(json.dumps({"schema_version": 1, **run}, indent=2, sort_keys=True) + "\n")
     (d / "topology.json").write_text(json.dumps(topology, indent=2, sort_keys=True) + "\n")

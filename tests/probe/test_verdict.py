@@ -131,5 +131,5 @@ def test_committed_seed_fixture_matches_its_generator(tmp_path) -> None:  # type
 
     write_seed_fixture(tmp_path)
     fixture = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "seed-synthetic-8gpu"
-    for name in ("trace.csv", "topology.json"):
+    for name in ("trace.csv", "topology.json", "run.json"):
         assert (fixture / name).read_text() == (tmp_path / name).read_text(), name

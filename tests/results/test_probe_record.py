@@ -3,6 +3,7 @@ into a scratch copy of the profiles; bad input is refused before anything runs."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,10 +15,10 @@ from tests.results.conftest import REPO, Scratch
 from toolkit.adapters.results_store import load_profile_results
 
 
-def _probe(s: Scratch, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _probe(s: Scratch, out: Path, *args: str, bench_s: float = 2.0) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "toolkit", "probe", "run", *args, "--replay-gpu-trace", str(s.run / "trace.csv"),
            "--idle-s", "1", "--hz", "5", "--live", "off", "--out", str(out), "--",
-           sys.executable, str(REPO / "loads" / "gpu_phases.py"), "idle", "--duration-s", "2"]
+           sys.executable, str(REPO / "loads" / "gpu_phases.py"), "idle", "--duration-s", str(bench_s)]
     env = {**os.environ, "TOOLKIT_PROFILES_DIR": str(s.profiles), "PYTHONPATH": str(REPO)}
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False, cwd=s.root)
 
@@ -25,7 +26,8 @@ def _probe(s: Scratch, out: Path, *args: str) -> subprocess.CompletedProcess[str
 @pytest.mark.slow
 def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
     out = scratch.root / "runs" / "probe-1"
-    proc = _probe(scratch, out, "--profile", "glm5-tp8", "--record")
+    # 9 s: the replay follows the benchmark's start, so its 3 s ramp and a 5 s plateau fit in.
+    proc = _probe(scratch, out, "--profile", "glm5-tp8", "--record", bench_s=9.0)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "recorded into" in proc.stdout
     entry = load_profile_results("glm5-tp8", scratch.profiles).block.entries[-1]
@@ -33,7 +35,9 @@ def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
     # Both the recorded trace and the load (loop iterations, not a model's tokens) are stand-ins, and say so.
     assert entry.lab is not None and entry.lab.kind == "stand-in"
     assert "recorded GPU trace" in entry.lab.note and "loop iteration" in entry.lab.note
-    assert entry.verdict is not None and entry.verdict.class_ == "no-load"
+    # The recorded verdict is the run's own, and the replayed plateau is the recording's (busy-but-waiting).
+    run_verdict = json.loads((out / "verdict.json").read_text())
+    assert entry.verdict is not None and entry.verdict.class_ == run_verdict["class"] == "busy-but-waiting"
 
 
 def test_record_without_profile_or_with_a_broken_block_runs_nothing(scratch: Scratch) -> None:

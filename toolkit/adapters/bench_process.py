@@ -146,6 +146,7 @@ def run_sampled(
                     result.idle_end_s = now
                     phase = "bench"
                     result.bench_start_s = time.monotonic() - t0
+                    sampler.bench_started(result.bench_start_s)
                     try:
                         proc = subprocess.Popen(list(argv), stdout=so, stderr=se, env=env)
                     except OSError as err:

@@ -154,6 +154,9 @@ class NvmlSampler:
                     g.gpm = False
         return g
 
+    def bench_started(self, t_s: float) -> None:
+        return None  # real GPUs need no alignment; see RecordedSampler.bench_started
+
     def close(self) -> None:
         if pynvml is None or not self._open:
             return

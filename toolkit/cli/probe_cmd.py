@@ -180,7 +180,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         recorded = read_trace(args.replay_gpu_trace)
         topo_path = args.replay_gpu_trace.parent / "topology.json"
         topo = json.loads(topo_path.read_text()) if topo_path.exists() else None
-        sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo)
+        # The recording's own run.json gives its phases, so the replay follows this run's idle and benchmark.
+        rec_run_path = args.replay_gpu_trace.parent / "run.json"
+        try:
+            rec_run = json.loads(rec_run_path.read_text()) if rec_run_path.exists() else None
+        except ValueError as err:
+            raise ToolkitError.of(f"the recording's run manifest is not JSON: {err}", file=str(rec_run_path),
+                                  fix="restore it from the recorded run, or delete it to replay on wall time") from None
+        sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo, rec_run)
         data_source = f"{RECORDED_LABEL} ({args.replay_gpu_trace.name})"
     else:
         from toolkit.adapters.nvml import NvmlSampler

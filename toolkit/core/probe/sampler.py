@@ -31,13 +31,25 @@ class GpuSampler(Protocol):
         """One row per selected GPU; a GPU that errors gives a row with `error` set, not an exception."""
         ...
 
+    def bench_started(self, t_s: float) -> None:
+        """The benchmark started at t_s (the probe's clock). NVML ignores it; a recorded trace aligns to it."""
+        ...
+
     def close(self) -> None: ...
 
 
 class RecordedSampler:
-    """Plays `trace` back on the run's clock: the row at recorded t0 + t_s (the last one held at the end)."""
+    """Plays `trace` back on the run's clock.
 
-    def __init__(self, trace: Trace, file: str, topology: dict[str, Any] | None = None) -> None:
+    Without the recording's run manifest (`run`), the row at recorded t0 + t_s (the last one held at the end).
+    With it, playback follows the live run's phases, so the replay does not depend on how long this machine's
+    benchmark takes: the live idle phase plays the recorded idle (looped if longer), and from the live
+    benchmark's start the recorded benchmark plays from its own start through its ramp-up, then loops over the
+    recording's steady window until the live benchmark ends. A slow benchmark (a loaded CI machine) would
+    otherwise run past the recording's end and be judged on a held idle row."""
+
+    def __init__(self, trace: Trace, file: str, topology: dict[str, Any] | None = None,
+                 run: dict[str, Any] | None = None) -> None:
         self.trace = trace
         self.file = file
         self.source = f"recorded:{file}"
@@ -45,6 +57,23 @@ class RecordedSampler:
         self._gpus: list[int] = []
         starts = [s.t_s[0] for s in trace.gpus.values() if s.t_s]
         self._t0 = min(starts) if starts else 0.0
+        self._live_bench_start_s: float | None = None
+        self._phases = _recorded_phases(trace, run, self._t0) if run is not None else None
+
+    def bench_started(self, t_s: float) -> None:
+        self._live_bench_start_s = t_s
+
+    def _recorded_t(self, t_s: float) -> float:
+        if self._phases is None:
+            return self._t0 + t_s
+        bench_start, loop_start, loop_end = self._phases
+        if self._live_bench_start_s is None:
+            idle_len = bench_start - self._t0
+            return self._t0 + (t_s % idle_len if idle_len > 0 else 0.0)
+        x = bench_start + max(0.0, t_s - self._live_bench_start_s)
+        if x > loop_end and loop_end > loop_start:
+            x = loop_start + (x - loop_start) % (loop_end - loop_start)
+        return x
 
     def open(self, gpus: list[int] | None) -> list[int]:
         have = sorted(g for g, s in self.trace.gpus.items() if len(s))
@@ -73,9 +102,10 @@ class RecordedSampler:
 
     def sample(self, t_s: float) -> list[Row]:
         rows: list[Row] = []
+        t_rec = self._recorded_t(t_s)
         for g in self._gpus:
             s = self.trace.gpus[g]
-            i = max(0, min(len(s) - 1, bisect.bisect_right(s.t_s, self._t0 + t_s) - 1))
+            i = max(0, min(len(s) - 1, bisect.bisect_right(s.t_s, t_rec) - 1))
             row: Row = {"t_s": t_s, "gpu": g, "error": s.errors[i]}
             for c in NUMERIC_COLUMNS:
                 row[c] = s.values[c][i]
@@ -84,3 +114,20 @@ class RecordedSampler:
 
     def close(self) -> None:
         return None
+
+
+def _recorded_phases(trace: Trace, run: dict[str, Any], t0: float) -> tuple[float, float, float] | None:
+    """(bench start, loop start, loop end) on the recording's clock: the loop is its steady window, or its
+    whole benchmark window when it had none (an idle or failed recording). None without a benchmark window."""
+    from toolkit.core.probe.steady import SteadyParams, find_steady_window
+    from toolkit.core.probe.summary import idle_power
+
+    try:
+        b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    if b1 <= b0:
+        return None
+    idle = idle_power(trace, float(run.get("idle_start_s", t0)), float(run.get("idle_end_s", b0)))
+    steady = find_steady_window(trace, b0, b1, idle, SteadyParams())
+    return (b0, steady.start_s, steady.end_s) if steady.found else (b0, b0, b1)
