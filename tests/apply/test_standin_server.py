@@ -192,3 +192,62 @@ def test_server_file_needs_only_the_standard_library() -> None:
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert mods <= set(sys.stdlib_module_names) | {"__future__"}, mods
+
+
+def test_listen_backlog_takes_a_whole_benchmark_at_once() -> None:
+    """bench_serving with --request-rate inf connects every request at once; a backlog of 5 made the late
+    ones wait out SYN retransmits (1, 3, 7, ... 63 s) and a 14 s lab benchmark took two minutes."""
+    s = _start()
+    try:
+        port = s.base.rsplit(":", 1)[1]
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True, check=True)
+        send_q = int(out.stdout.split()[2])  # for a listening socket, Send-Q is its backlog
+        assert send_q >= 1024, out.stdout
+    finally:
+        s.stop()
+
+
+def _stream_tokens(base: str, max_tokens: int) -> float:
+    t0 = time.monotonic()
+    body = json.dumps({"prompt": "x", "max_tokens": max_tokens, "stream": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert b"[DONE]" in r.read()
+    return time.monotonic() - t0
+
+
+def test_concurrent_requests_share_the_servers_decode_rate() -> None:
+    """N running requests share SGLANG_STANDIN_OUTPUT_TOK_PER_S, so a benchmark's length is set by its total
+    output tokens, not by how many it sends at once (what the lab probe's steady window needs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = _start(env={"SGLANG_STANDIN_OUTPUT_TOK_PER_S": "1000", "SGLANG_STANDIN_TOKEN_DELAY_S": "0.004"})
+    try:
+        s.wait_healthy()
+        alone_s = _stream_tokens(s.base, 50)
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=40) as pool:
+            list(pool.map(lambda _: _stream_tokens(s.base, 50), range(40)))
+        together_s = time.monotonic() - t0
+    finally:
+        s.stop()
+    assert alone_s < 0.6  # 50 x 4 ms: a lone request is not held to the shared rate
+    # 40 x 50 tokens at 1,000 tok/s is 2 s; the first and last requests' ramp adds a little.
+    assert 1.6 < together_s < 4.0, together_s
+
+
+def test_max_running_requests_queues_the_rest() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = _start("--max-running-requests", "2", env={"SGLANG_STANDIN_OUTPUT_TOK_PER_S": "100000",
+                                                   "SGLANG_STANDIN_TOKEN_DELAY_S": "0.01"})
+    try:
+        s.wait_healthy()
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            list(pool.map(lambda _: _stream_tokens(s.base, 30), range(6)))
+        took_s = time.monotonic() - t0
+    finally:
+        s.stop()
+    # 6 requests of ~0.3 s, two at a time: three rounds, ~0.9 s; all at once would be ~0.3 s.
+    assert took_s > 0.8, took_s

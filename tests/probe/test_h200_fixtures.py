@@ -5,6 +5,7 @@ single-GPU traces (labelled so), not measured on 8 GPUs."""
 from __future__ import annotations
 
 import copy
+import itertools
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,13 @@ EXPECTED = {
     "h200b-compute-50hz": "compute-bound",
     "h200b-spin-10hz": "busy-but-waiting",
     "h200b-memory-20hz": "memory-bandwidth-bound",
+    # third and fourth calls (loads/h200_tiered.sh, h200_under_load.sh): the tiered sampler (slow readings every
+    # 0.5 s, the power limit carried), energy counter every 1 s (h200c) and every 5 s, the default (h200d)
+    "h200c-compute-10hz": "compute-bound",
+    "h200c-memory-10hz": "memory-bandwidth-bound",
+    "h200c-spin-10hz": "busy-but-waiting",
+    "h200c-launch-10hz": "launch-bound",
+    "h200d-compute-20hz": "compute-bound",
 }
 
 
@@ -143,3 +151,19 @@ def test_energy_from_one_counter_read_a_second_matches_every_tick() -> None:
         b = summary[window]["gpus"]["0"]["energy_j"]
         assert abs(b / a - 1) < 0.01, (window, a, b)
     assert summary["steady"]["gpus"]["0"]["energy_source"].startswith("counter (+ power")
+
+
+def test_tiered_traces_read_slow_metrics_at_most_twice_a_second_and_carry_the_limit() -> None:
+    for name in ("h200c-compute-10hz", "h200d-compute-20hz"):
+        s = load_run(FIX / name).trace.gpus[0]
+        assert None not in s.values["power_limit_w"] and None not in s.values["util_gpu_pct"], name
+        temps = [t for t, v in zip(s.t_s, s.values["temp_c"], strict=True) if v is not None]
+        gaps = [b - a for a, b in itertools.pairwise(temps)]
+        assert min(gaps) >= 0.45 and len(temps) < len(s.t_s) / 3, name
+
+
+def test_default_energy_interval_run_matches_integrated_instant_power() -> None:
+    summary, _ = judge_run(load_run(FIX / "h200d-compute-20hz"))
+    g = summary["steady"]["gpus"]["0"]
+    assert g["energy_source"].startswith("counter (+ power over the edges")
+    assert abs(g["energy_integrated_instant_j"] / g["energy_j"] - 1) < 0.02

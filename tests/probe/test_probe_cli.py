@@ -172,7 +172,7 @@ def test_gpm_metrics_flow_and_unsupported_ones_stay_empty() -> None:
     gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
     fake = fp.make_fake([gpu])
     with mock.patch.object(nvml_adapter, "pynvml", fake):
-        s = nvml_adapter.NvmlSampler()
+        s = nvml_adapter.NvmlSampler(slow_interval_s=0.1)  # GPM on every tick its 100 ms minimum allows
         s.open(None)
         rows = []
         for i in range(6):
@@ -186,6 +186,28 @@ def test_gpm_metrics_flow_and_unsupported_ones_stay_empty() -> None:
     assert all(r.get("pcie_tx_kib_s") is None for r in rows)  # GPM covers PCIe: the 21 ms calls are skipped
     energy_reads = [r for r in rows if r.get("energy_j") is not None]
     assert 1 <= len(energy_reads) <= 2  # at most once a second
+
+
+def test_slow_readings_are_taken_at_the_slow_rate_and_the_limit_is_carried() -> None:
+    """Power, utilization and SM clock every tick; limit, memory clock, temperature, reasons and GPM at most
+    once per slow_interval_s (nvml.py SLOW_INTERVAL_S: what keeps 8 GPUs at 20 Hz cheap)."""
+    gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
+    fake = fp.make_fake([gpu])
+    with mock.patch.object(nvml_adapter, "pynvml", fake):
+        s = nvml_adapter.NvmlSampler(slow_interval_s=0.5)
+        s.open(None)
+        rows = []
+        for i in range(11):  # ~1.1 s at 10 Hz
+            rows.append(s.sample(0.1 * i)[0])
+            time.sleep(0.1)
+        s.close()
+    assert all(r["power_w"] == 300.0 and r["util_gpu_pct"] == 80.0 and r["sm_clock_mhz"] for r in rows)
+    assert all(r["power_limit_w"] == 700.0 for r in rows)  # read slowly, carried into every row
+    slow = [r for r in rows if r.get("temp_c") is not None]
+    assert 2 <= len(slow) <= 3 and rows[0] in slow
+    assert all(r.get("mem_clock_mhz") is not None and r.get("clock_reasons") is not None for r in slow)
+    assert all(r.get("mem_clock_mhz") is None and r.get("clock_reasons") is None for r in rows if r not in slow)
+    assert fake.calls["temp"] == len(slow) and fake.calls["power"] == len(rows)
 
 
 def test_missing_benchmark_program_is_exit_2_with_nothing_written(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ run's in test_report.py. Until recorded H200 runs are committed there, this test
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,9 @@ from toolkit.adapters.results_store import load_profile_results
 from toolkit.cli.main import main
 
 FIXTURES = REPO / "tests" / "fixtures" / "probe"
-H200_RUNS = sorted(p.parent for p in FIXTURES.glob("**/run.json") if (p.parent / "trace.csv").is_file())
+# Measured runs only: the seed-shaped synthetic trace has a run.json too (its phases, for the lab's replay).
+H200_RUNS = sorted(p.parent for p in FIXTURES.glob("**/run.json") if (p.parent / "trace.csv").is_file()
+                   and json.loads(p.read_text()).get("data_source") == "measured (NVML)")
 
 PROFILE = """\
 # One H200 of the project's device machine, driven by loads/gpu_phases.py (no model served).

@@ -24,17 +24,29 @@ except ImportError:  # pragma: no cover - depends on the machine
 # early, so a tick less than this after the previous GPM sample leaves the GPM cells empty.
 GPM_MIN_INTERVAL_S = 0.1
 
+# Every tick reads what the verdict follows in time: power (average and instant), utilization, SM clock.
+# The rest is read at most once per SLOW_INTERVAL_S, the cells between left empty (not sampled then, as for
+# the energy counter; the power limit is carried): the power limit, memory clock, temperature and
+# clock-event reasons move slowly, and a
+# GPM metric is an exact average over the interval between two GPM samples, so a longer interval loses only
+# time resolution. Reading all of them every tick made a GPU-sample cost ~0.5 ms on the H200 (10 Hz), which
+# for 8 GPUs at 20 Hz is ~8 % of a core against the 2 % goal (benchmarks/bench_probe.py --nvml).
+SLOW_INTERVAL_S = 0.5
+
 # nvmlDeviceGetPcieThroughput blocks while it measures (a 20 ms window per call, nvml.h); TX and RX made
 # every GPU-sample cost ~46 ms on the H200 (tests/fixtures/probe/h200-*/run.json sampler_cost, first run).
 # Where GPM runs it reports PCIe TX/RX itself, so the blocking calls are skipped; elsewhere they are made at
 # most once per PCIE_MIN_INTERVAL_S and the cells between are empty.
 PCIE_MIN_INTERVAL_S = 1.0
-# nvmlDeviceGetTotalEnergyConsumption costs ~3.2 ms of CPU per call on the H200 device machine (median of 20,
-# benchmarks/bench_probe.py --nvml, tests/fixtures/probe/h200-nvml-cost-run2.json) against ~3 us for the
-# other readings: read every tick it alone would cost 8 GPUs x 20 Hz x 3.2 ms = 51 % of a core. The counter
-# is therefore read at most once per `energy_interval_s` (default 1 s); window energy adds power over the
-# short edges between the window's bounds and its first/last counter read (core/probe/energy.py).
-ENERGY_INTERVAL_S = 1.0
+# nvmlDeviceGetTotalEnergyConsumption costs ~2.8 ms of CPU per call on the H200 device machine (median of 20,
+# benchmarks/results/h200-nvml-cost.json) against ~3 us for the other readings: it is the probe's largest
+# cost. Read once a second it alone is 8 GPUs x 2.8 ms = 2.3 % of a core, over the 2 % goal; measured with
+# 8 GPU slots at 20 Hz, the tiered sampler took 3.6 % of a core at 1 s and 1.3 % at 5 s
+# (benchmarks/results/h200-sampler-tiers.json). The counter is therefore read once per `energy_interval_s`
+# (default 5 s); window energy is the delta between the first and last reads inside the window plus power
+# over the edges (core/probe/energy.py). Thinning the recorded H200 runs' 1 s reads to 5 s moved their
+# steady-window energy by at most 0.61 % (tests/probe/test_energy_interval.py).
+ENERGY_INTERVAL_S = 5.0
 
 _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 # pynvml spells NVML_P2P_CAPS_INDEX_READ as `0,` (a tuple) in nvidia-ml-py 12.x/13.x: use the enum values.
@@ -81,6 +93,8 @@ class _Gpu:
         self.pcie_last_t = -1e9
         self.gpm_request: Any = None  # one c_nvmlGpmMetricsGet_t per GPU, reused: it holds 477 metric slots
         self.energy_last_t = -1e9
+        self.slow_last_t = -1e9
+        self.power_limit_w: float | None = None
 
 
 class NvmlSampler:
@@ -88,9 +102,11 @@ class NvmlSampler:
 
     source = "nvml"
 
-    def __init__(self, *, gpm: bool = True, energy_interval_s: float = ENERGY_INTERVAL_S) -> None:
+    def __init__(self, *, gpm: bool = True, energy_interval_s: float = ENERGY_INTERVAL_S,
+                 slow_interval_s: float = SLOW_INTERVAL_S) -> None:
         self._want_gpm = gpm
         self.energy_interval_s = energy_interval_s
+        self.slow_interval_s = slow_interval_s
         self._gpus: list[_Gpu] = []
         self._gpm_ids: dict[str, int] = {}
         self._open = False
@@ -258,8 +274,6 @@ class NvmlSampler:
                 row["power_instant_w"] = float(_field_value(f)) / 1000.0
             else:
                 g.unsupported.add("power_instant")
-        lim = self._read(g, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), errors)
-        row["power_limit_w"] = lim / 1000.0 if lim is not None else None
         now = time.monotonic()
         if now - g.energy_last_t >= self.energy_interval_s:
             g.energy_last_t = now
@@ -269,6 +283,23 @@ class NvmlSampler:
         if u is not None:
             row["util_gpu_pct"], row["util_mem_pct"] = float(u.gpu), float(u.memory)
         row["sm_clock_mhz"] = self._read(g, "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM), errors)
+        if now - g.slow_last_t >= self.slow_interval_s:
+            g.slow_last_t = now
+            self._sample_slow(g, row, errors, now)
+        # The enforced limit is a setting, not a measurement: every row carries its latest read, so the
+        # steady-state rule and the verdict have it at each tick (core/probe/steady.py).
+        row["power_limit_w"] = g.power_limit_w
+        if errors:
+            row["error"] = "; ".join(errors)[:300]
+        return row
+
+    def _sample_slow(self, g: _Gpu, row: Row, errors: list[str], now: float) -> None:
+        """The readings taken at most once per slow_interval_s (SLOW_INTERVAL_S says why)."""
+        assert pynvml is not None
+        nv = pynvml
+        h = g.handle
+        lim = self._read(g, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), errors)
+        g.power_limit_w = lim / 1000.0 if lim is not None else None
         row["mem_clock_mhz"] = self._read(g, "mem_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
                                           errors)
         # Renamed from ...ThrottleReasons in nvidia-ml-py 12.535; older bindings have only the old name.
@@ -285,9 +316,6 @@ class NvmlSampler:
                 g, "pcie_rx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES), errors)
         if g.gpm:
             self._gpm(g, row, errors)
-        if errors:
-            row["error"] = "; ".join(errors)[:300]
-        return row
 
     def _gpm(self, g: _Gpu, row: Row, errors: list[str]) -> None:
         assert pynvml is not None

@@ -21,10 +21,11 @@ from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitErr
 LAB_INVENTORY = Path("inventory/lab.yml")
 LAB_TOKENIZER_DIR = "/opt/sglang/standin/lab-tokenizer"
 LAB_DATASET_PATH = "/opt/sglang/standin/lab-sharegpt.json"
-# 1024 prompts (the seed's count) against the single-threaded stand-in would only measure Python; 160
-# keep a lab run to seconds while every code path (streaming, concurrency, the JSONL) is exercised.
-# Not fewer: the replayed seed trace ramps for 3 s after its 10 s idle, and the steady-state rule needs a
-# 5 s plateau; 64 prompts (about 7 s of benchmark here) left none, so the lab's verdict fell back to "mixed".
+# 1024 prompts (the seed's count) against the stand-in would only measure Python; 160 keep a lab run to
+# seconds while every code path (streaming, concurrency, the JSONL) is exercised. The stand-in shares a fixed
+# decode rate among its running requests (SGLANG_STANDIN_OUTPUT_TOK_PER_S, 1500 tok/s), so 160 x 128 output
+# tokens last about 14 s at any concurrency: the replayed trace's 3 s ramp plus the steady-state rule's 5 s
+# plateau fit with room to spare (64 prompts, about 7 s, left none and the verdict fell back to "mixed").
 LAB_NUM_PROMPTS = 160
 LAB_HEALTH_TIMEOUT_S = 20  # the stand-in answers within about a second of its start
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"

@@ -38,8 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
-    run.add_argument("--energy-interval-s", type=float, default=1.0,
-                     help="read the energy counter at most this often (default 1; 0 = every sample; "
+    run.add_argument("--energy-interval-s", type=float, default=5.0,
+                     help="read the energy counter at most this often (default 5; 0 = every sample; "
                      "one read costs ~3 ms of CPU on an H200)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")

@@ -42,7 +42,7 @@ def window_energy(
     if None not in energy_j:
         first, last = 0, len(energy_j) - 1
     else:
-        # The adapter reads the counter once a second (its ~3 ms cost, adapters/nvml.py ENERGY_INTERVAL_S):
+        # The adapter reads the counter every few seconds (its ~3 ms cost, adapters/nvml.py ENERGY_INTERVAL_S):
         # take the delta between the first and last reads inside the window, and add power over the edges.
         reads = [i for i, e in enumerate(energy_j) if e is not None]
         first, last = (reads[0], reads[-1]) if reads else (0, -1)

@@ -19,7 +19,11 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_NAN_LOG=1       after the first generation, log the line SGLang's sampler raises on
                                  NaN logits (the deploy must fail with that line)
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
-  SGLANG_STANDIN_TOKEN_DELAY_S   seconds between streamed tokens (default 0.004)
+  SGLANG_STANDIN_TOKEN_DELAY_S   seconds between streamed tokens of a lone request (default 0.004)
+  SGLANG_STANDIN_OUTPUT_TOK_PER_S  the whole server's decode rate, shared by the running requests (default
+                                 1500): with N running, each waits max(TOKEN_DELAY_S, N / rate) per token, so a
+                                 lab benchmark lasts about total output tokens / rate (160 x 128 tokens: ~14 s)
+                                 whatever its concurrency, long enough for the probe's 5 s steady window
   SGLANG_STANDIN_TTFT_S          seconds before the first token (default 0.02)
 
 Standard library only: it runs with the container's python3 or the SGLang venv's python, with no
@@ -103,6 +107,11 @@ class State:
         self.startup_s = float(os.environ.get("SGLANG_STANDIN_STARTUP_S", "1"))
         self.token_delay_s = float(os.environ.get("SGLANG_STANDIN_TOKEN_DELAY_S", "0.004"))
         self.ttft_s = float(os.environ.get("SGLANG_STANDIN_TTFT_S", "0.02"))
+        self.output_tok_per_s = float(os.environ.get("SGLANG_STANDIN_OUTPUT_TOK_PER_S", "1500"))
+        # Like SGLang's scheduler, at most --max-running-requests decode at once; the rest wait their turn.
+        mrr = args.max_running_requests
+        self.slots = threading.BoundedSemaphore(mrr) if mrr and mrr > 0 else None
+        self.running = 0
         self.served_model = args.served_model_name or args.model_path
         self.lock = threading.Lock()
         self.requests_served = 0
@@ -209,25 +218,14 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send_json(404, {"error": f"not found: {path}"})
 
-        def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-            if chat:
-                messages = body.get("messages") or []
-                prompt_text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
-            else:
-                prompt = body.get("prompt", "")
-                prompt_text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
-            prompt_tokens = max(1, len(prompt_text.split()))
-            tokens = [WORDS[i % len(WORDS)] + " " for i in range(max_tokens)]
-            rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
-            created = int(time.time())
-            model = body.get("model") or state.served_model
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": max_tokens,
-                "total_tokens": prompt_tokens + max_tokens,
-            }
-            obj = "chat.completion" if chat else "text_completion"
+        def _token_delay_s(self) -> float:
+            with state.lock:
+                running = state.running
+            rate = state.output_tok_per_s
+            return max(state.token_delay_s, running / rate if rate > 0 else 0.0)
+
+        def _respond(self, body: dict[str, Any], tokens: list[str], rid: str, created: int, model: str,
+                     usage: dict[str, int], obj: str, *, chat: bool) -> None:
             time.sleep(state.ttft_s)
             if body.get("stream"):
                 self.send_response(200)
@@ -237,7 +235,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 for i, tok in enumerate(tokens):
                     if i:
-                        time.sleep(state.token_delay_s)
+                        time.sleep(self._token_delay_s())
                     choice: dict[str, Any] = {"index": 0, "finish_reason": None, "logprobs": None}
                     if chat:
                         choice["delta"] = {"role": "assistant", "content": tok} if i == 0 else {"content": tok}
@@ -259,7 +257,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             else:
-                time.sleep(state.token_delay_s * max(0, max_tokens - 1))
+                time.sleep(self._token_delay_s() * max(0, len(tokens) - 1))
                 text = "".join(tokens)
                 choice = {"index": 0, "finish_reason": "length", "logprobs": None}
                 if chat:
@@ -268,6 +266,37 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     choice["text"] = text
                 self._send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
                                       "choices": [choice], "usage": usage, "system_fingerprint": STANDIN})
+
+        def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            if chat:
+                messages = body.get("messages") or []
+                prompt_text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            else:
+                prompt = body.get("prompt", "")
+                prompt_text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+            prompt_tokens = max(1, len(prompt_text.split()))
+            tokens = [WORDS[i % len(WORDS)] + " " for i in range(max_tokens)]
+            rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
+            created = int(time.time())
+            model = body.get("model") or state.served_model
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": max_tokens,
+                "total_tokens": prompt_tokens + max_tokens,
+            }
+            obj = "chat.completion" if chat else "text_completion"
+            if state.slots is not None:
+                state.slots.acquire()
+            with state.lock:
+                state.running += 1
+            try:
+                self._respond(body, tokens, rid, created, model, usage, obj, chat=chat)
+            finally:
+                with state.lock:
+                    state.running -= 1
+                if state.slots is not None:
+                    state.slots.release()
             with state.lock:
                 state.requests_served += 1
                 served = state.requests_served
@@ -282,12 +311,18 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    # bench_serving opens every request at once with --request-rate inf. A class attribute, because
+    # TCPServer calls listen() inside __init__: set on the instance afterwards, the backlog stays at 5, the
+    # kernel drops the overflowing SYNs and those requests arrive 1, 3, 7, 15, 31, 63 s late.
+    request_queue_size = 2048
+
+
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
     state = State(args, rest)
-    server = ThreadingHTTPServer((args.host, args.port), make_handler(state))
-    server.daemon_threads = True
-    server.request_queue_size = 2048  # bench_serving opens every request at once with --request-rate inf
+    server = _Server((args.host, args.port), make_handler(state))
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "
         f"on {args.host}:{args.port}; flags not interpreted: {sorted(state.extra)}"
