@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Second (last) H200 call of issue #3: the sampling cost after PCIe throughput was taken off the hot path
 # (nvml.py PCIE_MIN_INTERVAL_S), with each NVML call's own cost, plus two probe runs to confirm the fix.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/h200-out}
-R=$OUT/h200b
-mkdir -p "$R"
+source "$(dirname "$0")/device_env.sh" h200b
 python3 benchmarks/bench_probe.py --nvml --seconds 10 > "$R/nvml_cost.json" 2> "$R/nvml_cost.err"; echo "== nvml cost rc=$?"
 cat "$R/nvml_cost.json" "$R/nvml_cost.err"
 for spec in "compute 50 15" "spin 10 15" "memory 20 15"; do

@@ -4,12 +4,7 @@
 # cost at 10 and 50 Hz (benchmarks/bench_probe.py --nvml), the replay benchmark on that machine's CPUs,
 # a failing benchmark and a Ctrl-C'd run. Everything lands in $OUT/h200.tgz (the tool returns at most 8 files).
 # Needs only python3 with torch, pynvml and rich (no pydantic there).
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/h200-out}
-R=$OUT/h200
-mkdir -p "$R"
+source "$(dirname "$0")/device_env.sh" h200
 probe() { python3 -m toolkit probe run --live off "$@"; }
 {
   date -u; nvidia-smi; nvidia-smi -q -d POWER,CLOCK,PERFORMANCE | head -120

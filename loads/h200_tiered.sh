@@ -3,12 +3,7 @@
 # every-reading-every-tick baseline, in the same run (benchmarks/bench_probe.py --nvml, interleaved rounds);
 # the whole probe process's CPU at 20 Hz (loop, CSV, sampler; minus start-up, measured by a run of `true`);
 # and the compute, memory, spin and launch phases under the tiered sampler, to check each keeps its class.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/h200-out}
-R=$OUT/h200c
-mkdir -p "$R"
+source "$(dirname "$0")/device_env.sh" h200c
 { date -u; nvidia-smi -L; nproc; uptime; } > "$R/env.txt" 2>&1
 python3 benchmarks/bench_probe.py --nvml --seconds 5 --rounds 3 > "$R/nvml_cost.json" 2> "$R/nvml_cost.err"
 echo "== nvml cost rc=$?"; cat "$R/nvml_cost.json" "$R/nvml_cost.err"

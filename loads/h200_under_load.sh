@@ -2,12 +2,7 @@
 # Fourth H200 call of issue #3: the sampler's cost while the GPU computes (NVML calls cost more on a busy
 # GPU: 1.2 ms per GPU-sample in the compute phase against 0.46 ms spinning, h200c fixtures), the same configs
 # as benchmarks/bench_probe.py --nvml at idle; then a 20 Hz probe of the compute phase with the defaults.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/h200-out}
-R=$OUT/h200d
-mkdir -p "$R"
+source "$(dirname "$0")/device_env.sh" h200d
 python3 loads/gpu_phases.py compute --duration-s 170 > "$R/load.log" 2>&1 &
 LOAD=$!
 sleep 10

@@ -216,19 +216,24 @@ def _stream_tokens(base: str, max_tokens: int) -> float:
     return time.monotonic() - t0
 
 
+def _all_at_once_s(base: str, requests: int, max_tokens: int) -> float:
+    """Wall seconds for `requests` streamed completions sent together (bench_serving's --request-rate inf)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(max_workers=requests) as pool:
+        list(pool.map(lambda _: _stream_tokens(base, max_tokens), range(requests)))
+    return time.monotonic() - t0
+
+
 def test_concurrent_requests_share_the_servers_decode_rate() -> None:
     """N running requests share SGLANG_STANDIN_OUTPUT_TOK_PER_S, so a benchmark's length is set by its total
     output tokens, not by how many it sends at once (what the lab probe's steady window needs)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     s = _start(env={"SGLANG_STANDIN_OUTPUT_TOK_PER_S": "1000", "SGLANG_STANDIN_TOKEN_DELAY_S": "0.004"})
     try:
         s.wait_healthy()
         alone_s = _stream_tokens(s.base, 50)
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=40) as pool:
-            list(pool.map(lambda _: _stream_tokens(s.base, 50), range(40)))
-        together_s = time.monotonic() - t0
+        together_s = _all_at_once_s(s.base, 40, 50)
     finally:
         s.stop()
     assert alone_s < 0.6  # 50 x 4 ms: a lone request is not held to the shared rate
@@ -237,16 +242,11 @@ def test_concurrent_requests_share_the_servers_decode_rate() -> None:
 
 
 def test_max_running_requests_queues_the_rest() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
     s = _start("--max-running-requests", "2", env={"SGLANG_STANDIN_OUTPUT_TOK_PER_S": "100000",
                                                    "SGLANG_STANDIN_TOKEN_DELAY_S": "0.01"})
     try:
         s.wait_healthy()
-        t0 = time.monotonic()
-        with ThreadPoolExecutor(max_workers=6) as pool:
-            list(pool.map(lambda _: _stream_tokens(s.base, 30), range(6)))
-        took_s = time.monotonic() - t0
+        took_s = _all_at_once_s(s.base, 6, 30)
     finally:
         s.stop()
     # 6 requests of ~0.3 s, two at a time: three rounds, ~0.9 s; all at once would be ~0.3 s.
