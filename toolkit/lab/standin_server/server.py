@@ -22,7 +22,7 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_TOKEN_DELAY_S   seconds between streamed tokens of a lone request (default 0.004)
   SGLANG_STANDIN_OUTPUT_TOK_PER_S  the whole server's decode rate, shared by the running requests (default
                                  1500): with N running, each waits max(TOKEN_DELAY_S, N / rate) per token, so a
-                                 lab benchmark lasts about total output tokens / rate (160 x 128 tokens: ~14 s)
+                                 lab benchmark lasts about total output tokens / rate (160 prompts of up to 128: ~10 s)
                                  whatever its concurrency, long enough for the probe's 5 s steady window
   SGLANG_STANDIN_TTFT_S          seconds before the first token (default 0.02)
 
