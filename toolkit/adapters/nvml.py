@@ -25,12 +25,11 @@ except ImportError:  # pragma: no cover - depends on the machine
 GPM_MIN_INTERVAL_S = 0.1
 
 # Every tick reads what the verdict follows in time: power (average and instant), utilization, SM clock.
-# The rest is read at most once per SLOW_INTERVAL_S, the cells between left empty (not sampled then, as for
-# the energy counter; the power limit is carried): the power limit, memory clock, temperature and
-# clock-event reasons move slowly, and a
-# GPM metric is an exact average over the interval between two GPM samples, so a longer interval loses only
-# time resolution. Reading all of them every tick made a GPU-sample cost ~0.5 ms on the H200 (10 Hz), which
-# for 8 GPUs at 20 Hz is ~8 % of a core against the 2 % goal (benchmarks/bench_probe.py --nvml).
+# The memory clock, temperature, clock-event reasons and GPM are read at most once per SLOW_INTERVAL_S, their
+# cells empty between reads (not sampled then, as for the energy counter): they move slowly, and a GPM metric
+# is an exact average between two GPM samples, so a longer interval only coarsens it. The power limit is read
+# at the same rate and carried into every row (a setting, not a measurement). With 8 GPU slots at 20 Hz on the
+# H200, every reading every tick took 4.2 % of a core (benchmarks/results/h200-sampler-tiers.json).
 SLOW_INTERVAL_S = 0.5
 
 # nvmlDeviceGetPcieThroughput blocks while it measures (a 20 ms window per call, nvml.h); TX and RX made

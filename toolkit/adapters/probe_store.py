@@ -106,17 +106,9 @@ def load_run(run_dir: str | Path) -> ProbeRun:
     )
 
 
-def steady_params(manifest: dict[str, Any]) -> SteadyParams:
-    p = manifest.get("steady_state") or {}
-    return SteadyParams(
-        plateau_fraction=float(p.get("plateau_fraction", 0.8)),
-        smooth_s=float(p.get("smooth_s", 2.0)),
-        min_window_s=float(p.get("min_window_s", 5.0)),
-    )
-
-
 def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
-    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw), steady_params(run.manifest))
+    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
+                        SteadyParams.of_manifest(run.manifest))
     verdict = judge(summary, run.topology, run.manifest.get("target") or {})
     return summary, verdict

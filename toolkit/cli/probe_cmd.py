@@ -132,7 +132,7 @@ def _live_view(enabled: bool, gpus_count: int) -> tuple[Any, Any]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from toolkit.adapters.bench_process import redact_argv, run_sampled
-    from toolkit.adapters.probe_store import read_trace, write_json_atomic
+    from toolkit.adapters.probe_store import read_json, read_trace, write_json_atomic
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -178,15 +178,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         from toolkit.core.probe.sampler import RecordedSampler
 
         recorded = read_trace(args.replay_gpu_trace)
-        topo_path = args.replay_gpu_trace.parent / "topology.json"
-        topo = json.loads(topo_path.read_text()) if topo_path.exists() else None
+        topo = read_json(args.replay_gpu_trace.parent / "topology.json", required=False)
         # The recording's own run.json gives its phases, so the replay follows this run's idle and benchmark.
-        rec_run_path = args.replay_gpu_trace.parent / "run.json"
-        try:
-            rec_run = json.loads(rec_run_path.read_text()) if rec_run_path.exists() else None
-        except ValueError as err:
-            raise ToolkitError.of(f"the recording's run manifest is not JSON: {err}", file=str(rec_run_path),
-                                  fix="restore it from the recorded run, or delete it to replay on wall time") from None
+        rec_run = read_json(args.replay_gpu_trace.parent / "run.json", required=False)
         sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo, rec_run)
         data_source = f"{RECORDED_LABEL} ({args.replay_gpu_trace.name})"
     else:

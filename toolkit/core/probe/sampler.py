@@ -129,5 +129,5 @@ def _recorded_phases(trace: Trace, run: dict[str, Any], t0: float) -> tuple[floa
     if b1 <= b0:
         return None
     idle = idle_power(trace, float(run.get("idle_start_s", t0)), float(run.get("idle_end_s", b0)))
-    steady = find_steady_window(trace, b0, b1, idle, SteadyParams())
+    steady = find_steady_window(trace, b0, b1, idle, SteadyParams.of_manifest(run))
     return (b0, steady.start_s, steady.end_s) if steady.found else (b0, b0, b1)

@@ -33,12 +33,14 @@ toolkit installed there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -224,48 +226,20 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             rate = state.output_tok_per_s
             return max(state.token_delay_s, running / rate if rate > 0 else 0.0)
 
-        def _respond(self, body: dict[str, Any], tokens: list[str], rid: str, created: int, model: str,
-                     usage: dict[str, int], obj: str, *, chat: bool) -> None:
-            time.sleep(state.ttft_s)
-            if body.get("stream"):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("X-Lab-Standin", STANDIN)
-                self.end_headers()
-                for i, tok in enumerate(tokens):
-                    if i:
-                        time.sleep(self._token_delay_s())
-                    choice: dict[str, Any] = {"index": 0, "finish_reason": None, "logprobs": None}
-                    if chat:
-                        choice["delta"] = {"role": "assistant", "content": tok} if i == 0 else {"content": tok}
-                    else:
-                        choice["text"] = tok
-                    chunk = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created,
-                             "model": model, "choices": [choice], "system_fingerprint": STANDIN,
-                             "lab_standin": True, "usage": None}
-                    self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                    self.wfile.flush()
-                last: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
-                if chat:
-                    last["delta"] = {}
-                else:
-                    last["text"] = ""
-                final = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model,
-                         "choices": [last], "system_fingerprint": STANDIN, "lab_standin": True, "usage": usage}
-                self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-            else:
-                time.sleep(self._token_delay_s() * max(0, len(tokens) - 1))
-                text = "".join(tokens)
-                choice = {"index": 0, "finish_reason": "length", "logprobs": None}
-                if chat:
-                    choice["message"] = {"role": "assistant", "content": text}
-                else:
-                    choice["text"] = text
-                self._send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
-                                      "choices": [choice], "usage": usage, "system_fingerprint": STANDIN})
+        @contextlib.contextmanager
+        def _decoding(self) -> Iterator[None]:
+            """One running request: a --max-running-requests slot held, counted in the shared decode rate."""
+            if state.slots is not None:
+                state.slots.acquire()
+            with state.lock:
+                state.running += 1
+            try:
+                yield
+            finally:
+                with state.lock:
+                    state.running -= 1
+                if state.slots is not None:
+                    state.slots.release()
 
         def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
@@ -286,17 +260,47 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 "total_tokens": prompt_tokens + max_tokens,
             }
             obj = "chat.completion" if chat else "text_completion"
-            if state.slots is not None:
-                state.slots.acquire()
-            with state.lock:
-                state.running += 1
-            try:
-                self._respond(body, tokens, rid, created, model, usage, obj, chat=chat)
-            finally:
-                with state.lock:
-                    state.running -= 1
-                if state.slots is not None:
-                    state.slots.release()
+            with self._decoding():
+                time.sleep(state.ttft_s)
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("X-Lab-Standin", STANDIN)
+                    self.end_headers()
+                    for i, tok in enumerate(tokens):
+                        if i:
+                            time.sleep(self._token_delay_s())
+                        choice: dict[str, Any] = {"index": 0, "finish_reason": None, "logprobs": None}
+                        if chat:
+                            choice["delta"] = {"role": "assistant", "content": tok} if i == 0 else {"content": tok}
+                        else:
+                            choice["text"] = tok
+                        chunk = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created,
+                                 "model": model, "choices": [choice], "system_fingerprint": STANDIN,
+                                 "lab_standin": True, "usage": None}
+                        self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+                        self.wfile.flush()
+                    last: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
+                    if chat:
+                        last["delta"] = {}
+                    else:
+                        last["text"] = ""
+                    final = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model,
+                             "choices": [last], "system_fingerprint": STANDIN, "lab_standin": True, "usage": usage}
+                    self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
+                else:
+                    time.sleep(self._token_delay_s() * max(0, len(tokens) - 1))
+                    text = "".join(tokens)
+                    choice = {"index": 0, "finish_reason": "length", "logprobs": None}
+                    if chat:
+                        choice["message"] = {"role": "assistant", "content": text}
+                    else:
+                        choice["text"] = text
+                    self._send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
+                                          "choices": [choice], "usage": usage, "system_fingerprint": STANDIN})
             with state.lock:
                 state.requests_served += 1
                 served = state.requests_served
