@@ -51,7 +51,8 @@ def test_ok_base_is_valid(capsys) -> None:
     assert main(["profile", "validate", "ok-base", "--profiles-dir", str(BROKEN)]) == 0
 
 
-@pytest.mark.parametrize("case", ["malformed-yaml", "sm120-allreduce-fusion", "cycle-a"])
+@pytest.mark.parametrize("case", ["malformed-yaml", "sm120-allreduce-fusion", "cycle-a", "newline-in-env",
+                                  "public-bind-no-key"])
 def test_real_cli_exit_2_without_traceback(case: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "toolkit", "profile", "validate", case, "--profiles-dir", str(BROKEN)],
@@ -63,3 +64,19 @@ def test_real_cli_exit_2_without_traceback(case: str) -> None:
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith("error: ") and f"{EXPECTED[case]['file']}:{EXPECTED[case]['line']}:" in proc.stderr
     assert "\n  fix: " in proc.stderr
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_apply_refuses_before_any_host_is_touched(case: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """`toolkit apply` on each broken profile: exit 2 with the same located error, and nothing ran: no Ansible
+    run directory and no run artifacts, though the inventory exists and names a host."""
+    monkeypatch.setenv("TOOLKIT_STATE_DIR", str(tmp_path / "state"))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all:\n  children:\n    gpu_containers:\n      hosts:\n"
+                         "        ct: {ansible_host: 192.0.2.1}\n")
+    code = main(["apply", "profile", case, "--profiles-dir", str(BROKEN), "-i", str(inventory),
+                 "--runs-dir", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{EXPECTED[case]['file']}:{EXPECTED[case]['line']}" in err and "\n  fix: " in err
+    assert not (tmp_path / "state").exists() and not (tmp_path / "runs").exists()

@@ -110,7 +110,7 @@ def _resolve(name: str, profiles_dir: str | None) -> Any:
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)  # nothing has touched a host yet
-    return resolved, store
+    return resolved, [p for p in problems if p.severity == "warning"]
 
 
 def _validate(resolved: Any) -> list[Any]:
@@ -157,6 +157,7 @@ class ApplyPlan:
     fetch_dir: Path
     left_out: list[str]
     is_lab: bool
+    warnings: list[str]  # the profile's validation warnings (an open bind it allows), shown on every apply
 
 
 def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
@@ -169,7 +170,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
     if args.record and not args.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
-    resolved, _store = _resolve(args.name, args.profiles_dir)
+    resolved, warnings = _resolve(args.name, args.profiles_dir)
 
     share = share_dir()
     inventory = Path(args.inventory) if args.inventory else share / LAB_INVENTORY
@@ -246,7 +247,8 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
-    return ApplyPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out, is_lab)
+    return ApplyPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out, is_lab,
+                     [w.render() for w in warnings])
 
 
 def run_apply_profile(args: argparse.Namespace) -> int:
@@ -258,6 +260,8 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     plan = prepare(args, console)
     extravars, fetch_dir = plan.extravars, plan.fetch_dir
+    for warning in plan.warnings:
+        console.print(f"[yellow]{escape(warning)}[/]")
     for note in extravars["deploy_lab_notes"]:
         console.print(f"[yellow]{escape(note)}[/]")
     if plan.left_out:
@@ -275,6 +279,7 @@ def run_apply_profile(args: argparse.Namespace) -> int:
         )
 
     summary = _summary(result, fetch_dir, args, plan.profile_name)
+    summary["warnings"] = plan.warnings
     if args.probe and result.rc == 0:
         summary["probe"] = _probe_results(fetch_dir)
         if args.record:
