@@ -44,11 +44,13 @@ from toolkit.core.errors import ToolkitError
 __all__ = [
     "HostStats",
     "PlaybookEvent",
+    "PlaybookInterrupted",
     "PlaybookResult",
     "TaskFailure",
     "run_playbook",
     "secrets_from_environment",
     "share_dir",
+    "target_hosts",
 ]
 
 SECRET_ENV_PREFIX = "TOOLKIT_SECRET_"
@@ -196,6 +198,8 @@ def run_playbook(
 
     secret_dir = Path(tempfile.mkdtemp(prefix="toolkit-secrets-"))  # mode 0700
     raw_events: list[dict[str, Any]] = []
+    _runner_settings(private_data_dir)
+    interrupt = _Interrupt()
 
     def handle(raw: dict[str, Any]) -> bool:
         raw_events.append(raw)
@@ -219,7 +223,7 @@ def run_playbook(
             # A stuck host must not hang a command for ever (SSH's own default waits minutes).
             "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "20"),
         }
-        with _without_secret_environment():
+        with _without_secret_environment(), interrupt.installed():
             runner = ansible_runner.run(
                 private_data_dir=str(private_data_dir),
                 ident=ident,
@@ -235,12 +239,15 @@ def run_playbook(
                 quiet=True,
                 rotate_artifacts=20,
                 suppress_env_files=True,
+                cancel_callback=interrupt.requested,
             )
     finally:
         shutil.rmtree(secret_dir, ignore_errors=True)
 
     artifacts = Path(runner.config.artifact_dir)
     _scrub_artifacts(private_data_dir, list(all_secrets.values()))
+    if interrupt.seen:
+        raise PlaybookInterrupted(artifacts)
     result = summarize(raw_events, rc=int(runner.rc or 0), status=str(runner.status), artifacts_dir=artifacts)
     if result.rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook died before any host ran: a syntax error, an unparsable inventory.
@@ -257,6 +264,62 @@ def run_playbook(
         # the reason is only in ansible-playbook's own output.
         result.failures.append(TaskFailure(host="", task="ansible-playbook", message=_error_lines(artifacts)))
     return result
+
+
+class PlaybookInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a playbook: ansible-playbook and its workers were stopped before this is raised."""
+
+    def __init__(self, artifacts_dir: Path) -> None:
+        super().__init__(f"interrupted; ansible-playbook stopped (artifacts: {artifacts_dir})")
+        self.artifacts_dir = artifacts_dir
+
+
+class _Interrupt:
+    """SIGINT while ansible-runner drives ansible-playbook. The child runs in its own session (pexpect's pty), so
+    a terminal's Ctrl-C never reaches it: raising KeyboardInterrupt here would leave it running, orphaned. The
+    handler only records the request; the runner polls `requested` (cancel_callback) and kills the child's
+    process group (ansible-playbook and its forked workers), then returns, and run_playbook raises
+    PlaybookInterrupted."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def requested(self) -> bool:
+        return self.seen
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.seen:
+            print("interrupted: stopping ansible-playbook ...", file=sys.stderr, flush=True)
+        self.seen = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only; its caller handles them
+            return
+        previous = signal.signal(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+# ansible-runner checks cancel_callback each time pexpect's wait returns, at the latest every `pexpect_timeout`
+# seconds (default 5); 1 s makes Ctrl-C stop the playbook within a second. It reads this only from env/settings.
+_RUNNER_SETTINGS = "pexpect_timeout: 1\n"
+
+
+def _runner_settings(private_data_dir: Path) -> None:
+    path = private_data_dir / "env" / "settings"
+    if path.is_file() and path.read_text() == _RUNNER_SETTINGS:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".settings.{os.getpid()}.tmp")
+    tmp.write_text(_RUNNER_SETTINGS)
+    os.replace(tmp, path)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -299,3 +362,27 @@ def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
         raise ToolkitError.of("the inventory lists no hosts", file=str(inv),
                               fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
     return hosts
+
+
+def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: str | None = None) -> dict[str, str]:
+    """{inventory name: "address:port"} of the hosts a play on `pattern` with `--limit limit` runs on, as
+    Ansible itself selects them (the address and port it connects to: the host lock's key)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    inv = _resolve_inventory(inventory)
+    try:
+        manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
+        if limit:
+            manager.subset(limit)
+        hosts = manager.get_hosts(pattern=pattern)
+    except Exception as err:  # ansible raises its own AnsibleError family
+        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix its syntax") from err
+    out: dict[str, str] = {}
+    for host in hosts:
+        variables: dict[str, Any] = {}
+        for group in sorted(host.get_groups(), key=lambda g: g.depth):
+            variables.update(group.get_vars())
+        variables.update(host.get_vars())
+        out[host.name] = f"{variables.get('ansible_host') or host.name}:{variables.get('ansible_port') or 22}"
+    return out
