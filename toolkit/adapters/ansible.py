@@ -276,15 +276,24 @@ class PlaybookInterrupted(KeyboardInterrupt):
 
 class _Interrupt:
     """SIGINT while ansible-runner drives ansible-playbook. The child runs in its own session (pexpect's pty), so
-    a terminal's Ctrl-C never reaches it: raising KeyboardInterrupt here would leave it running, orphaned. The
-    handler only records the request; the runner polls `requested` (cancel_callback) and kills the child's
-    process group (ansible-playbook and its forked workers), then returns, and run_playbook raises
-    PlaybookInterrupted."""
+    a terminal's Ctrl-C never reaches it, and ansible-core's workers each call setsid(): the runner's own cancel
+    (SIGKILL to ansible-playbook's process group) leaves every worker and its task running, orphaned (seen
+    here: a `sleep` task outlived the cancel). So the handler only records the request; when the runner next
+    polls `requested` (cancel_callback), the whole process tree under ansible-playbook is stopped by pid:
+    SIGINT to ansible-playbook first (it stops its workers and prints where it was), SIGKILL to whatever is
+    left after a grace period. Then the runner returns and run_playbook raises PlaybookInterrupted."""
+
+    GRACE_S = 5.0
 
     def __init__(self) -> None:
         self.seen = False
+        self.stopped = False
+        self.started_ticks = _ticks_now()
 
     def requested(self) -> bool:
+        if self.seen and not self.stopped:
+            self.stopped = True
+            _stop_tree(self.started_ticks, self.GRACE_S)
         return self.seen
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -305,6 +314,68 @@ class _Interrupt:
             yield
         finally:
             signal.signal(signal.SIGINT, previous)
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time in clock ticks) of a process, from /proc (None once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _ticks_now() -> int:
+    """Now, in the clock ticks of /proc/PID/stat's start time (since boot)."""
+    try:
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return 0
+    return int(uptime_s * os.sysconf("SC_CLK_TCK"))
+
+
+def _playbook_tree(since_ticks: int) -> tuple[list[int], list[int]]:
+    """(ansible-playbook processes this process started since `since_ticks`, them and all their descendants)."""
+    children: dict[int, list[int]] = {}
+    roots = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        st = _stat(int(entry.name))
+        if st is None:
+            continue
+        children.setdefault(st[0], []).append(int(entry.name))
+        if st[0] == me and st[2] >= since_ticks:
+            try:
+                if b"ansible-playbook" in (entry / "cmdline").read_bytes():
+                    roots.append(int(entry.name))
+            except OSError:
+                continue
+    tree, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return roots, tree
+
+
+def _stop_tree(since_ticks: int, grace_s: float) -> None:
+    import signal
+
+    roots, tree = _playbook_tree(since_ticks)
+    for pid in roots:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    alive = tree
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in tree if (st := _stat(p)) is not None and st[1] != "Z"]
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # ansible-runner checks cancel_callback each time pexpect's wait returns, at the latest every `pexpect_timeout`
