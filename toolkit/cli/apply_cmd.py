@@ -149,6 +149,20 @@ def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
     return str(candidates[0]) if candidates else ""
 
 
+def _inventory_path(args: argparse.Namespace) -> Path:
+    from toolkit.adapters.ansible import share_dir
+
+    inventory = Path(args.inventory) if args.inventory else share_dir() / LAB_INVENTORY
+    if not inventory.exists():
+        raise ToolkitError.of(
+            f"inventory not found: {inventory}",
+            file=str(inventory),
+            field="--inventory",
+            fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY",
+        )
+    return inventory
+
+
 @dataclass
 class ApplyPlan:
     """Everything one apply runs with; benchmarks/bench_apply.py runs the same plan through plain ansible-playbook."""
@@ -176,14 +190,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     resolved, warnings = _resolve(args.name, args.profiles_dir)
 
     share = share_dir()
-    inventory = Path(args.inventory) if args.inventory else share / LAB_INVENTORY
-    if not inventory.exists():
-        raise ToolkitError.of(
-            f"inventory not found: {inventory}",
-            file=str(inventory),
-            field="--inventory",
-            fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY",
-        )
+    inventory = _inventory_path(args)
     is_lab = _is_lab_inventory(inventory) if args.lab is None else bool(args.lab)
     repo_root = share
     inputs = deploy.inputs_from_resolved(resolved, repo_root=repo_root)
@@ -260,10 +267,27 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from toolkit.adapters.ansible import PlaybookInterrupted, run_playbook, target_hosts
+    from toolkit.adapters.ansible import target_hosts
     from toolkit.adapters.host_lock import host_locks
 
     console = Console(stderr=True)
+    _resolve(args.name, args.profiles_dir)  # an invalid profile is refused before it waits for any lock
+
+    def say(message: str) -> None:
+        console.print(f"[yellow]{escape(message)}[/]")
+
+    # One apply or sweep per host at a time (toolkit.adapters.host_lock), taken before anything is prepared for
+    # the hosts; a sweep's own applies re-enter it.
+    hosts = target_hosts(_inventory_path(args), limit=args.limit)
+    with host_locks(hosts, purpose="toolkit apply", wait=not args.no_wait, on_message=say):
+        return _apply_locked(args, console)
+
+
+def _apply_locked(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
+    from toolkit.adapters.ansible import PlaybookInterrupted, run_playbook
+
     plan = prepare(args, console)
     extravars, fetch_dir = plan.extravars, plan.fetch_dir
     for warning in plan.warnings:
@@ -273,27 +297,21 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     if plan.left_out:
         console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(plan.left_out)}[/]")
 
-    def say(message: str) -> None:
-        console.print(f"[yellow]{escape(message)}[/]")
-
-    # One apply or sweep per host at a time (toolkit.adapters.host_lock): a sweep's own applies re-enter.
-    hosts = target_hosts(plan.inventory, limit=args.limit)
-    with host_locks(hosts, purpose="toolkit apply", wait=not args.no_wait, on_message=say):
-        try:
-            with _Progress(console, title=f"apply {plan.profile_name}") as progress:
-                result = run_playbook(
-                    "deploy",
-                    inventory=plan.inventory,
-                    extravars=extravars,
-                    limit=args.limit,
-                    check=args.check,
-                    on_event=progress.on_event,
-                    secrets=plan.secrets,
-                )
-        except PlaybookInterrupted:
-            if args.probe:
-                _stop_remote_probe(plan, args.limit, console)
-            raise  # the lock is released on the way out; main() exits 130
+    try:
+        with _Progress(console, title=f"apply {plan.profile_name}") as progress:
+            result = run_playbook(
+                "deploy",
+                inventory=plan.inventory,
+                extravars=extravars,
+                limit=args.limit,
+                check=args.check,
+                on_event=progress.on_event,
+                secrets=plan.secrets,
+            )
+    except PlaybookInterrupted:
+        if args.probe:
+            _stop_remote_probe(plan, args.limit, console)
+        raise  # the host lock is released on the way out; main() exits 130
 
     summary = _summary(result, fetch_dir, args, plan.profile_name)
     summary["warnings"] = plan.warnings
