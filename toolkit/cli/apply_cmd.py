@@ -271,7 +271,10 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     from toolkit.adapters.host_lock import host_locks
 
     console = Console(stderr=True)
-    _resolve(args.name, args.profiles_dir)  # an invalid profile is refused before it waits for any lock
+    # Bad input is refused before anything waits for, or writes, a lock.
+    if args.record and not args.probe:
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    _resolve(args.name, args.profiles_dir)
 
     def say(message: str) -> None:
         console.print(f"[yellow]{escape(message)}[/]")
