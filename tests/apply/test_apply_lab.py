@@ -267,7 +267,11 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
     rc2, _, err2 = apply(provisioned, work, "--no-wait")
     assert rc2 == 2 and f"host {provisioned.name} is in use by pid {first.pid}" in err2, err2[-2000:]
 
-    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving'").returncode == 0, 300, "the benchmark")
+    # bench_serving takes seconds to load before it sends anything: wait for its first finished requests (its
+    # progress bar in the run's log on the host), so the kill lands with requests in flight.
+    in_flight = ("pgrep -f '[s]glang.bench_serving' >/dev/null && d=$(ls -td /var/lib/toolkit/runs/*/ | head -1) && "
+                 "grep -qs 'it/s' $d/bench.stdout.log $d/bench.stderr.log")
+    _wait_for(lambda: ct(provisioned, in_flight).returncode == 0, 300, "the benchmark's first requests")
     killed = _main_pid(provisioned)
     assert ct(provisioned, f"kill -9 {killed}").returncode == 0
     out, err = first.communicate(timeout=600)

@@ -180,13 +180,13 @@ def run_sampled(
                 result.idle_end_s = result.bench_start_s = end
             result.bench_end_s = end
             if proc is not None:
-                _stop(proc)
+                stop_process(proc)
             result.exit_code = proc.returncode if proc is not None else None
         except OSError:
             # The trace could not be written (the disk under the run directory is full): the benchmark must
             # not run on unrecorded, so it is stopped before the error goes up.
             if proc is not None:
-                _stop(proc)
+                stop_process(proc)
             raise
         finally:
             cost.loop_wall_s = time.monotonic() - t0
@@ -194,8 +194,9 @@ def run_sampled(
     return result
 
 
-def _stop(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGINT (bench_serving writes what it has), then SIGKILL if it does not end within grace_s."""
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGINT (bench_serving writes what it has; apply winds its playbook down), then SIGKILL if it does not
+    end within grace_s."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)
