@@ -230,13 +230,18 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
 # apply; Ctrl-C in one more probe run. Each writes its row of docs/reliability.md.
 
 
-def _wait_for(check: Any, timeout_s: float, what: str, step_s: float = 0.3) -> None:
+def _wait_for(check: Any, timeout_s: float, what: str, step_s: float = 0.3,
+              running: subprocess.Popen[str] | None = None) -> None:
+    """Poll `check` until it holds; fail with `running`'s output if that process ends first."""
     import time
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if check():
             return
+        if running is not None and running.poll() is not None:
+            out, err = running.communicate()
+            raise AssertionError(f"exit {running.returncode} before {what}: {err[-3000:]}\n{out[-2000:]}")
         time.sleep(step_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
@@ -261,7 +266,8 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
 
     first = _start_apply(provisioned, work, work / "runs-kill", "--probe", "--record")
     lock = lock_path(f"{provisioned.address}:22")
-    _wait_for(lambda: (h := read_holder(lock)) is not None and h.pid == first.pid, 300, "the apply's host lock")
+    _wait_for(lambda: (h := read_holder(lock)) is not None and h.pid == first.pid, 300, "the apply's host lock",
+              running=first)
 
     # The same host, at once: refused with --no-wait, naming the apply that holds it.
     rc2, _, err2 = apply(provisioned, work, "--no-wait")
@@ -271,7 +277,8 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
     # progress bar in the run's log on the host), so the kill lands with requests in flight.
     in_flight = ("pgrep -f '[s]glang.bench_serving' >/dev/null && d=$(ls -td /var/lib/toolkit/runs/*/ | head -1) && "
                  "grep -qs 'it/s' $d/bench.stdout.log $d/bench.stderr.log")
-    _wait_for(lambda: ct(provisioned, in_flight).returncode == 0, 300, "the benchmark's first requests")
+    _wait_for(lambda: ct(provisioned, in_flight).returncode == 0, 300, "the benchmark's first requests",
+              running=first)
     killed = _main_pid(provisioned)
     assert ct(provisioned, f"kill -9 {killed}").returncode == 0
     out, err = first.communicate(timeout=600)
@@ -316,7 +323,7 @@ def test_fault_container_stopped_mid_apply_then_the_next_apply_converges(provisi
         return sum(1 for f in state.glob("ansible/artifacts/*/job_events/*.json")
                    if '"runner_on_start"' in f.read_text(errors="replace"))
 
-    _wait_for(lambda: tasks_started() >= 3, 300, "the deploy's third task on the host")
+    _wait_for(lambda: tasks_started() >= 3, 300, "the deploy's third task on the host", running=first)
     stop = provisioned.lab.ssh("pve1", "pct stop 100")
     assert stop.returncode == 0, stop.stderr
     out, err = first.communicate(timeout=600)
@@ -350,7 +357,8 @@ def test_fault_ctrl_c_during_the_probe_leaves_nothing_running(provisioned: Targe
 
     runs = tmp_path / "runs-ctrl-c"
     first = _start_apply(provisioned, work, runs, "--probe")
-    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving'").returncode == 0, 300, "the benchmark")
+    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving'").returncode == 0, 300, "the benchmark",
+              running=first)
     first.send_signal(signal.SIGINT)
     _, err = first.communicate(timeout=120)
     assert first.returncode == 130, err[-3000:]
