@@ -289,7 +289,7 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
     server_log = verdict["evidence"]["server_log_tail"]
     assert "status=9/KILL" in server_log, server_log  # systemd's own line about the kill, from the journal
     assert "record" not in summary and profile.read_bytes() == before  # nothing recorded as a result
-    assert "the server's log" in err
+    assert "the server's log tail is in evidence.server_log_tail" in verdict["headline"]
 
     rc, _, err = apply(provisioned, work)
     assert rc == 0, err[-3000:]

@@ -215,7 +215,7 @@ def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliabili
         fault="Ctrl-C (SIGINT) while ansible-playbook runs a task (local connection, a real ansible-playbook)",
         user_saw=f"'{err.strip().splitlines()[0]}', exit 130 after {stopped_s:.1f} s",
         recorded="ansible-runner's artifacts (status canceled); no ansible-playbook, worker or task process left "
-        f"(there were {len(playbook_pids)} ansible-playbook processes)",
+        f"(before: ansible-playbook pid(s) {playbook_pids} and the task's `sleep`)",
         next_run="(nothing left to clean up on the controller; the lab test covers the remote probe)",
         area="apply",
     )
