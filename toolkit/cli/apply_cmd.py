@@ -271,13 +271,16 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     from toolkit.adapters.host_lock import host_locks
 
     console = Console(stderr=True)
-    # Bad input is refused before anything waits for, or writes, a lock.
-    if args.record and not args.probe:
-        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
-    _resolve(args.name, args.profiles_dir)
+    _, warnings = _resolve(args.name, args.profiles_dir)
 
     def say(message: str) -> None:
         console.print(f"[yellow]{escape(message)}[/]")
+
+    for warning in warnings:  # on every apply, before anything else (an open bind the profile allows)
+        say(warning.render())
+    # Bad input is refused before anything waits for, or writes, a lock.
+    if args.record and not args.probe:
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
 
     # One apply or sweep per host at a time (toolkit.adapters.host_lock), taken before anything is prepared for
     # the hosts; a sweep's own applies re-enter it.
@@ -293,8 +296,6 @@ def _apply_locked(args: argparse.Namespace, console: Any) -> int:
 
     plan = prepare(args, console)
     extravars, fetch_dir = plan.extravars, plan.fetch_dir
-    for warning in plan.warnings:
-        console.print(f"[yellow]{escape(warning)}[/]")
     for note in extravars["deploy_lab_notes"]:
         console.print(f"[yellow]{escape(note)}[/]")
     if plan.left_out:
