@@ -101,14 +101,15 @@ def _resolve_playbook(playbook: str) -> Path:
     return path.resolve()
 
 
-def _resolve_inventory(inventory: Path | str) -> Path:
+def resolve_inventory(inventory: Path | str, fix: str | None = None) -> Path:
     path = Path(inventory).expanduser()
     if not path.exists():
         raise ToolkitError.of(
             f"inventory not found: {inventory}",
             file=str(path),
             field="--inventory",
-            fix="pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes inventory/lab.yml",
+            fix=fix or "pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes "
+            "inventory/lab.yml",
         )
     return path.resolve()
 
@@ -164,7 +165,7 @@ def run_playbook(
     import ansible_runner  # heavy; imported only when a playbook actually runs
 
     book = _resolve_playbook(playbook)
-    inv = _resolve_inventory(inventory)
+    inv = resolve_inventory(inventory)
     share = share_dir()
 
     all_secrets = {**secrets_from_environment(), **(secrets or {})}
@@ -416,7 +417,7 @@ def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
     from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
     from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
 
-    inv = _resolve_inventory(inventory)
+    inv = resolve_inventory(inventory)
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
     except Exception as err:  # ansible raises its own AnsibleError family
@@ -441,7 +442,7 @@ def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: 
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
-    inv = _resolve_inventory(inventory)
+    inv = resolve_inventory(inventory)
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
         if limit:

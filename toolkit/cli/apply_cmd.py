@@ -150,17 +150,10 @@ def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
 
 
 def _inventory_path(args: argparse.Namespace) -> Path:
-    from toolkit.adapters.ansible import share_dir
+    from toolkit.adapters.ansible import resolve_inventory, share_dir
 
     inventory = Path(args.inventory) if args.inventory else share_dir() / LAB_INVENTORY
-    if not inventory.exists():
-        raise ToolkitError.of(
-            f"inventory not found: {inventory}",
-            file=str(inventory),
-            field="--inventory",
-            fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY",
-        )
-    return inventory
+    return resolve_inventory(inventory, fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY")
 
 
 @dataclass
