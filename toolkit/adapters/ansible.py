@@ -47,6 +47,7 @@ __all__ = [
     "PlaybookInterrupted",
     "PlaybookResult",
     "TaskFailure",
+    "resolve_inventory",
     "run_playbook",
     "secrets_from_environment",
     "share_dir",
