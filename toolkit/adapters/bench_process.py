@@ -179,18 +179,46 @@ def run_sampled(
             if phase == "idle":
                 result.idle_end_s = result.bench_start_s = end
             result.bench_end_s = end
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            if proc is not None:
+                stop_process(proc)
             result.exit_code = proc.returncode if proc is not None else None
+        except OSError:
+            # The trace could not be written (the disk under the run directory is full): the benchmark must
+            # not run on unrecorded, so it is stopped before the error goes up.
+            if proc is not None:
+                stop_process(proc)
+            raise
         finally:
             cost.loop_wall_s = time.monotonic() - t0
     result.stderr_tail = tail(stderr_path)
     return result
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGINT (bench_serving writes what it has; apply winds its playbook down), then SIGKILL if it does not
+    end within grace_s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def server_log_tail(unit: str, since_epoch_s: float, lines: int = 40) -> str:
+    """The last `lines` of systemd unit `unit`'s journal since `since_epoch_s` (the server's side of a failed
+    benchmark: a crash, an OOM kill, systemd saying it was killed). Empty where there is no journal."""
+    try:
+        proc = subprocess.run(
+            ["journalctl", "--no-pager", "-o", "short-iso", "-u", unit, "--since", f"@{int(since_epoch_s)}",
+             "-n", str(lines)],
+            capture_output=True, text=True, timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout[-STDERR_TAIL_CHARS:] if proc.returncode == 0 else ""
 
 
 def _write_rows(f: IO[str], rows: list[Row]) -> None:

@@ -7,6 +7,7 @@ rich (the GPU machine has no pydantic); the profile code is imported only when -
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -43,6 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "one read costs ~3 ms of CPU on an H200)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    run.add_argument("--server-unit", default=None, metavar="UNIT",
+                     help="systemd unit of the server under test: a failed benchmark's verdict carries "
+                     "its journal tail")
     run.add_argument("--record", action="store_true",
                      help="write the results entry into the --profile's file (toolkit results record; issue #4)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
@@ -131,8 +135,7 @@ def _live_view(enabled: bool, gpus_count: int) -> tuple[Any, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from toolkit.adapters.bench_process import redact_argv, run_sampled
-    from toolkit.adapters.probe_store import read_json, read_trace, write_json_atomic
+    from toolkit.adapters.probe_store import read_json, read_trace
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -190,6 +193,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         data_source = "measured (NVML)"
     gpus = sampler.open(gpus_wanted)
     try:
+        result, summary, verdict = _sampled_run(args, sampler, gpus, plan, out, bench_jsonl, data_source, idle_s, hz)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise _disk_full(out, err) from None
+    _print(summary, verdict, out, as_json=args.json)
+    if result.interrupted:
+        return 130
+    if args.record:
+        _record(out, args.profile, verdict, quiet=args.json)
+    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+
+
+def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: dict[str, Any], out: Path,
+                 bench_jsonl: Path, data_source: str, idle_s: float, hz: float) -> tuple[Any, dict[str, Any],
+                                                                                          dict[str, Any]]:
+    """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict)."""
+    from toolkit.adapters.bench_process import redact_argv, run_sampled, server_log_tail
+    from toolkit.adapters.probe_store import write_json_atomic
+
+    started_epoch_s = time.time()
+    try:
         out.mkdir(parents=True, exist_ok=True)
         topology = {"schema_version": 1, **sampler.topology()}
         write_json_atomic(out / "topology.json", topology)
@@ -236,18 +261,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         "exit_code": result.exit_code,
         "interrupted": result.interrupted,
         "stderr_tail": result.stderr_tail,
+        "server_unit": args.server_unit,
+        # The server's side of a failed benchmark (killed, crashed): its journal since this run started.
+        "server_log_tail": server_log_tail(args.server_unit, started_epoch_s)
+        if args.server_unit and (result.exit_code != 0 or result.interrupted) else "",
         "sampler_cost": result.cost.to_dict(),
         "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
                   "summary.json", "verdict.json"],
     })
     write_json_atomic(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
-    _print(summary, verdict, out, as_json=args.json)
-    if result.interrupted:
-        return 130
-    if args.record:
-        _record(out, args.profile, verdict, quiet=args.json)
-    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+    return result, summary, verdict
 
 
 def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) -> None:
@@ -259,6 +283,36 @@ def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) ->
     outcome = record_run(out, profile)
     if not quiet:
         print(f"recorded into {outcome.file} ({outcome.action}: {outcome.entry.run_id})")
+
+
+def _disk_full(out: Path, err: OSError) -> ToolkitError:
+    """The run directory's disk filled up mid-run. Files written whole (JSON: temp file + rename) are complete or
+    absent; the streamed ones (trace.csv.partial, bench.*.log) may be cut mid-line, so they go, which also gives
+    back the space to mark run.json as failed."""
+    from toolkit.adapters.probe_store import read_json, write_json_atomic
+
+    removed = []
+    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl"):
+        path = out / name
+        if path.exists():
+            path.unlink()
+            removed.append(name)
+    for leftover in out.glob(".*.json.*"):  # a temp file of an atomic write cut short
+        leftover.unlink()
+    note = f"no space left on the device of {out} ({err.strerror}); removed the cut files: {', '.join(removed)}"
+    try:
+        manifest = read_json(out / "run.json", required=False)
+        if manifest is not None:
+            write_json_atomic(out / "run.json", {**manifest, "status": "failed", "error": note})
+    except (OSError, ToolkitError):
+        pass  # still full: run.json stays as it was, complete (status running)
+    return ToolkitError.of(
+        note + "; nothing was recorded into any profile",
+        file=str(err.filename or out),
+        field="--out",
+        fix=f"free space there (df -h {out}) or give --out on another disk, then run again",
+        exit_code=EXIT_FAILED,
+    )
 
 
 def _judge_and_write(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:

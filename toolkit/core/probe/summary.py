@@ -207,6 +207,7 @@ def summarize(
             "exit_code": run.get("exit_code"),
             "interrupted": bool(run.get("interrupted", False)),
             "stderr_tail": run.get("stderr_tail", ""),
+            "server_log_tail": run.get("server_log_tail", ""),
             "duration_s": bench.get("duration_s"),
             "completed": bench.get("completed"),
             "total_output_tokens": bench.get("total_output_tokens"),
@@ -227,4 +228,32 @@ def summarize(
         "steady": window_summary(trace, steady.start_s, steady.end_s, idle, bench, b0, full_run=False),
         "gpu_errors": errors[:200],
         "gpu_error_count": len(errors),
+        "gaps": reading_gaps(trace, b0, b1),
     }
+
+
+def reading_gaps(trace: Trace, start_s: float, end_s: float) -> list[dict[str, Any]]:
+    """Spans of the benchmark window in which a GPU was sampled but nothing was read (NVML failed: an error and
+    no power, no utilization), one per GPU and span: what the verdict could not see."""
+    gaps: list[dict[str, Any]] = []
+    for g, s in sorted(trace.gpus.items()):
+        lo, hi = _slice(s, start_s, end_s)
+        span: dict[str, Any] | None = None
+        for i in range(lo, hi):
+            blind = bool(s.errors[i]) and s.values["power_w"][i] is None and s.values["util_gpu_pct"][i] is None
+            if blind and span is None:
+                span = {"gpu": g, "start_s": round(s.t_s[i], 3), "end_s": round(s.t_s[i], 3), "samples": 0,
+                        "error": s.errors[i]}
+            if blind and span is not None:
+                span["end_s"] = round(s.t_s[i], 3)
+                span["samples"] += 1
+            elif span is not None:
+                gaps.append(span)
+                span = None
+        if span is not None:
+            gaps.append(span)
+        total = hi - lo
+        for gap in gaps:
+            if gap["gpu"] == g:
+                gap["of_samples"] = total
+    return gaps

@@ -7,17 +7,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any
 
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Prose and the toolkit's own block do not change what runs; renaming a profile does not either.
 HASH_EXCLUDED = ("description", "why", "results", "name", "extends", "schema_version")
+# Knobs that only tell validation what the author means and render nothing: they do not change what runs,
+# and recorded results must not go stale when they are added.
+HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}}
 
 
 def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
     """The resolved spec as plain data, defaults filled in, without HASH_EXCLUDED."""
-    data = resolved.spec.model_dump(mode="json", exclude=set(HASH_EXCLUDED))
-    return data
+    exclude: dict[str, Any] = {key: True for key in HASH_EXCLUDED}
+    exclude.update(HASH_EXCLUDED_KNOBS)
+    return resolved.spec.model_dump(mode="json", exclude=exclude)
 
 
 def spec_hash(resolved: ResolvedProfile) -> str:
