@@ -79,7 +79,8 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
     sm = sorted(_present(v["sm_clock_mhz"]))
     sm_max = _present(v["sm_clock_max_mhz"])
     mem = sorted(_present(v["mem_clock_mhz"]))
-    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"]) if t else None
+    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"], v["power_sample_w"]) if t else None
+    sampled = sorted(_present(v["power_sample_w"]))
     reasons: dict[str, float] = {}
     masks = Counter(_present(v["clock_reasons"]))  # few distinct masks: count them once
     n_masks = sum(masks.values())
@@ -109,6 +110,10 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
         "energy_source": energy.source if energy else None,
         "energy_integrated_j": _r(energy.integrated_j if energy else None),
         "energy_integrated_instant_j": _r(energy.integrated_instant_j if energy else None),
+        "energy_integrated_sample_j": _r(energy.integrated_sample_j if energy else None),
+        # the driver's 20 ms samples (schema 2 traces), beside the 1 s averaged power_w the rules were set on
+        "power_sample_w": {"mean": _r(_mean(sampled)), "p95": _r(percentile(sampled, 95)),
+                           "max": _r(sampled[-1] if sampled else None)} if sampled else None,
         "util_gpu_pct": _r(_mean(_present(v["util_gpu_pct"]))),
         "util_mem_pct": _r(_mean(_present(v["util_mem_pct"]))),
         "sm_clock_mhz": _r(sm_med, 0),
