@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,9 @@ ENERGY_INTERVAL_S = 20.0
 POWER_SAMPLE_HZ = 50.0  # the driver's period (20 ms on the H200, driver 580); written into the trace header
 SAMPLE_BUFFER = 128  # > the ring's 119: one call drains it
 _ERR_NOT_SUPPORTED, _ERR_NOT_FOUND = 3, 6  # nvml.h nvmlReturn_t
+# nvmlSample_t: {unsigned long long timeStamp; nvmlValue_t sampleValue} (8 + an 8-byte union); power samples are
+# unsigned int mW. Decoded from the buffer's bytes in one C-level pass rather than one ctypes object per field.
+_SAMPLE = struct.Struct("=QI4x")
 
 _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 # pynvml spells NVML_P2P_CAPS_INDEX_READ as `0,` (a tuple) in nvidia-ml-py 12.x/13.x: use the enum values.
@@ -112,6 +116,8 @@ class _Gpu:
         self.p_util = ctypes.pointer(self.c_util) if self.c_util is not None else None
         self.p_count = ctypes.pointer(self.c_count)
         self.p_value_type = ctypes.pointer(self.c_value_type)
+        self.drain_next = 0.0  # monotonic time of this GPU's next drain (staggered across GPUs)
+        self.drain_phase_s = POWER_DRAIN_INTERVAL_S
         self.samples_ok = True  # False where the driver keeps no power samples: one row per tick instead
         # (t_s, util_gpu, util_mem, sm_clock, power_w) read at TICK_HZ since the last drain; the last is carried
         self.fast: list[tuple[float, float | None, float | None, float | None, float | None]] = []
@@ -133,7 +139,6 @@ class NvmlSampler:
         self.slow_interval_s = slow_interval_s
         self.trace_meta = {"sample_hz": f"{POWER_SAMPLE_HZ:g}", "tick_hz": f"{tick_hz:g}",
                            "power_source": "driver_samples"}
-        self._drain_every = max(1, round(POWER_DRAIN_INTERVAL_S * tick_hz))
         self._gpm_every = max(1, round(GPM_INTERVAL_S * tick_hz))
         self._slow_every = max(1, round(slow_interval_s * tick_hz))
         self._gpus: list[_Gpu] = []
@@ -308,10 +313,14 @@ class NvmlSampler:
 
         Power rows arrive up to POWER_DRAIN_INTERVAL_S late (a drain a second); `finish` takes the rest."""
         if self._thread is None:
-            self._origin = time.monotonic() - t_s
+            now = time.monotonic()
+            self._origin = now - t_s
             self._states = len(self._gpus)
-            for g in self._gpus:  # the ring holds ~2.4 s from before the run: start from now
+            for i, g in enumerate(self._gpus):  # the ring holds ~2.4 s from before the run: start from now
                 g.c_last_seen.value = time.time_ns() // 1000
+                # A first drain at the first tick finds out whether the driver keeps samples; then staggered.
+                g.drain_next = now
+                g.drain_phase_s = POWER_DRAIN_INTERVAL_S * (1 + i) / len(self._gpus)
             self._thread = threading.Thread(target=self._run, name="toolkit-nvml-sampler", daemon=True)
             self._thread.start()
         with self._lock:
@@ -388,7 +397,10 @@ class NvmlSampler:
                 self._read_slow(g, t)
             if energy:
                 self._read_energy(g, t)
-            if g.samples_ok and (final or (k + i) % self._drain_every == 0):
+            # Drains go by time, not tick count: a skipped tick must not push one past the ring's ~2.4 s.
+            if g.samples_ok and (final or now >= g.drain_next):
+                g.drain_next = max(g.drain_next + g.drain_phase_s, now + 0.1)
+                g.drain_phase_s = POWER_DRAIN_INTERVAL_S
                 self._drain(g, rows)
             if not g.samples_ok or (final and (g.pending or g.errors)):
                 # No driver samples on this GPU (a row per tick from the polled readings), or the run's last
@@ -520,11 +532,9 @@ class NvmlSampler:
             # NVML stamps are wall-clock microseconds; map them onto the run's monotonic clock at this drain.
             shift = time.time() - time.monotonic() + self._origin
             last = g.c_last_seen.value
-            for j in range(n):
-                s = buf[j]
-                ts = s.timeStamp
+            for ts, mw in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(buf), n * _SAMPLE.size)):
                 if ts > last:
-                    samples.append((ts * 1e-6 - shift, s.sampleValue.uiVal / 1000.0))
+                    samples.append((ts * 1e-6 - shift, mw / 1000.0))
                     last = ts
             g.c_last_seen.value = last
             if n < SAMPLE_BUFFER:

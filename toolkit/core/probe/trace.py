@@ -116,8 +116,18 @@ def header_line(meta: dict[str, str]) -> str:
     return TRACE_MAGIC + " " + " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in items.items()) + "\n"
 
 
+_COLUMN_INDEX = {c: i for i, c in enumerate(COLUMNS)}
+
+
 def format_row(row: dict[str, float | int | str | None]) -> str:
-    return ",".join(_fmt(row.get(c)) for c in COLUMNS) + "\n"
+    # Filled by the row's own keys: a live NVML row carries ~10 of the 26 columns, and at 8 GPUs x 50 Hz the
+    # writer formats 400 rows a second (benchmarks/bench_probe.py --fleet counts it in the process's CPU).
+    cells = [""] * len(COLUMNS)
+    index = _COLUMN_INDEX
+    for k, v in row.items():
+        if v is not None and k in index:
+            cells[index[k]] = _fmt(v)
+    return ",".join(cells) + "\n"
 
 
 def dump_trace(trace: Trace) -> str:
