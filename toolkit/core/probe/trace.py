@@ -13,10 +13,11 @@ from __future__ import annotations
 import gc
 import io
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe import columnar
 
 TRACE_SCHEMA_VERSION = 2
 TRACE_MAGIC = "# toolkit-probe-trace"
@@ -83,7 +84,9 @@ class GpuSeries:
 
     gpu: int
     t_s: list[float] = field(default_factory=list)
-    values: dict[str, list[float | None]] = field(default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
+    # a dict of lists, or columnar.ColumnValues (numpy arrays behind the same mapping) from the numpy parse
+    values: MutableMapping[str, list[float | None]] = field(
+        default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
     errors: list[str] = field(default_factory=list)  # "" where the tick had no error
 
     def __len__(self) -> int:
@@ -213,6 +216,11 @@ def _parse_trace(text: str, file: str) -> Trace:
                    f"(missing: {missing or 'order differs'})", "give a trace written by `toolkit probe run`")
     ncol = len(columns)
     numeric = columns[2:-1]
+    if columnar.available() and body.endswith("\n"):
+        fast = columnar.parse_body(body, columns, NUMERIC_COLUMNS)
+        if fast is not None:
+            return Trace(meta, fast)
+        # a fast check failed: the list path below names the bad line (or reads what numpy would not)
     if body.endswith("\n"):
         body = body[:-1]
     elif body:
