@@ -5,8 +5,10 @@
     python3 benchmarks/bench_probe.py --fleet --phase compute --seconds 15 --rounds 3   # 8 states at 50 Hz
 
 Replay: builds the trace text once (synthetic, labelled so in its header), then times parse_trace +
-summarize + judge, `--repeats` times; prints the median and the ratio to a baseline measured in the same
-run (a bare csv.reader pass over the same text: the floor any CSV replay pays). Goal: under 2 s.
+summarize + judge, `--repeats` times, on the default path (numpy columns where numpy is present) and on the
+list path (TOOLKIT_PROBE_STDLIB=1), interleaved with a baseline in the same run (a bare csv.reader pass over
+the same text: the floor any CSV replay pays); prints medians, ratios and whether the verdicts are identical.
+Goal (issue #18): under 1 s, at most 3x the floor.
 NVML (--nvml): median wall ms of each NVML call on GPU 0 (where a sampler's time would go).
 Fleet (--fleet, GPU machine): the probe's NVML sampler thread with 8 independent sampler states on GPU 0 (own
 buffers, lastSeen, GPM pair each; 50 Hz rows from the driver's samples), its rows formatted and written as the
@@ -61,33 +63,56 @@ def synthetic_trace_text(gpus: int = 8, seconds: float = 3600.0, hz: float = 10.
     return dump_trace(trace_from_rows(rows, meta))
 
 
-def bench_replay(repeats: int) -> dict[str, object]:
-    text = synthetic_trace_text()
-    rows = text.count("\n") - 2
-    run = {"idle_start_s": 0.0, "idle_end_s": 10.0, "bench_start_s": 10.0, "bench_end_s": 3599.9, "exit_code": 0,
-           "data_source": "synthetic (benchmarks/bench_probe.py)"}
-    times, base = [], []
-    verdict = None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _row in csv.reader(io.StringIO(text)):
-            pass
-        base.append(time.perf_counter() - t0)
+def _replay_once(text: str, run: dict[str, object], *, stdlib: bool) -> tuple[float, dict[str, object]]:
+    """parse_trace + summarize + judge of the text: (seconds, verdict dict)."""
+    import os
+
+    if stdlib:
+        os.environ["TOOLKIT_PROBE_STDLIB"] = "1"
+    try:
         t0 = time.perf_counter()
         trace = parse_trace(text, "synthetic.csv")
         summary = summarize(trace, run, {})
         verdict = judge(summary, {}, {})
-        times.append(time.perf_counter() - t0)
-    med, med_base = statistics.median(times), statistics.median(base)
+        return time.perf_counter() - t0, verdict.to_dict()
+    finally:
+        os.environ.pop("TOOLKIT_PROBE_STDLIB", None)
+
+
+def bench_replay(repeats: int) -> dict[str, object]:
+    """The default path (numpy columns where numpy is present) and the list path, interleaved with the floor."""
+    from toolkit.core.probe import columnar
+
+    text = synthetic_trace_text()
+    rows = text.count("\n") - 2
+    run = {"idle_start_s": 0.0, "idle_end_s": 10.0, "bench_start_s": 10.0, "bench_end_s": 3599.9, "exit_code": 0,
+           "data_source": "synthetic (benchmarks/bench_probe.py)"}
+    times: dict[str, list[float]] = {"default": [], "stdlib": [], "csv_reader": []}
+    verdicts: dict[str, dict[str, object]] = {}
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _row in csv.reader(io.StringIO(text)):
+            pass
+        times["csv_reader"].append(time.perf_counter() - t0)
+        for path in ("default", "stdlib"):
+            dt, verdicts[path] = _replay_once(text, run, stdlib=path == "stdlib")
+            times[path].append(dt)
+    med = {k: statistics.median(v) for k, v in times.items()}
     return {
-        "what": "parse_trace + summarize + judge, synthetic 1 h x 8 GPUs x 10 Hz",
+        "what": "parse_trace + summarize + judge, synthetic 1 h x 8 GPUs x 10 Hz (trace schema 2)",
         "rows": rows,
         "repeats": repeats,
-        "median_s": round(med, 3),
-        "baseline_csv_reader_median_s": round(med_base, 3),
-        "ratio_to_baseline": round(med / med_base, 2),
-        "goal_s": 2.0,
-        "verdict": verdict.cls if verdict else None,
+        "numpy": columnar.np.__version__ if columnar.available() else None,
+        "median_s": round(med["default"], 3),
+        "baseline_csv_reader_median_s": round(med["csv_reader"], 3),
+        "ratio_to_baseline": round(med["default"] / med["csv_reader"], 2),
+        "stdlib_median_s": round(med["stdlib"], 3),
+        "stdlib_ratio_to_baseline": round(med["stdlib"] / med["csv_reader"], 2),
+        "goal": {"median_s": 1.0, "ratio_to_baseline": 3.0},
+        "verdict": verdicts["default"]["class"],
+        "verdict_stdlib": verdicts["stdlib"]["class"],
+        "verdicts_identical": verdicts["default"] == verdicts["stdlib"],
+        "times_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
     }
 
 
@@ -192,6 +217,7 @@ def bench_fleet(phase: str, seconds: float, rounds: int, states: int = 8) -> dic
                 sampler._gpus = [sampler._setup(0) for _ in range(states)]  # 8 independent states on GPU 0
                 for i, g in enumerate(sampler._gpus):
                     g.index = i
+                sampler.bench_started(0.0)  # as `probe run` does: the counter read at the window's start edge
             rows: list[dict[str, object]] = []
             e_reads: list[tuple[float, float]] = []
             start = time.monotonic()

@@ -150,8 +150,10 @@ class NvmlSampler:
         self._lock = threading.Lock()
         self._rows: list[Row] = []
         self._origin = time.monotonic()
-        self._energy_due = True
-        self._energy_last = -1e18
+        # No read at the thread's start: the idle baseline needs none. The first is the benchmark's start
+        # (bench_started), then every energy_interval_s, and the last at finish: each window's edges.
+        self._energy_due = False
+        self._energy_last = time.monotonic()
         self._cpu_s = 0.0
         self._ticks = self._late = self._n_samples = self._n_energy = self._n_gpm = 0
         self._first_tick_t = self._last_tick_t = 0.0
@@ -315,6 +317,7 @@ class NvmlSampler:
         if self._thread is None:
             now = time.monotonic()
             self._origin = now - t_s
+            self._energy_last = now
             self._states = len(self._gpus)
             for i, g in enumerate(self._gpus):  # the ring holds ~2.4 s from before the run: start from now
                 g.c_last_seen.value = time.time_ns() // 1000

@@ -120,16 +120,25 @@ def header_line(meta: dict[str, str]) -> str:
 
 
 _COLUMN_INDEX = {c: i for i, c in enumerate(COLUMNS)}
+_FMT_CACHE: dict[float | int | str, str] = {}
 
 
 def format_row(row: dict[str, float | int | str | None]) -> str:
-    # Filled by the row's own keys: a live NVML row carries ~10 of the 26 columns, and at 8 GPUs x 50 Hz the
-    # writer formats 400 rows a second (benchmarks/bench_probe.py --fleet counts it in the process's CPU).
+    # At 8 GPUs x 50 Hz the writer formats 400 rows a second (benchmarks/bench_probe.py --fleet counts it in
+    # the process's CPU): filled from the row's own keys (a live NVML row has ~10 of the 26 columns), and the
+    # values carried from row to row (limit, clocks, utilization) formatted once, from a small bounded cache.
     cells = [""] * len(COLUMNS)
     index = _COLUMN_INDEX
+    cache = _FMT_CACHE
     for k, v in row.items():
         if v is not None and k in index:
-            cells[index[k]] = _fmt(v)
+            text = cache.get(v)
+            if text is None:
+                text = _fmt(v)
+                if len(cache) >= 4096:
+                    cache.clear()
+                cache[v] = text
+            cells[index[k]] = text
     return ",".join(cells) + "\n"
 
 
