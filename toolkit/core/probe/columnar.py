@@ -94,13 +94,12 @@ def parse_body(body: str, columns: tuple[str, ...], numeric_all: tuple[str, ...]
     from toolkit.core.probe.trace import GpuSeries
 
     ncol = len(columns)
-    nrows = body.count("\n")
     # (a row with too few or too many cells makes loadtxt raise or the shape differ: then the list path)
-    if not nrows or not body.endswith("\n") or '"' in body or "\r" in body:
+    if not body.endswith("\n") or '"' in body or "\r" in body:
         return None
-    errors_empty = body.count(",\n") == nrows  # every row's last cell (error) is empty
+    nrows = body.count("\n")
     errors: list[str] | None = None
-    if not errors_empty:
+    if body.count(",\n") != nrows:  # some row's last cell (error) is not empty
         errors = [line[line.rfind(",") + 1:] for line in body.split("\n")[:-1]]
     # Empty cells become NaN for numpy's C reader (it has no missing-value support); two passes because
     # replace() does not see overlapping ",,,". The error column is never converted (usecols).
@@ -118,19 +117,24 @@ def parse_body(body: str, columns: tuple[str, ...], numeric_all: tuple[str, ...]
         return None
     numeric = columns[2:-1]
     out: dict[int, GpuSeries] = {}
-    for g in keys:
-        idx = np.flatnonzero(gpu == g)
-        block = a[idx]
-        t = np.ascontiguousarray(block[:, 0])
+    k = len(keys)
+    # Rows written tick by tick cycle through the GPUs in one order: each GPU is then a strided view.
+    order = gpu[:k]
+    periodic = nrows % k == 0 and len(np.unique(order)) == k and bool((gpu.reshape(-1, k) == order).all())
+    for pos, g in enumerate(order if periodic else keys):
+        idx = np.arange(pos, nrows, k) if periodic else np.flatnonzero(gpu == g)
+        cols = np.ascontiguousarray((a[pos::k] if periodic else a[idx]).T)  # one copy: a row per column
+        t = cols[0]
         if len(t) > 1 and bool((t[1:] < t[:-1]).any()):
             return None
         n = len(t)
-        arrays = {c: np.ascontiguousarray(block[:, j + 2]) for j, c in enumerate(numeric)}
+        arrays = {c: cols[j + 2] for j, c in enumerate(numeric)}
         nan = None
         for c in numeric_all:
             if c not in arrays:
                 if nan is None:
                     nan = np.full(n, np.nan)
+                    nan.flags.writeable = False  # shared by every such column
                 arrays[c] = nan  # a column this file's schema lacks: all unavailable
         series = GpuSeries(gpu=int(g), t_s=t.tolist(), values=ColumnValues({c: arrays[c] for c in numeric_all}),
                            errors=[errors[i] for i in idx.tolist()] if errors is not None else [""] * n)
