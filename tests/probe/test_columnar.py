@@ -52,7 +52,8 @@ def test_numpy_and_list_paths_agree_on_every_recording(name: str, monkeypatch: p
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges() -> None:
+def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
     run = load_run(FIX / "h200c-compute-10hz")
     s = run.trace.gpus[0]
     power = s.values["power_w"]  # materialised as a list: callers may edit it
@@ -63,7 +64,8 @@ def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges() -> None:
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_malformed_text_falls_back_to_the_list_path_and_names_the_line() -> None:
+def test_malformed_text_falls_back_to_the_list_path_and_names_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
     text = (FIX / "h200e-spin" / "trace.csv").read_text()
     lines = text.split("\n")
     lines[40] = lines[40].replace(",", ",x", 1)
@@ -75,7 +77,8 @@ def test_malformed_text_falls_back_to_the_list_path_and_names_the_line() -> None
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_error_cells_survive_the_numpy_parse() -> None:
+def test_error_cells_survive_the_numpy_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
     text = dump_trace(load_run(FIX / "h200e-launch").trace)
     lines = text.split("\n")
     lines[10] = lines[10] + "GPU is lost"
