@@ -85,10 +85,17 @@ class SamplerCost:
     sample_wall_s: float = 0.0  # time inside sampler.sample()
     sample_cpu_s: float = 0.0  # this thread's CPU time inside sampler.sample()
     loop_wall_s: float = 0.0
+    process_cpu_s: float = 0.0  # the whole probe process (every thread: loop, trace writer, sampler thread)
+    sampler_thread: dict[str, Any] = field(default_factory=dict)  # the sampler's own thread, where it has one
 
     def to_dict(self) -> dict[str, Any]:
         per = self.sample_wall_s / self.gpu_samples if self.gpu_samples else None
+        thread_cpu = float(self.sampler_thread.get("thread_cpu_s", 0.0))
         return {
+            **self.sampler_thread,
+            "process_cpu_s": round(self.process_cpu_s, 4),
+            "process_cpu_share_of_one_core": round(self.process_cpu_s / self.loop_wall_s, 5)
+            if self.loop_wall_s else None,
             "ticks": self.ticks,
             "late_ticks": self.late_ticks,
             "gpu_samples": self.gpu_samples,
@@ -96,7 +103,9 @@ class SamplerCost:
             "sample_cpu_s": round(self.sample_cpu_s, 4),
             "loop_wall_s": round(self.loop_wall_s, 3),
             "ms_per_gpu_sample": round(per * 1000, 4) if per is not None else None,
-            "cpu_share_of_one_core": round(self.sample_cpu_s / self.loop_wall_s, 5) if self.loop_wall_s else None,
+            # the sampling itself: calls into the sampler on the loop's thread plus its own thread, if any
+            "cpu_share_of_one_core": round((self.sample_cpu_s + thread_cpu) / self.loop_wall_s, 5)
+            if self.loop_wall_s else None,
         }
 
 
@@ -134,6 +143,7 @@ def run_sampled(
     t0 = time.monotonic()
     env = dict(env if env is not None else os.environ, TOOLKIT_PROBE_T0_MONOTONIC=repr(t0))
     cost = result.cost
+    cpu0 = _process_cpu_s()
     with partial.open("w", buffering=1 << 16) as trace_f, stdout_path.open("wb") as so, stderr_path.open("wb") as se:
         trace_f.write(header_line(trace_meta))
         trace_f.write(",".join(COLUMNS) + "\n")
@@ -189,7 +199,17 @@ def run_sampled(
                 stop_process(proc)
             raise
         finally:
+            # A threaded sampler (NVML) hands its last rows over here: power samples it had not drained yet.
+            finish = getattr(sampler, "finish", None)
+            if finish is not None:
+                rows = finish(time.monotonic() - t0)
+                cost.gpu_samples += len(rows)
+                _write_rows(trace_f, rows)
             cost.loop_wall_s = time.monotonic() - t0
+            cost.process_cpu_s = _process_cpu_s() - cpu0
+            sampler_cost = getattr(sampler, "cost", None)
+            if sampler_cost is not None:
+                cost.sampler_thread = sampler_cost()
     result.stderr_tail = tail(stderr_path)
     return result
 
@@ -219,6 +239,11 @@ def server_log_tail(unit: str, since_epoch_s: float, lines: int = 40) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout[-STDERR_TAIL_CHARS:] if proc.returncode == 0 else ""
+
+
+def _process_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def _write_rows(f: IO[str], rows: list[Row]) -> None:

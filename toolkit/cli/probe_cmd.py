@@ -39,9 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
-    run.add_argument("--energy-interval-s", type=float, default=5.0,
-                     help="read the energy counter at most this often (default 5; 0 = every sample; "
-                     "one read costs ~3 ms of CPU on an H200)")
+    run.add_argument("--energy-interval-s", type=float, default=None,
+                     help="read the energy counter this often besides the benchmark's start and end (default 20; "
+                     "one read costs ~3 ms of CPU on an H200; energy between reads comes from 20 ms power samples)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
     run.add_argument("--server-unit", default=None, metavar="UNIT",
@@ -187,8 +187,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo, rec_run)
         data_source = f"{RECORDED_LABEL} ({args.replay_gpu_trace.name})"
     else:
-        from toolkit.adapters.nvml import NvmlSampler
+        from toolkit.adapters.nvml import ENERGY_INTERVAL_S, NvmlSampler
 
+        if args.energy_interval_s is None:
+            args.energy_interval_s = ENERGY_INTERVAL_S
         sampler = NvmlSampler(gpm=not args.no_gpm, energy_interval_s=args.energy_interval_s)
         data_source = "measured (NVML)"
     gpus = sampler.open(gpus_wanted)
@@ -241,7 +243,8 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
         live, on_tick = _live_view(live_on, len(gpus))
-        trace_meta = {"sample_hz": str(hz), "source": sampler.source, "gpus": ";".join(map(str, gpus))}
+        trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
+                      "gpus": ";".join(map(str, gpus))}
         if live is not None:
             with live:
                 result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,

@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from toolkit.core.probe import columnar
 from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
 from toolkit.core.probe.trace import REASON_BITS, GpuSeries, Trace
@@ -61,6 +62,8 @@ def _slice(s: GpuSeries, start_s: float, end_s: float) -> tuple[int, int]:
 
 def idle_power(trace: Trace, idle_start_s: float, idle_end_s: float) -> dict[int, float | None]:
     """Median power per GPU over the idle baseline (the median shrugs off the first sample's spike)."""
+    if columnar.available():
+        return columnar.idle_power(trace, idle_start_s, idle_end_s)
     out: dict[int, float | None] = {}
     for g, s in trace.gpus.items():
         lo, hi = _slice(s, idle_start_s, idle_end_s)
@@ -70,6 +73,8 @@ def idle_power(trace: Trace, idle_start_s: float, idle_end_s: float) -> dict[int
 
 
 def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float | None) -> dict[str, Any]:
+    if columnar.available():
+        return columnar.gpu_window_stats(s, start_s, end_s, idle_w, GPM_KEYS, REASON_BITS)
     lo, hi = _slice(s, start_s, end_s)
     t = s.t_s[lo:hi]
     v = {c: col[lo:hi] for c, col in s.values.items()}
@@ -79,7 +84,8 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
     sm = sorted(_present(v["sm_clock_mhz"]))
     sm_max = _present(v["sm_clock_max_mhz"])
     mem = sorted(_present(v["mem_clock_mhz"]))
-    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"]) if t else None
+    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"], v["power_sample_w"]) if t else None
+    sampled = sorted(_present(v["power_sample_w"]))
     reasons: dict[str, float] = {}
     masks = Counter(_present(v["clock_reasons"]))  # few distinct masks: count them once
     n_masks = sum(masks.values())
@@ -109,6 +115,10 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
         "energy_source": energy.source if energy else None,
         "energy_integrated_j": _r(energy.integrated_j if energy else None),
         "energy_integrated_instant_j": _r(energy.integrated_instant_j if energy else None),
+        "energy_integrated_sample_j": _r(energy.integrated_sample_j if energy else None),
+        # the driver's 20 ms samples (schema 2 traces), beside the 1 s averaged power_w the rules were set on
+        "power_sample_w": {"mean": _r(_mean(sampled)), "p95": _r(percentile(sampled, 95)),
+                           "max": _r(sampled[-1] if sampled else None)} if sampled else None,
         "util_gpu_pct": _r(_mean(_present(v["util_gpu_pct"]))),
         "util_mem_pct": _r(_mean(_present(v["util_mem_pct"]))),
         "sm_clock_mhz": _r(sm_med, 0),
@@ -196,7 +206,7 @@ def summarize(
     steady: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
     errors = [
         {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
-        for g, s in trace.gpus.items() for i, e in enumerate(s.errors) if e
+        for g, s in trace.gpus.items() if any(s.errors) for i, e in enumerate(s.errors) if e
     ]
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
