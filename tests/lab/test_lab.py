@@ -154,7 +154,7 @@ def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(la
         lab.ssh("pve1", "pct stop 120; pct destroy 120")
 
 
-def test_start_fails_like_proxmox_when_a_device_node_is_missing(lab: LabState) -> None:
+def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusals(lab: LabState) -> None:
     ok(lab, "pve1", f"pct create 101 {template(lab)} --hostname missing-dev "
                     f"--dev0 /dev/nvidia-does-not-exist")
     try:
@@ -166,7 +166,22 @@ def test_start_fails_like_proxmox_when_a_device_node_is_missing(lab: LabState) -
         assert again.returncode != 0 and "already exists" in again.stderr
         bad = lab.ssh("pve1", "pct set 101 --no-such-key 1")
         assert bad.returncode != 0 and "Unknown option: no-such-key" in bad.stderr
+        push = lab.ssh("pve1", "pct push 101 /etc/hostname /root/x")
+        assert push.returncode != 0 and "can only push files to a running CT" in push.stderr
+        # VMIDs are cluster-wide: a VM of another node holds 103, the cluster says so, pct create refuses it.
+        ok(lab, "pve1", "mkdir -p /etc/pve/nodes/pve2/qemu-server && echo 'memory: 512' > "
+                        "/etc/pve/nodes/pve2/qemu-server/103.conf")
+        taken = lab.ssh("pve1", "pvesh get /cluster/nextid --vmid 103")
+        assert taken.returncode != 0 and "vmid: VM 103 already exists" in taken.stderr
+        assert ok(lab, "pve1", "pvesh get /cluster/nextid --vmid 104") == "104\n"
+        create = lab.ssh("pve1", f"pct create 103 {template(lab)}")
+        assert create.returncode != 0 and "VM 103 already exists on node 'pve2'" in create.stderr
+        # A backup's lock holds the config.
+        ok(lab, "pve1", "echo 'lock: backup' >> /etc/pve/lxc/101.conf")
+        locked = lab.ssh("pve1", "pct set 101 --cores 2")
+        assert locked.returncode != 0 and "CT is locked (backup)" in locked.stderr
     finally:
+        lab.ssh("pve1", "sed -i '/^lock:/d' /etc/pve/lxc/101.conf; rm -rf /etc/pve/nodes/pve2")
         ok(lab, "pve1", "pct destroy 101")
     assert lab.ssh("pve1", "pct config 101").returncode != 0
 
@@ -199,27 +214,6 @@ def test_pct_set_on_a_running_container_is_pending_like_proxmox(ct: LabState) ->
     ok(ct, "pve1", f"pct set {VMID} --delete dev9 --cores 2 --features nesting=1")
     assert ok(ct, "pve1", f"pct stop {VMID} && pct start {VMID} && pct config {VMID} --current") == before
     wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
-
-
-def test_push_needs_a_running_ct_and_vmids_are_cluster_wide(lab: LabState) -> None:
-    ok(lab, "pve1", f"pct create 102 {template(lab)} --hostname stopped")
-    try:
-        proc = lab.ssh("pve1", "pct push 102 /etc/hostname /root/x")
-        assert proc.returncode != 0 and "can only push files to a running CT" in proc.stderr
-        # A VM of another node holds 103: the cluster says so, and pct create refuses it.
-        ok(lab, "pve1", "mkdir -p /etc/pve/nodes/pve2/qemu-server && echo 'memory: 512' > "
-                        "/etc/pve/nodes/pve2/qemu-server/103.conf")
-        taken = lab.ssh("pve1", "pvesh get /cluster/nextid --vmid 103")
-        assert taken.returncode != 0 and "vmid: VM 103 already exists" in taken.stderr
-        assert ok(lab, "pve1", "pvesh get /cluster/nextid --vmid 104") == "104\n"
-        create = lab.ssh("pve1", f"pct create 103 {template(lab)}")
-        assert create.returncode != 0 and "VM 103 already exists on node 'pve2'" in create.stderr
-        # A backup's lock holds the config.
-        ok(lab, "pve1", "echo 'lock: backup' >> /etc/pve/lxc/102.conf")
-        locked = lab.ssh("pve1", "pct set 102 --cores 2")
-        assert locked.returncode != 0 and "CT is locked (backup)" in locked.stderr
-    finally:
-        lab.ssh("pve1", "sed -i '/^lock:/d' /etc/pve/lxc/102.conf; pct destroy 102; rm -rf /etc/pve/nodes/pve2")
 
 
 def test_driver_stand_ins_and_the_hmm_symptom(ct: LabState) -> None:

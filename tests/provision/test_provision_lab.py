@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.provision.lab_inventory import own_container_inventory
 from toolkit.adapters.ansible import PlaybookResult, run_playbook
 from toolkit.cli.main import main as toolkit_main
 
@@ -33,17 +34,8 @@ def _fmt(result: PlaybookResult) -> list[str]:
 @pytest.fixture(scope="module")
 def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lab's inventory with the test's own container in place of `ct`."""
-    data = yaml.safe_load(Path(lab.inventory_path).read_text())
-    cts = data["all"]["children"]["gpu_containers"]["hosts"]
-    ct = dict(cts.pop("ct"))
-    address = re.sub(r"\.\d+$", f".{VMID}", ct["ansible_host"])
-    ct.update(ansible_host=address, lxc_gpu_container_vmid=VMID, lxc_gpu_container_address=address,
-              lxc_gpu_container_net0=re.sub(r"ip=[\d.]+/", f"ip={address}/", ct["lxc_gpu_container_net0"]),
-              lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-test")
-    cts[CT] = ct
-    path = tmp_path_factory.mktemp("inv") / "lab-prov.yml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
+                                   lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-test")
 
 
 @pytest.fixture(scope="module")

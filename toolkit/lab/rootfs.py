@@ -45,6 +45,21 @@ def _run(cmd: list[str], what: str, log: Path) -> None:
         )
 
 
+def _strip_for_the_lab(root: Path, where: str) -> None:
+    # Nothing in the lab may reach the network: no apt sources that would make an `apt-get update`
+    # inside the lab try deb.debian.org (there is no route out anyway; this makes it fail fast).
+    (root / "etc/apt/sources.list").write_text(f"# lab: no network; {where}\n")
+    # Host keys made by openssh-server's postinst would be shared by every host and container made
+    # from this cache; each boot of pve1 and each `pct create` makes its own instead.
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    # Apt's package lists are the biggest part of a userland nobody in the lab can use.
+    for lists in (root / "var/lib/apt/lists").glob("*_Packages"):
+        lists.unlink()
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
+
+
 def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path:
     """Build the userland if it is not cached; return its directory. Safe to interrupt: the
     directory only gets its final name once it is complete."""
@@ -69,18 +84,7 @@ def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path
         "debootstrap",
         log,
     )
-    # Nothing in the lab may reach the network: no apt sources that would make an `apt-get update`
-    # inside the lab try deb.debian.org (there is no route out anyway; this makes it fail fast).
-    (tmp / "etc/apt/sources.list").write_text("# lab: no network; packages come from the cached userland\n")
-    # Host keys made by openssh-server's postinst would be shared by every host and container made
-    # from this cache; each boot of pve1 and each `pct create` makes its own instead.
-    for key in (tmp / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    # Apt's package lists are the biggest part of the userland nobody in the lab can use.
-    for lists in (tmp / "var/lib/apt/lists").glob("*_Packages"):
-        lists.unlink()
-    for deb in (tmp / "var/cache/apt/archives").glob("*.deb"):
-        deb.unlink()
+    _strip_for_the_lab(tmp, "packages come from the cached userland")
     (tmp / ".toolkit-lab-complete").write_text(cache_key() + "\n")
     os.replace(tmp, final)
     # Userlands of an older package list or revision are left alone: a running lab may still have
@@ -141,13 +145,7 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     # debootstrap adds two packages dab does not (dab merges /usr itself and installs no lsb-base);
     # nothing in the selection needs them (usrmerge satisfies init-system-helpers).
     _run(["chroot", str(root), "dpkg", "--purge", *_DEBOOTSTRAP_EXTRAS], "removing debootstrap's extras", log)
-    (root / "etc/apt/sources.list").write_text("# lab: no network; packages come from the controller\n")
-    for key in (root / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    for lists in (root / "var/lib/apt/lists").glob("*_Packages"):
-        lists.unlink()
-    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
-        deb.unlink()
+    _strip_for_the_lab(root, "packages come from the controller")
     shutil.copyfile(root / "var/lib/dpkg/status", work / "dpkg-status")
     # An unprivileged lab container may not mount debugfs (seen: "degraded"); the mask is the only
     # file the lab adds, and it is no package.
