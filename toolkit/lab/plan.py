@@ -14,16 +14,18 @@ from typing import Any
 import yaml
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.lab import template
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # Bump when the way the userland is made changes (not only its package list).
 ROOTFS_BUILD_REVISION = "3"
-# pve1 and the CT template share one userland (see rootfs.py). pve1 needs lxc, bridge tools,
-# kmod, systemd, dbus, sudo; the container needs python3-venv, systemd-sysv, patch; both need
-# sshd and python3 (Ansible). python3-apt: Ansible's apt module imports it even to check that a
-# package is present. zstd: `pct create` unpacks the .tar.zst template. No gcc: the libcuda
-# stand-in is compiled on the controller.
+# pve1's userland (see rootfs.py; the CT template is built apart, as Proxmox's: template.py).
+# pve1 needs lxc, bridge tools, kmod, systemd, dbus, sudo, sshd and python3 (Ansible); python3-venv
+# and patch stay for the cached userland's key (changing the list rebuilds it for everyone).
+# python3-apt: Ansible's apt module imports it even to check that a package is present.
+# zstd: `pct create` unpacks the .tar.zst template. No gcc: the libcuda stand-in is compiled on
+# the controller.
 ROOTFS_PACKAGES: tuple[str, ...] = (
     "python3",
     "python3-venv",
@@ -49,10 +51,8 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
     "less",
 )
 TEMPLATE_DIR = "/var/lib/vz/template/cache"
-# lxc: the container runs no containers (seen: lxc.service held its boot in "starting");
-# sys-kernel-debug.mount: an unprivileged container may not mount debugfs (seen: "degraded").
-TEMPLATE_MASKED_UNITS = ("lxc.service", "lxc-net.service", "lxc-monitord.service", "sys-kernel-debug.mount")
-TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+# The CT template: built like Proxmox's own (toolkit.lab.template), served by the pveam stand-in.
+TEMPLATE_NAME = template.APPLIANCES[template.DEFAULT_SUITE].file_name
 DEFAULT_DRIVER_VERSION = "580.95.05"
 DEFAULT_CT_VMID = 100
 # Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (DOMAIN.md
@@ -289,7 +289,6 @@ def render_inventory(state: LabState) -> str:
                             "ansible_ssh_common_args": ct_ssh,
                             "lxc_gpu_container_proxmox_host": HOSTNAME,
                             "lxc_gpu_container_vmid": c.ct_vmid,
-                            "lxc_gpu_container_template": f"local:vztmpl/{TEMPLATE_NAME}",
                             "lxc_gpu_container_net0":
                                 f"name=eth0,bridge={BRIDGE},ip={c.ct_address}/{c.ct_prefixlen},"
                                 f"gw={c.bridge_address},type=veth",

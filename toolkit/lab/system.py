@@ -344,6 +344,41 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     return f"{config.host_address} {pub[0]} {pub[1]}\n"
 
 
+def place_templates(upper: Path, lower: Path, template_file: Path) -> None:
+    """The appliance index and the template where pveam's stand-in downloads from; none in
+    /var/lib/vz/template/cache (a fresh Proxmox host has none), and the toolkit's old template,
+    still inside cached userlands, hidden by an overlay whiteout."""
+    import hashlib
+    import stat
+
+    from toolkit.lab import template
+
+    mirror = upper / "var/lib/lab-standin/aplinfo"
+    mirror.mkdir(parents=True, exist_ok=True)
+    dst = mirror / template_file.name
+    try:
+        os.link(template_file, dst)  # same filesystem: no 140 MB copy per up
+    except OSError:
+        shutil.copyfile(template_file, dst)
+    sums_file = template_file.with_name(template_file.name + ".sha512")
+    if not sums_file.is_file():
+        h = hashlib.sha512()
+        with open(template_file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        write_atomic(sums_file, h.hexdigest() + "\n")
+    appliance = template.APPLIANCES[template.DEFAULT_SUITE]
+    write_atomic(mirror / "aplinfo.dat", template.render_aplinfo(
+        [appliance], {template_file.name: sums_file.read_text().strip()}, "http://download.proxmox.com/images/system"))
+    for name in ("pveam", "pvesm", "pvesh"):
+        write_atomic(upper / "usr/bin" / name, standin_bytes(name), 0o755)
+    cache = plan.TEMPLATE_DIR.lstrip("/")
+    (upper / cache).mkdir(parents=True, exist_ok=True)
+    for old in template.RETIRED_FILE_NAMES:
+        if (lower / cache / old).exists():
+            os.mknod(upper / cache / old, stat.S_IFCHR, os.makedev(0, 0))
+
+
 # ---------------------------------------------------------------- network
 
 
@@ -498,6 +533,8 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     lower = rootfs.build()
     progress("stand-ins: compiling libcuda, packing the driver installer")
     installer = build_installer(config.driver_version)
+    progress("CT template: Proxmox's debian-12-standard package set (cached after the first up)")
+    template_file = rootfs.build_template()
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
                      known_hosts_path=str(SSH_DIR / "known_hosts"))
@@ -511,6 +548,7 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         upper = PVE1_DIR / "upper"
         upper.mkdir(parents=True)
         known = populate_upper(config, upper, key, installer)
+        place_templates(upper, lower, template_file)
         write_atomic(Path(state.known_hosts_path), known, 0o600)
         progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)

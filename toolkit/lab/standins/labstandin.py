@@ -201,3 +201,25 @@ def kernel_module_version_seen() -> str | None:
 def die(prog: str, message: str, code: int) -> None:
     sys.stderr.write(f"{prog} ({BANNER}): {message}\n")
     sys.exit(code)
+
+
+PVE_DIR = "/etc/pve"
+
+
+def cluster_vmids(pve_dir: str = PVE_DIR) -> dict[str, tuple[str, str]]:
+    """vmid -> ("CT" or "VM", node) over the whole cluster, as pmxcfs's .vmlist has it: this node's
+    /etc/pve/lxc plus every node's lxc/ and qemu-server/ under /etc/pve/nodes (the lab's second
+    node is a directory of configs there)."""
+    node = os.uname().nodename
+    found: dict[str, tuple[str, str]] = {}
+    dirs = [(os.path.join(pve_dir, "lxc"), "CT", node)]
+    nodes_dir = os.path.join(pve_dir, "nodes")
+    if os.path.isdir(nodes_dir):
+        for n in sorted(os.listdir(nodes_dir)):
+            dirs += [(os.path.join(nodes_dir, n, "lxc"), "CT", n), (os.path.join(nodes_dir, n, "qemu-server"), "VM", n)]
+    for d, kind, n in dirs:
+        if os.path.isdir(d):
+            for f in os.listdir(d):
+                if re.fullmatch(r"\d+\.conf", f):
+                    found.setdefault(f[:-5], (kind, n))
+    return found
