@@ -33,7 +33,7 @@ from toolkit.lab import plan
 # What the role installs from Debian on a stock host (Recommends off, as the role asks apt).
 DEBIAN_TOOLCHAIN = ("build-essential",)
 # Bump when the stand-in packages' contents change.
-MIRROR_REVISION = "4"
+MIRROR_REVISION = "5"
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -150,20 +150,20 @@ _HEADERS_POSTINST = 'if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst
 def standin_debs(out_dir: Path, flavour: plan.Flavour, driver_versions: tuple[str, ...]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     series = ".".join(flavour.kernel.split(".")[:2])
-    for kver in (flavour.kernel, flavour.next_kernel):
+    for kver in (flavour.kernel, flavour.next_kernel, flavour.latest_kernel):
         _standin_deb(out_dir, f"proxmox-headers-{kver}", "1", f"Proxmox kernel headers for {kver}",
                      _headers_files(kver), postinst=_HEADERS_POSTINST.format(kver=kver),
                      links={f"/lib/modules/{kver}/build": f"/usr/src/linux-headers-{kver}"})
-    # The running kernel's package is installed already (the flavour boots it); the next one is on offer.
-    _standin_deb(out_dir, f"proxmox-kernel-{flavour.next_kernel}-signed", "1",
-                 f"Proxmox kernel image {flavour.next_kernel}", _kernel_files(flavour.next_kernel),
-                 provides=f"proxmox-kernel-{flavour.next_kernel}",
-                 postinst=_KERNEL_POSTINST.format(kver=flavour.next_kernel))
+    # The running kernel's package is installed already (the flavour boots it); newer ones are on offer.
+    for kver in (flavour.next_kernel, flavour.latest_kernel):
+        _standin_deb(out_dir, f"proxmox-kernel-{kver}-signed", "1", f"Proxmox kernel image {kver}",
+                     _kernel_files(kver), provides=f"proxmox-kernel-{kver}",
+                     postinst=_KERNEL_POSTINST.format(kver=kver))
     _standin_deb(out_dir, f"proxmox-kernel-{series}", "2", f"Proxmox kernel {series} (latest)", {},
-                 depends=f"proxmox-kernel-{flavour.next_kernel}-signed")
+                 depends=f"proxmox-kernel-{flavour.latest_kernel}-signed")
     # The meta package pulls the headers of every future kernel of the series (review finding 2).
     _standin_deb(out_dir, f"proxmox-headers-{series}", "2", f"Proxmox kernel headers {series} (latest)", {},
-                 depends=f"proxmox-headers-{flavour.next_kernel}")
+                 depends=f"proxmox-headers-{flavour.latest_kernel}")
     _standin_deb(out_dir, "proxmox-default-headers", "1.1.0", "Default Proxmox kernel headers", {},
                  depends=f"proxmox-headers-{series}")
     _standin_deb(out_dir, "dkms", "3.0.10-8+labstandin1", "Dynamic Kernel Module System (DKMS)",

@@ -104,7 +104,10 @@ class Flavour:
     pve_version: str = ""
     debian_suite: str = DEBIAN_SUITE
     kernel: str = ""
+    # Newer stand-in kernels on the mirror: `next_kernel` by its own package name, `latest_kernel` through
+    # the series' meta packages (proxmox-kernel-6.8, proxmox-headers-6.8), as `apt dist-upgrade` brings it.
     next_kernel: str = ""
+    latest_kernel: str = ""
     cuda_repo: str = "debian12"
 
     @property
@@ -114,11 +117,12 @@ class Flavour:
 
 FLAVOURS = {
     "lab": Flavour("lab"),
-    "stock-pve8": Flavour("stock-pve8", pve_version="8.4.1", kernel="6.8.12-9-pve", next_kernel="6.8.12-11-pve"),
+    "stock-pve8": Flavour("stock-pve8", pve_version="8.4.1", kernel="6.8.12-9-pve", next_kernel="6.8.12-11-pve",
+                          latest_kernel="6.8.12-13-pve"),
     # PVE 9 is trixie; the lab's userland stays Debian 12 (one cached userland): pveversion, the
     # deb822 sources' names and the 6.14 kernels are PVE 9's, the packages served are bookworm's.
     "stock-pve9": Flavour("stock-pve9", pve_version="9.0.10", debian_suite="trixie", kernel="6.14.8-2-pve",
-                          next_kernel="6.14.11-1-pve", cuda_repo="debian13"),
+                          next_kernel="6.14.11-1-pve", latest_kernel="6.14.11-4-pve", cuda_repo="debian13"),
 }
 # The names the stock flavour's mirror answers for on pve1 (its /etc/hosts points them at it).
 MIRROR_ADDRESS = "127.0.0.2"

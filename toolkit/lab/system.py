@@ -378,6 +378,8 @@ def populate_flavour(config: LabConfig, upper: Path, mirror: Path, key: bytes) -
         write_atomic(upper / rel.lstrip("/"), content, mode)
 
     put(f"/boot/vmlinuz-{f.kernel}", f"lab stand-in kernel {f.kernel}: pve1 runs the controller's kernel\n")
+    # The installer's initramfs: nothing blacklisted in it, so nouveau is loaded from it at boot.
+    put(f"/boot/initrd.img-{f.kernel}", json.dumps({"kernel": f.kernel, "modprobe.d": {}}) + "\n")
     # usr/lib, not lib: /lib is the lower layer's symlink to usr/lib (merged /usr), which a real
     # directory in the upper layer would hide.
     (upper / f"usr/lib/modules/{f.kernel}").mkdir(parents=True, exist_ok=True)

@@ -172,6 +172,8 @@ def installed_kernel_module_version() -> str | None:
     ko = read_module_file(running_kernel())
     if ko is not None:
         return ko.get("version") or None
+    if os.path.exists(KERNEL_RELEASE_FILE):
+        return None  # a stock flavour: only a module built for the running kernel loads
     try:
         with open(KERNEL_MODULE_STAMP) as fh:
             return fh.read().strip() or None
@@ -194,14 +196,17 @@ def pid_alive(pidfile: str) -> bool:
 
 
 def module_holders(module: str) -> list[str]:
-    """Who keeps `module` in use, as the kernel's refcount would: nvidia-persistenced holds nvidia
-    open; a running container that was given /dev/nvidia* nodes holds nvidia (and nvidia_uvm when
-    it has /dev/nvidia-uvm); a module that depends on it holds it."""
+    """Who keeps `module` in use, as the kernel's refcount would: a module that depends on it; in the
+    stock flavours also nvidia-persistenced (the real one holds the GPUs open) and a running container
+    that was given /dev/nvidia* nodes (its CUDA server would hold them open: on this kernel nothing can,
+    they open with ENXIO). The flavour `lab` keeps the lab's old, looser rule (dependent modules only)."""
     holders = []
     if module == "nvidia":
         holders += sorted(m for m in loaded_modules() if m != "nvidia" and m in NVIDIA_MODULES)
-        if pid_alive("/run/nvidia-persistenced/nvidia-persistenced.pid"):
-            holders.append("nvidia-persistenced")
+    if load_config().get("flavour", "lab") == "lab":
+        return holders
+    if module == "nvidia" and pid_alive("/run/nvidia-persistenced/nvidia-persistenced.pid"):
+        holders.append("nvidia-persistenced")
     if module in ("nvidia", "nvidia_uvm"):
         node = "/dev/nvidia-uvm" if module == "nvidia_uvm" else "/dev/nvidia"
         try:

@@ -56,6 +56,7 @@ fail() {
 sysmod=/run/lab-standin/sys/module
 kernel=$(uname -r)
 skip_module_load=0
+src=${kernel_source_path:-/lib/modules/$kernel/build}
 # The flavour `lab` (the lab as it was before the stock flavours) has no toolchain or headers to
 # give: there the build checks are skipped and the module is written, not built; said in the log.
 lab_flavour=0
@@ -98,7 +99,6 @@ if [ "$kernel_module" = 1 ]; then
   command -v cc >/dev/null || [ -n "${CC:-}" ] || fail "Unable to find the development tool \`cc\` in your path; please make sure that you have the package 'gcc' installed.  If gcc is installed on your system, then please check that \`cc\` is in your PATH."
   command -v make >/dev/null || fail "Unable to find the development tool \`make\` in your path; please make sure that you have the package 'make' installed.  If make is installed on your system, then please check that \`make\` is in your PATH."
   [ -e /usr/include/stdio.h ] || fail "You do not appear to have libc header files installed on your system.  Please install your distribution's libc development package."
-  src=${kernel_source_path:-/lib/modules/$kernel/build}
   [ -d "$src" ] || fail "Unable to find the kernel source tree for the currently running kernel.  Please make sure you have installed the kernel source files for your kernel and that they are properly configured; on Red Hat Linux systems, for example, be sure you have the 'kernel-source' or 'kernel-devel' RPM installed.  If you know the correct kernel source files are installed, you may specify the kernel source path with the '--kernel-source-path' command line option."
   else
     echo "lab flavour 'lab': no toolchain or kernel headers checked, the module is not built" >> "$log"
@@ -139,6 +139,12 @@ if [ "$kernel_module" = 1 ]; then
   install -m 0644 "$tmp/kernel/nvidia.ko" "$dest/nvidia.ko"
   echo "Installing kernel module $VERSION for kernel $kernel (lab stand-in: no real module)" >> "$log"
   # dkms_register_module (misc.c): "If dkms(8) or tar(1) are missing, there is nothing to do here."
+  # The previous driver is uninstalled first, its DKMS registration with it (nvidia-uninstall).
+  if command -v dkms >/dev/null; then
+    for old in $(ls /var/lib/dkms/nvidia 2>/dev/null); do
+      [ "$old" = "$VERSION" ] || dkms remove -m nvidia -v "$old" --all >> "$log" 2>&1 || true
+    done
+  fi
   if [ "$dkms" = 1 ] && command -v dkms >/dev/null && command -v tar >/dev/null; then
     mkdir -p "$tmp/dkms/dkms_source_tree" "$tmp/dkms/dkms_binaries/$kernel"
     cp -a "$tmp/kernel/." "$tmp/dkms/dkms_source_tree/"
