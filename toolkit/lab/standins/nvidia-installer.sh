@@ -128,6 +128,11 @@ install -m 0755 "$tmp/nvidia-smi" /usr/bin/nvidia-smi
 install -m 0755 "$tmp/nvidia-modprobe" /usr/bin/nvidia-modprobe
 install -m 0755 "$tmp/nvidia-persistenced" /usr/bin/nvidia-persistenced
 install -m 0644 "$tmp/labstandin.py" /usr/lib/lab-standin/labstandin.py
+# The previous driver's files go first (nvidia-uninstall), or ldconfig would point libcuda.so.1 at
+# the highest-numbered one left behind.
+for f in "$libdir"/libcuda.so.[0-9]*; do
+  [ -e "$f" ] && [ "$f" != "$libdir/libcuda.so.$VERSION" ] && rm -f "$f"
+done
 install -m 0755 "$tmp/libcuda.so.$VERSION" "$libdir/libcuda.so.$VERSION"
 ln -sf "libcuda.so.$VERSION" "$libdir/libcuda.so.1"
 ln -sf libcuda.so.1 "$libdir/libcuda.so"
