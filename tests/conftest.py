@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+# A shell without job control starts background commands (`pytest ... &`, as scripts/test runs its second shard)
+# with SIGINT ignored, and an ignored signal stays ignored through fork and exec: every toolkit process a test
+# starts would then shrug off the SIGINT the interrupt tests send it. A handler (not SIG_IGN) is reset to the
+# default at exec, so the children start as they would from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The reliability table (docs/reliability.md): fault tests record what the user saw, what was recorded and what
 # the next run did through the `reliability` fixture. A row is kept only when its test passed in this run; with

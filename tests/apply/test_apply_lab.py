@@ -160,7 +160,9 @@ def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Targe
     message = "\n".join(f["message"] for f in summary["failures"])
     assert "service sglang did not answer" in message
     assert "told to fail its health check" in message  # the log tail, from the journal
-    assert "probe" not in summary and (work / "profiles" / "glm5-tp8.yaml").read_bytes() == before
+    # The probe never started (the deploy stopped at the health check): no run fetched, nothing recorded.
+    assert summary["probe"] == {} and "record" not in summary
+    assert (work / "profiles" / "glm5-tp8.yaml").read_bytes() == before
     rc, summary, err = apply(provisioned, work)  # healthy again: the drop-in changed back, so it restarts
     assert rc == 0, err[-4000:]
 

@@ -114,6 +114,29 @@ def test_no_load_and_benchmark_failed() -> None:
     assert "ConnectionRefusedError" in v.evidence["stderr_tail"]
 
 
+def test_requests_lost_with_exit_0_is_a_failed_benchmark_not_a_result() -> None:
+    # bench_serving exits 0 when requests fail (the server was killed, then restarted before its closing
+    # /get_server_info): only "completed" below what it sent says so.
+    from toolkit.core.probe.bench import failed_requests, requests_sent
+
+    stderr = "  3%|3         | 5/160 [00:01<00:40,  3.80it/s]\r 100%|##########| 160/160 [00:09<00:00, 16.2it/s]"
+    assert requests_sent(["python", "-m", "sglang.bench_serving", "--num-prompts", "200"], stderr) == 160
+    assert requests_sent(["bench", "--num-prompts=200"], "") == 200
+    assert requests_sent(["bench"], "no progress bar") is None
+    assert failed_requests(123.0, 160) == 37 and failed_requests(160.0, 160) == 0
+    assert failed_requests(None, 160) is None and failed_requests(5.0, None) is None
+
+    trace, run = _flat({0: H200_LIKE["compute"]})
+    run.update(requests_sent=160, failed_requests=37, server_log_tail="sglang.service: Main process exited, "
+               "code=killed, status=9/KILL")
+    v = judge(summarize(trace, run, {"completed": 123.0}))
+    assert v.cls == "benchmark-failed"
+    assert v.headline.startswith("the benchmark lost 37 of 160 requests")
+    assert "status=9/KILL" in v.evidence["server_log_tail"] and v.evidence["failed_requests"] == 37
+    run.update(failed_requests=0)
+    assert judge(summarize(trace, run, {"completed": 160.0})).cls == "compute-bound"
+
+
 def test_bench_result_parsed_by_presence_of_keys() -> None:
     old = normalize_bench_result({"duration": 10.0, "input_throughput": 100.0, "output_throughput": 50.0,
                                   "mean_ttft_ms": 12.5, "p99_itl_ms": 3.0})

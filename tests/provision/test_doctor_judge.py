@@ -100,3 +100,21 @@ def test_dkms_built_for_the_running_kernel_passes_and_nvswitch_without_fabric_ma
     assert checks["kernel module"].status == PASS and "DKMS" in checks["kernel module"].detail
     assert checks["DKMS"].status == PASS
     assert checks["Fabric Manager"].status == FAIL and "802" in checks["Fabric Manager"].detail
+
+
+def test_the_playbook_reports_every_reading_the_judgement_reads() -> None:
+    # The readings above stand for what playbooks/doctor.yml reports; a key the playbook stops sending reads as
+    # absent here (a missing /dev/nvidiactl, say), so the two must not drift apart.
+    from pathlib import Path
+
+    import yaml
+
+    plays = yaml.safe_load((Path(__file__).parents[2] / "playbooks" / "doctor.yml").read_text())
+    sent = {}
+    for play in plays:
+        for task in play.get("tasks", []):
+            if task.get("name") == "Doctor | report":
+                report = task["vars"]["doctor"]
+                sent[report["role"]] = set(report)
+    assert set(host_report()) <= sent["host"], set(host_report()) - sent["host"]
+    assert set(ct_report()) <= sent["container"], set(ct_report()) - sent["container"]

@@ -212,8 +212,9 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
                  bench_jsonl: Path, data_source: str, idle_s: float, hz: float) -> tuple[Any, dict[str, Any],
                                                                                           dict[str, Any]]:
     """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict)."""
-    from toolkit.adapters.bench_process import redact_argv, run_sampled, server_log_tail
+    from toolkit.adapters.bench_process import read_bench_jsonl, redact_argv, run_sampled, server_log_tail
     from toolkit.adapters.probe_store import write_json_atomic
+    from toolkit.core.probe.bench import failed_requests, normalize_bench_result, requests_sent
 
     started_epoch_s = time.time()
     try:
@@ -255,6 +256,8 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
     finally:
         sampler.close()
     os.replace(out / "trace.csv.partial", out / "trace.csv")
+    sent = requests_sent(plan["argv"], result.stderr_tail)
+    lost = failed_requests(normalize_bench_result(read_bench_jsonl(bench_jsonl)).get("completed"), sent)
     manifest.update({
         "status": "interrupted" if result.interrupted else "finished",
         "idle_start_s": round(result.idle_start_s, 4),
@@ -264,10 +267,12 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
         "exit_code": result.exit_code,
         "interrupted": result.interrupted,
         "stderr_tail": result.stderr_tail,
+        "requests_sent": sent,
+        "failed_requests": lost,
         "server_unit": args.server_unit,
         # The server's side of a failed benchmark (killed, crashed): its journal since this run started.
         "server_log_tail": server_log_tail(args.server_unit, started_epoch_s)
-        if args.server_unit and (result.exit_code != 0 or result.interrupted) else "",
+        if args.server_unit and (result.exit_code != 0 or result.interrupted or lost) else "",
         "sampler_cost": result.cost.to_dict(),
         "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
                   "summary.json", "verdict.json"],

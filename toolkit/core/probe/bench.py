@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+# bench_serving's progress bar (tqdm, on stderr): "100%|##########| 160/160 [00:09<00:00, 16.2it/s]".
+_TQDM_COUNT = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
@@ -52,3 +56,25 @@ def normalize_bench_result(raw: dict[str, Any] | None) -> dict[str, Any]:
         "timeline_origin": raw.get("timeline_origin", "benchmark_start"),
         "keys_present": sorted(raw),
     }
+
+
+def requests_sent(argv: list[str], stderr_text: str) -> int | None:
+    """How many requests the benchmark sent: its progress bar's total (the dataset may hold fewer prompts than
+    --num-prompts asks for), else --num-prompts; None when neither is known."""
+    counts = _TQDM_COUNT.findall(stderr_text or "")
+    if counts:
+        return int(counts[-1][1])
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--num-prompts=") else (
+            argv[i + 1] if arg == "--num-prompts" and i + 1 < len(argv) else None)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def failed_requests(completed: float | None, sent: int | None) -> int | None:
+    """Requests that did not complete. bench_serving exits 0 when requests fail (a killed server, a refused
+    prompt): it reports only the successes ("completed"), so the difference is the one sign of them."""
+    if completed is None or sent is None:
+        return None
+    return max(sent - int(completed), 0)

@@ -220,6 +220,8 @@ def summarize(
             "server_log_tail": run.get("server_log_tail", ""),
             "duration_s": bench.get("duration_s"),
             "completed": bench.get("completed"),
+            "requests_sent": run.get("requests_sent"),
+            "failed_requests": run.get("failed_requests"),
             "total_output_tokens": bench.get("total_output_tokens"),
             "peak_output_tok_per_s": bench.get("peak_output_tok_per_s"),
             "keys_present": bench.get("keys_present", []),

@@ -236,9 +236,17 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
     basis = "gpm" if per_gpu and all(j.basis == "gpm" for j in per_gpu.values()) else "power+util+clocks"
     window_ev = {"window": "steady" if summary["steady_state"]["found"] else "full benchmark",
                  "start_s": window["start_s"], "end_s": window["end_s"]}
-    if bench.get("exit_code") not in (0, None) or bench.get("interrupted"):
-        what = "was interrupted" if bench.get("interrupted") else f"exited {bench.get('exit_code')}"
+    lost = bench.get("failed_requests") or 0
+    if bench.get("exit_code") not in (0, None) or bench.get("interrupted") or lost:
+        if bench.get("interrupted"):
+            what = "was interrupted"
+        elif bench.get("exit_code") not in (0, None):
+            what = f"exited {bench.get('exit_code')}"
+        else:  # exit 0, yet requests failed: its throughput counts only the survivors, so it is no result
+            what = f"lost {lost} of {bench.get('requests_sent')} requests"
         failed: dict[str, Any] = {**window_ev, "exit_code": bench.get("exit_code"),
+                                  "failed_requests": bench.get("failed_requests"),
+                                  "requests_sent": bench.get("requests_sent"),
                                   "stderr_tail": bench.get("stderr_tail", "")[-800:]}
         server_log = str(bench.get("server_log_tail") or "")
         if server_log:
