@@ -163,7 +163,7 @@ def _check_timelines_and_entry(run_dir: Path, profile: Path) -> dict[str, Any]:
     completed = json.loads((run_dir / "bench.jsonl").read_text().splitlines()[-1])["completed"]
     assert entry["bench"]["num_prompts"] == completed == LAB_NUM_PROMPTS
     assert entry["bench"]["failed"] == 0 and entry["bench"]["profile_asked"] == {"num_prompts": 1024}
-    assert "--num-prompts" in entry["bench"]["argv"]
+    assert "--num-prompts 160" in entry["bench"]["command"] and "--tokenizer /opt/sglang" in entry["bench"]["command"]
     assert entry["throughput"]["steady_state"]["output_tok_per_s"] > 0
     assert "simulated" in entry["lab"]["note"]
     return dict(summary["server"])

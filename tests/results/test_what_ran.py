@@ -31,4 +31,13 @@ def test_num_prompts_is_what_completed_and_the_profile_is_kept_apart(scratch: Sc
     assert b.num_prompts == 158 and b.failed == 2  # 160 asked of the benchmark, 158 completed
     assert b.profile_asked == {"num_prompts": 1024}  # the profile's wish, where the run differs
     assert b.seed == 1  # bench_serving's default: the command gave none, so the profile's is not what ran
-    assert b.argv is not None and "--num-prompts" in b.argv and "sk-secret" not in b.argv
+    assert b.command is not None and "--num-prompts 160" in b.command and "sk-secret" not in b.command
+    assert "--api-key '***'" in b.command
+
+
+def test_secret_looking_flags_are_whole_words() -> None:
+    from toolkit.core.probe.bench import redact_argv
+
+    argv = ["x", "--tokenizer", "/t", "--hf-token", "hf_1", "--api-key=k", "--max-total-tokens", "9", "--password", "p"]
+    assert redact_argv(argv) == ["x", "--tokenizer", "/t", "--hf-token", "***", "--api-key=***",
+                                 "--max-total-tokens", "9", "--password", "***"]
