@@ -143,8 +143,10 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
     assert tr.ppid[child] == parent.pid
     # The spinning thread (not the main one, which sleeps) is the busiest, and holds most of the process's CPU.
     assert tr.busiest_tid[child] != tr.pid[child]
-    assert (tr.busiest_thread_cpu_pct[child] or 0) > 20  # of one core; two shared cores on CI
-    assert (tr.cpu_pct[child] or 0) >= (tr.busiest_thread_cpu_pct[child] or 0) - 1
+    # On a loaded 2-core CI machine the spinner gets what the scheduler gives it; whatever that is, it is nearly
+    # all of its process's CPU (the main thread sleeps).
+    busiest, total = tr.busiest_thread_cpu_pct[child] or 0.0, tr.cpu_pct[child] or 0.0
+    assert busiest > 3 and busiest >= 0.7 * total and total >= busiest - 1
     win = host_window(tr, 0, t1 + 1)
     assert win["bench"]["busiest_thread"]["pid"] == tr.pid[child] and win["server"] is None
 
