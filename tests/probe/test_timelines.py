@@ -127,13 +127,18 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
     try:
         host = HostSampler()
         host.set_root("bench", parent.pid)
+        t0 = time.monotonic()
+
+        def spinning(lines: list[str]) -> bool:  # the grandchild is there with its second thread started
+            rows = read_host_trace(host.header(2.0) + "".join(lines))
+            return any(p != parent.pid and (n or 0) >= 2 for p, n in zip(rows.pid, rows.threads, strict=True))
+
         lines = host.tick(0.0)
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline and len(lines) < 2:  # the grandchild appears a moment later
-            time.sleep(0.1)
-            lines = host.tick(time.monotonic() - deadline + 2)
+        while time.monotonic() - t0 < 3 and not spinning(lines):
+            time.sleep(0.05)
+            lines = host.tick(time.monotonic() - t0)  # every thread has its first sample from here on
         time.sleep(1.0)
-        t1 = time.monotonic() - deadline + 2 + 1.0
+        t1 = time.monotonic() - t0
         lines = host.tick(t1)
         tr = read_host_trace(host.header(2.0) + "".join(lines))
     finally:
