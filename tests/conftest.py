@@ -6,16 +6,31 @@ lab was already up before the session (a developer's own), it is reused and left
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
+# The reliability table (docs/reliability.md): fault tests record what the user saw, what was recorded and what
+# the next run did through the `reliability` fixture. A row is kept only when its test passed in this run; with
+# TOOLKIT_RELIABILITY_ROWS=FILE set, the session merges its rows into FILE (a test that failed loses its row), and
+# `python scripts/reliability_table.py FILE > docs/reliability.md` renders the table.
+ROWS_ENV = "TOOLKIT_RELIABILITY_ROWS"
+_ROWS = pytest.StashKey[dict[str, dict[str, object]]]()
+_FAILED = pytest.StashKey[set[str]]()
 
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the markers added here must count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "lab" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.lab)
+        if "reliability" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.reliability)
     # tests/lab/test_lifecycle.py takes the lab up and down itself: it runs before anything that
     # uses the shared `lab` fixture, so it never takes down a lab another test is using. The rest of
     # tests/lab/ comes next: it checks the stand-ins on a bare pve1 (no driver, HMM at its default),
@@ -40,3 +55,47 @@ def lab() -> Iterator[object]:
     yield state
     if not was_up:
         toolkit.lab.down()
+
+
+@pytest.fixture
+def reliability(request: pytest.FixtureRequest) -> Iterator[Callable[..., None]]:
+    """`reliability(fault=..., user_saw=..., recorded=..., next_run=...)`: this test's row of the reliability
+    table. Pass what the test observed (the message the user got, the files it found), not what it expects."""
+    rows: list[dict[str, object]] = []
+
+    def row(*, fault: str, user_saw: str, recorded: str, next_run: str, area: str = "") -> None:
+        rows.append({"fault": fault, "user_saw": user_saw, "recorded": recorded, "next_run": next_run,
+                     "area": area or request.node.nodeid.split("/")[1], "test": request.node.nodeid})
+
+    yield row
+    request.node.stash[_ROWS] = {f"{r['test']}#{i}": r for i, r in enumerate(rows)}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if "reliability" not in getattr(item, "fixturenames", ()):
+        return
+    if report.failed:
+        item.config.stash.setdefault(_FAILED, set()).add(item.nodeid)
+    elif report.when == "teardown" and item.nodeid not in item.config.stash.get(_FAILED, set()):
+        item.config.stash.setdefault(_ROWS, {}).update(item.stash.get(_ROWS, {}))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    target = os.environ.get(ROWS_ENV)
+    if not target:
+        return
+    path = Path(target)
+    rows: dict[str, dict[str, object]] = json.loads(path.read_text()) if path.exists() else {}
+    ran = session.config.stash.get(_FAILED, set()) | {k.split("#")[0] for k in session.config.stash.get(_ROWS, {})}
+    rows = {k: v for k, v in rows.items() if k.split("#")[0] not in ran}  # this run's outcome replaces the last
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    stamp = time.strftime("%Y-%m-%d", time.gmtime())
+    for key, row in session.config.stash.get(_ROWS, {}).items():
+        rows[key] = {**row, "date": stamp, "commit": commit}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)

@@ -57,3 +57,18 @@ def test_lab_inventory_is_detected_and_a_real_one_is_not(tmp_path: Path) -> None
     example = REPO / "inventory" / "lab.example.yml"
     if example.exists():
         assert _is_lab_inventory(example)
+
+
+def test_an_allowed_open_bind_is_a_warning_on_every_apply(tmp_path: Path) -> None:
+    profiles = tmp_path / "profiles"
+    shutil.copytree(REPO / "profiles", profiles)
+    tp8 = profiles / "glm5-tp8.yaml"
+    open_bind = "\nserver:\n  host: 0.0.0.0\n  allow_unauthenticated: true\n"
+    tp8.write_text(tp8.read_text().replace("\nserver:\n", open_bind, 1))
+    refused = _apply(tmp_path, profiles, "--record")
+    assert refused.returncode == 2 and "allow-unauthenticated-needs-why" in refused.stderr  # no why: an error
+    why = "\nwhy:\n  server.allow_unauthenticated: {reason: lab network only}\n"
+    tp8.write_text(tp8.read_text().replace("\nwhy:\n", why, 1))
+    proc = _apply(tmp_path, profiles, "--record")  # refused (no --probe), after the warning
+    assert proc.returncode == 2 and "--probe" in proc.stderr and not (tmp_path / "state").exists()
+    assert "public-bind-acknowledged" in proc.stderr and "WITHOUT an API key" in proc.stderr

@@ -268,3 +268,158 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
     assert info["api_key_set"] is True
     rc, _, err = apply(provisioned, work)  # back to the profile without a key
     assert rc == 0, err[-4000:]
+
+
+# ---- Faults mid-run (issue #19). They reuse the deployed service the tests above leave, and share deploys where
+# they do not interfere: the kill and the second apply in one probe run; the stopped container and the converging
+# apply; Ctrl-C in one more probe run. Each writes its row of docs/reliability.md.
+
+
+def _wait_for(check: Any, timeout_s: float, what: str, step_s: float = 0.3,
+              running: subprocess.Popen[str] | None = None) -> None:
+    """Poll `check` until it holds; fail with `running`'s output if that process ends first."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if running is not None and running.poll() is not None:
+            out, err = running.communicate()
+            raise AssertionError(f"exit {running.returncode} before {what}: {err[-3000:]}\n{out[-2000:]}")
+        time.sleep(step_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def _start_apply(target: Target, work: Path, runs: Path, *extra: str,
+                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i", str(target.inventory_path),
+            "--profiles-dir", str(work / "profiles"), "--runs-dir", str(runs), "--json", *extra]
+    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _main_pid(target: Target) -> str:
+    return ct(target, "systemctl show -p MainPID --value sglang").stdout.strip()
+
+
+def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provisioned: Target, work: Path,
+                                                                           reliability) -> None:
+    profile = work / "profiles" / "glm5-tp8.yaml"
+    before = profile.read_bytes()
+    from toolkit.adapters.host_lock import lock_path, read_holder
+
+    first = _start_apply(provisioned, work, work / "runs-kill", "--probe", "--record")
+    lock = lock_path(f"{provisioned.address}:22")
+    _wait_for(lambda: (h := read_holder(lock)) is not None and h.pid == first.pid, 300, "the apply's host lock",
+              running=first)
+
+    # The same host, at once: refused with --no-wait, naming the apply that holds it.
+    rc2, _, err2 = apply(provisioned, work, "--no-wait")
+    assert rc2 == 2 and f"host {provisioned.name} is in use by pid {first.pid}" in err2, err2[-2000:]
+
+    # bench_serving takes seconds to load before it sends anything: wait for its first finished requests (its
+    # progress bar in the run's log on the host), so the kill lands with requests in flight.
+    in_flight = ("pgrep -f '[s]glang.bench_serving' >/dev/null && d=$(ls -td /var/lib/toolkit/runs/*/ | head -1) && "
+                 "grep -qs 'it/s' $d/bench.stdout.log $d/bench.stderr.log")
+    _wait_for(lambda: ct(provisioned, in_flight).returncode == 0, 300, "the benchmark's first requests",
+              running=first)
+    killed = _main_pid(provisioned)
+    assert ct(provisioned, f"kill -9 {killed}").returncode == 0
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 1, err[-3000:]
+    summary = json.loads(out)
+    verdict = summary["probe"][provisioned.name]["verdict"]
+    assert verdict["class"] == "benchmark-failed"
+    server_log = verdict["evidence"]["server_log_tail"]
+    assert "status=9/KILL" in server_log, server_log  # systemd's own line about the kill, from the journal
+    assert "record" not in summary and profile.read_bytes() == before  # nothing recorded as a result
+    assert "the server's log tail is in evidence.server_log_tail" in verdict["headline"]
+
+    rc, _, err = apply(provisioned, work)
+    assert rc == 0, err[-3000:]
+    now = _main_pid(provisioned)
+    assert now not in ("0", killed) and ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
+    reliability(
+        fault="the SGLang server (lab stand-in) killed with SIGKILL mid-benchmark",
+        user_saw=f"exit {first.returncode}; verdict: {verdict['headline']}; then the server's log: "
+        + next(line for line in server_log.splitlines() if "status=9/KILL" in line).split(": ", 1)[-1],
+        recorded="the failed run's artifacts (verdict benchmark-failed, evidence.server_log_tail); the profile byte "
+        "for byte unchanged (no results entry)",
+        next_run=f"apply exit {rc}: the service active again under a new main PID ({killed} -> {now}), "
+        "health and smoke passed",
+        area="apply",
+    )
+    reliability(
+        fault="a second `toolkit apply --no-wait` on the same host while an apply runs",
+        user_saw=f"exit {rc2}: " + err2.strip().splitlines()[0],
+        recorded="nothing: refused before any playbook ran",
+        next_run="the first apply went on undisturbed (its own outcome above)",
+        area="apply",
+    )
+
+
+def test_fault_container_stopped_mid_apply_then_the_next_apply_converges(provisioned: Target, work: Path,
+                                                                         tmp_path: Path, reliability) -> None:
+    state = tmp_path / "state"  # this apply's own ansible-runner directory: its events say when a task runs
+    first = _start_apply(provisioned, work, tmp_path / "runs", env={"TOOLKIT_STATE_DIR": str(state)})
+
+    def tasks_started() -> int:
+        return sum(1 for f in state.glob("ansible/artifacts/*/job_events/*.json")
+                   if '"runner_on_start"' in f.read_text(errors="replace"))
+
+    _wait_for(lambda: tasks_started() >= 3, 300, "the deploy's third task on the host", running=first)
+    stop = provisioned.lab.ssh("pve1", "pct stop 100")
+    assert stop.returncode == 0, stop.stderr
+    out, err = first.communicate(timeout=600)
+    summary = json.loads(out)
+    assert first.returncode == 1
+    (failure,) = [f for f in summary["failures"] if f["host"] == provisioned.name]
+    assert failure["task"] and provisioned.name in summary["unreachable"] + summary["failed_hosts"]
+
+    assert provisioned.lab.ssh("pve1", "pct start 100").returncode == 0
+    _wait_for(lambda: ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active", 120,
+              "the container and its service")
+    rc, again, err = apply(provisioned, work)
+    assert rc == 0, err[-3000:]
+    assert not again["failures"] and again["hosts"][provisioned.name]["failed"] == 0
+    reliability(
+        fault="the container stopped (`pct stop`) mid-apply",
+        user_saw=f"exit {first.returncode}; {failure['host']}: {failure['task']} "
+        f"({'unreachable' if provisioned.name in summary['unreachable'] else 'failed'})",
+        recorded="the summary's failures name the host and the task; nothing else changed on the controller",
+        next_run=f"after `pct start 100`: apply exit {rc}, changed={again['hosts'][provisioned.name]['changed']}, "
+        "the service active",
+        area="apply",
+    )
+
+
+def test_fault_ctrl_c_during_the_probe_leaves_nothing_running(provisioned: Target, work: Path, tmp_path: Path,
+                                                               reliability) -> None:
+    import signal
+
+    from toolkit.adapters.host_lock import host_locks
+
+    runs = tmp_path / "runs-ctrl-c"
+    first = _start_apply(provisioned, work, runs, "--probe")
+    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving'").returncode == 0, 300, "the benchmark",
+              running=first)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "stopping this run's probe" in err
+    # Nothing of this apply left: no ansible-playbook on the controller, no probe or benchmark on the host.
+    ours = subprocess.run(["pgrep", "-f", str(runs)], capture_output=True, text=True)
+    assert ours.stdout.strip() == "", ours.stdout
+    assert ct(provisioned, "pgrep -f '[t]oolkit probe run|[s]glang.bench_serving'").stdout.strip() == ""
+    with host_locks({provisioned.name: f"{provisioned.address}:22"}, purpose="test", wait=False) as held:
+        assert held.taken == [provisioned.name]  # released
+    reliability(
+        fault="Ctrl-C (SIGINT) to `toolkit apply --probe` during the benchmark",
+        user_saw=f"exit {first.returncode}; " + "; ".join(line for line in err.strip().splitlines()
+                                                         if "interrupt" in line or "stopping" in line),
+        recorded="no ansible-playbook left on the controller, no probe or bench_serving on the host; the probe, "
+        "interrupted by this run's stop playbook, wrote what it had on the host",
+        next_run="the host lock was free at once (taken with --no-wait)",
+        area="apply",
+    )

@@ -34,7 +34,8 @@ class FakeGpu:
 def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.SimpleNamespace:
     ns = types.SimpleNamespace()
     for name in dir(real):
-        if name.startswith("NVML_") or name in ("NVMLError", "c_nvmlGpmMetricsGet_t"):
+        if name.startswith("NVML_") or name in ("NVMLError", "c_nvmlGpmMetricsGet_t", "c_nvmlUtilization_t",
+                                                 "c_nvmlSample_t"):
             setattr(ns, name, getattr(real, name))
     calls: dict[str, int] = {}
     ns.calls = calls
@@ -117,6 +118,67 @@ def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.Si
         raise err(real.NVML_ERROR_NOT_SUPPORTED)
 
     ns.nvmlDeviceGetFieldValues = field_values
+    # The C functions the adapter calls through pointers with its own out-parameters (ctypes pointers made once),
+    # returning nvmlReturn_t codes as the library does.
+    def c_call(h: int, what: str) -> tuple[FakeGpu | None, int]:
+        calls[what] = calls.get(what, 0) + 1
+        g = gpus[h]
+        if g.fail_with is not None:
+            return None, g.fail_with
+        if what in g.unsupported:
+            return None, real.NVML_ERROR_NOT_SUPPORTED
+        return g, real.NVML_SUCCESS
+
+    def c_power(h: int, p: Any) -> int:
+        g, rc = c_call(h, "power")
+        if g is not None:
+            p.contents.value = g.power_mw
+        return rc
+
+    def c_util(h: int, p: Any) -> int:
+        g, rc = c_call(h, "util")
+        if g is not None:
+            p.contents.gpu, p.contents.memory = g.util_gpu, g.util_mem
+        return rc
+
+    def c_clock(h: int, clock: int, p: Any) -> int:
+        g, rc = c_call(h, "clock")
+        if g is not None:
+            p.contents.value = g.sm_mhz if clock == real.NVML_CLOCK_SM else g.mem_mhz
+        return rc
+
+    # The driver's power ring: a sample every SAMPLE_PERIOD_US of wall time, the newest RING kept (H200: 20 ms,
+    # 119); the oldest after lastSeen come first when more are pending than the caller's buffer holds.
+    sample_period_us, ring = 20_000, 119
+    started_us = time.time_ns() // 1000
+
+    def c_samples(h: int, kind: int, last_seen: Any, p_type: Any, p_count: Any, buf: Any) -> int:
+        g, rc = c_call(h, "samples")
+        if g is None:
+            return rc
+        now_us = time.time_ns() // 1000
+        newest = now_us - now_us % sample_period_us
+        oldest = max(started_us - started_us % sample_period_us, newest - (ring - 1) * sample_period_us)
+        first = max(oldest, last_seen.value - last_seen.value % sample_period_us + sample_period_us)
+        stamps = list(range(first, newest + 1, sample_period_us))[: p_count.contents.value]
+        if not stamps:
+            return real.NVML_ERROR_NOT_FOUND
+        for i, ts in enumerate(stamps):
+            buf[i].timeStamp = ts
+            buf[i].sampleValue.uiVal = g.power_mw
+        p_type.contents.value = real.NVML_VALUE_TYPE_UNSIGNED_INT
+        p_count.contents.value = len(stamps)
+        return real.NVML_SUCCESS
+
+    c_functions = {"nvmlDeviceGetPowerUsage": c_power, "nvmlDeviceGetUtilizationRates": c_util,
+                   "nvmlDeviceGetClockInfo": c_clock, "nvmlDeviceGetSamples": c_samples}
+
+    def function_pointer(name: str) -> Any:
+        if name not in c_functions:
+            raise err(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        return c_functions[name]
+
+    ns._nvmlGetFunctionPointer = function_pointer
     ns.nvmlDeviceGetName = lambda h: b"Fake GPU (test stand-in)"
     ns.nvmlDeviceGetUUID = lambda h: f"GPU-fake-{h}"
     ns.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"00000000:0{h}:00.0".encode())

@@ -125,21 +125,6 @@ def test_gpu_lost_mid_run_is_recorded_and_the_run_goes_on(tmp_path: Path) -> Non
     assert summary["full"]["gpus"]["0"]["samples"] > 25
 
 
-def test_unsupported_metrics_are_empty_not_zero(tmp_path: Path) -> None:
-    gpu = fp.FakeGpu(util_gpu=50, power_mw=200_000, unsupported={"temp", "reasons"})
-    fake = fp.make_fake([gpu])
-    with mock.patch.object(nvml_adapter, "pynvml", fake):
-        s = nvml_adapter.NvmlSampler()
-        s.open(None)
-        rows = [s.sample(0.1 * i) for i in range(3)]
-        s.close()
-    for (row,) in rows:
-        assert row.get("temp_c") is None and row.get("clock_reasons") is None
-        assert not row.get("error")
-        assert row["power_w"] == 200.0
-    assert fake.calls["temp"] == 1  # asked once, then known to be unsupported
-
-
 @pytest.mark.slow  # replays the seed trace in real time: 10 s idle + 20 s benchmark
 def test_profile_gives_the_bench_command_target_and_variants(tmp_path: Path) -> None:
     seed = FIX / "seed-synthetic-8gpu" / "trace.csv"
@@ -166,48 +151,6 @@ def test_profile_bench_is_rendered_bench_serving(tmp_path: Path) -> None:
     assert run["command"][run["command"].index("--output-file") + 1] == str((out / "bench.jsonl").resolve())
     # No SGLang here: the benchmark fails, and the run says so rather than judging the GPUs.
     assert rc == 1 and json.loads((out / "verdict.json").read_text())["class"] == "benchmark-failed"
-
-
-def test_gpm_metrics_flow_and_unsupported_ones_stay_empty() -> None:
-    gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
-    fake = fp.make_fake([gpu])
-    with mock.patch.object(nvml_adapter, "pynvml", fake):
-        s = nvml_adapter.NvmlSampler(slow_interval_s=0.1)  # GPM on every tick its 100 ms minimum allows
-        s.open(None)
-        rows = []
-        for i in range(6):
-            rows.append(s.sample(0.11 * i)[0])
-            time.sleep(0.11)
-        s.close()
-    with_gpm = [r for r in rows if r.get("gpm_sm_util_pct") is not None]
-    assert len(with_gpm) >= 4 and fake.calls["gpm_metrics"] == len(with_gpm)
-    assert with_gpm[0]["gpm_sm_util_pct"] == 72.0 and with_gpm[0]["gpm_dram_bw_util_pct"] == 5.0
-    assert all(r.get("gpm_tensor_util_pct") is None for r in rows)  # not offered: empty, not 0
-    assert all(r.get("pcie_tx_kib_s") is None for r in rows)  # GPM covers PCIe: the 21 ms calls are skipped
-    energy_reads = [r for r in rows if r.get("energy_j") is not None]
-    assert 1 <= len(energy_reads) <= 2  # at most once a second
-
-
-def test_slow_readings_are_taken_at_the_slow_rate_and_the_limit_is_carried() -> None:
-    """Power, utilization and SM clock every tick; limit, memory clock, temperature, reasons and GPM at most
-    once per slow_interval_s (nvml.py SLOW_INTERVAL_S: what keeps 8 GPUs at 20 Hz cheap)."""
-    gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
-    fake = fp.make_fake([gpu])
-    with mock.patch.object(nvml_adapter, "pynvml", fake):
-        s = nvml_adapter.NvmlSampler(slow_interval_s=0.5)
-        s.open(None)
-        rows = []
-        for i in range(11):  # ~1.1 s at 10 Hz
-            rows.append(s.sample(0.1 * i)[0])
-            time.sleep(0.1)
-        s.close()
-    assert all(r["power_w"] == 300.0 and r["util_gpu_pct"] == 80.0 and r["sm_clock_mhz"] for r in rows)
-    assert all(r["power_limit_w"] == 700.0 for r in rows)  # read slowly, carried into every row
-    slow = [r for r in rows if r.get("temp_c") is not None]
-    assert 2 <= len(slow) <= 3 and rows[0] in slow
-    assert all(r.get("mem_clock_mhz") is not None and r.get("clock_reasons") is not None for r in slow)
-    assert all(r.get("mem_clock_mhz") is None and r.get("clock_reasons") is None for r in rows if r not in slow)
-    assert fake.calls["temp"] == len(slow) and fake.calls["power"] == len(rows)
 
 
 def test_missing_benchmark_program_is_exit_2_with_nothing_written(tmp_path: Path) -> None:

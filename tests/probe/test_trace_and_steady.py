@@ -6,7 +6,7 @@ import pytest
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.steady import SteadyParams, find_steady_window
-from toolkit.core.probe.trace import COLUMNS, dump_trace, parse_trace, trace_from_rows
+from toolkit.core.probe.trace import COLUMNS, TRACE_SCHEMA_VERSION, dump_trace, parse_trace, trace_from_rows
 
 from .synthetic import ramp, seed_run
 
@@ -69,7 +69,7 @@ def test_wrong_field_count_and_foreign_file() -> None:
 
 
 def test_newer_schema_is_refused() -> None:
-    text = dump_trace(seed_run()[0]).replace("schema_version=1", "schema_version=9", 1)
+    text = dump_trace(seed_run()[0]).replace(f"schema_version={TRACE_SCHEMA_VERSION}", "schema_version=9", 1)
     with pytest.raises(ToolkitError, match="newer"):
         parse_trace(text, "t.csv")
 

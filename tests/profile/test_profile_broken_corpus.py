@@ -51,7 +51,8 @@ def test_ok_base_is_valid(capsys) -> None:
     assert main(["profile", "validate", "ok-base", "--profiles-dir", str(BROKEN)]) == 0
 
 
-@pytest.mark.parametrize("case", ["malformed-yaml", "sm120-allreduce-fusion", "cycle-a"])
+@pytest.mark.parametrize("case", ["malformed-yaml", "sm120-allreduce-fusion", "cycle-a", "newline-in-env",
+                                  "public-bind-no-key"])
 def test_real_cli_exit_2_without_traceback(case: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "toolkit", "profile", "validate", case, "--profiles-dir", str(BROKEN)],
@@ -63,3 +64,33 @@ def test_real_cli_exit_2_without_traceback(case: str) -> None:
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.startswith("error: ") and f"{EXPECTED[case]['file']}:{EXPECTED[case]['line']}:" in proc.stderr
     assert "\n  fix: " in proc.stderr
+
+
+def test_apply_refuses_every_broken_profile_before_any_host_is_touched(tmp_path: Path, monkeypatch, capsys,
+                                                                       reliability) -> None:
+    """`toolkit apply` on each broken profile: exit 2 with the same located error, and nothing ran: no Ansible
+    run directory and no run artifacts, though the inventory exists and names a host."""
+    monkeypatch.setenv("TOOLKIT_STATE_DIR", str(tmp_path / "state"))
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all:\n  children:\n    gpu_containers:\n      hosts:\n"
+                         "        ct: {ansible_host: 192.0.2.1}\n")
+    first_lines = {}
+    for case in sorted(EXPECTED):
+        code = main(["apply", "profile", case, "--profiles-dir", str(BROKEN), "-i", str(inventory),
+                     "--runs-dir", str(tmp_path / "runs")])
+        err = capsys.readouterr().err
+        assert code == 2, case
+        assert f"{EXPECTED[case]['file']}:{EXPECTED[case]['line']}" in err and "\n  fix: " in err, (case, err)
+        assert "Traceback" not in err
+        assert not (tmp_path / "state").exists() and not (tmp_path / "runs").exists(), case
+        first_lines[case] = err.splitlines()[0].split("broken/", 1)[-1]
+    reliability(
+        fault=f"hostile or broken profiles: the {len(EXPECTED)} of tests/profile/broken/ (bad YAML, unknown keys, "
+        "a host that is no address, relative paths, a newline in an env value or an argument, an open bind "
+        "without an API key, ...)",
+        user_saw="exit 2, one error each with file:line: field, message and fix, e.g. "
+        + "; ".join(f"'{first_lines[c][:150]}'" for c in ("newline-in-env", "public-bind-no-key")),
+        recorded="nothing: no Ansible run directory, no artifacts, no host contacted",
+        next_run="the profile, fixed as the error says, validates (tests/profile/test_profile_validate.py)",
+        area="profile",
+    )

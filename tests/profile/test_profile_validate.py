@@ -6,7 +6,7 @@ import pytest
 
 from toolkit.adapters.sglang_catalogue import available_versions, load_catalogue
 from toolkit.core.profile import validate
-from toolkit.core.profile.rules import RULES, matching_rules
+from toolkit.core.profile.rules import CHECKS, FIELD_RULES, RULES, field_rule_hits, matching_rules
 
 
 def _problems(store, name: str, version: str | None = None):
@@ -139,3 +139,74 @@ def test_why_for_an_unknown_knob_is_a_warning(write_profiles, base_yaml) -> None
     )
     (p,) = [p for p in _problems(store, "c") if p.field and p.field.startswith("why.")]
     assert p.severity == "warning" and "'server.max_running_requests'" in p.fix and p.line == 5
+
+
+@pytest.mark.parametrize(
+    ("body", "rule_id", "field"),
+    [
+        ('server:\n  host: "10.0.0.1 --api-key x"\n', "host-address", "server.host"),
+        ("server:\n  dist_init_addr: 10.0.0.1\n", "dist-init-addr", "server.dist_init_addr"),
+        ("engine:\n  venv_path: venv\n", "absolute-path", "engine.venv_path"),
+        ("model:\n  local_path: /m/../x\n", "absolute-path", "model.local_path"),
+        ("bench:\n  tokenizer: ../tok\n", "tokenizer-path", "bench.tokenizer"),
+        ('env:\n  NCCL_DEBUG: "a\\tb"\n', "control-characters", "env.NCCL_DEBUG"),
+        ('engine:\n  patches:\n    - {name: p, target: a/b.py, target_sha256: "' + "0" * 64 + '", '
+         'patch: "profiles/patches/p\\n.patch", reason: r, link: l}\n', "control-characters",
+         "engine.patches.0.patch"),
+    ],
+)
+def test_each_field_rule_fires_on_its_field(write_profiles, base_yaml, body, rule_id, field) -> None:
+    store = write_profiles(_child(base_yaml, body))
+    hits = [p for p in _problems(store, "c") if p.rule_id == rule_id]
+    assert [(p.field, p.severity) for p in hits] == [(field, "error")]
+    assert hits[0].file.endswith("c.yaml") and hits[0].line is not None and hits[0].fix
+
+
+def test_field_rules_are_data_with_known_checks() -> None:
+    ids = [r.id for r in FIELD_RULES]
+    assert len(ids) == len(set(ids))
+    for rule in FIELD_RULES:
+        assert rule.check in CHECKS and rule.fix and rule.source and "{detail}" in rule.message
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "0.0.0.0", "::", "10.1.2.3", "gpu-01.lab.example"])
+def test_addresses_and_names_pass_the_host_rule(write_profiles, base_yaml, host) -> None:
+    store = write_profiles(_child(base_yaml, f"server:\n  host: '{host}'\n  api_key_secret: env:K\n"))
+    assert not field_rule_hits(store.resolve("c"))
+
+
+@pytest.mark.parametrize("host", ["300.1.2.3", "-gpu", "gpu_01", "a b", "http://10.0.0.1", ""])
+def test_what_is_no_address_fails_the_host_rule(write_profiles, base_yaml, host) -> None:
+    store = write_profiles(_child(base_yaml, f"server:\n  host: '{host}'\n"))
+    (hit,) = field_rule_hits(store.resolve("c"))
+    assert hit[0].id == "host-address"
+
+
+def test_prose_may_hold_newlines_but_rendered_strings_may_not(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "description: |\n  two\n  lines\nwhy:\n  server: {reason: \"a\\nb\"}\n"))
+    assert not [p for p in _problems(store, "c") if p.rule_id == "control-characters"]
+
+
+def test_an_open_bind_that_says_why_is_a_warning(write_profiles, base_yaml) -> None:
+    body = ("server:\n  host: 0.0.0.0\n  allow_unauthenticated: true\n"
+            "why:\n  server.allow_unauthenticated: {reason: private lab network behind an authenticating proxy}\n")
+    store = write_profiles(_child(base_yaml, body))
+    problems = _problems(store, "c")
+    assert not [p for p in problems if p.severity == "error"]
+    (warn,) = [p for p in problems if p.rule_id == "public-bind-acknowledged"]
+    assert warn.severity == "warning" and "WITHOUT an API key" in warn.message and warn.line == 6
+
+
+def test_an_open_bind_with_a_key_needs_no_acknowledgement(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "server:\n  host: 0.0.0.0\n  api_key_secret: env:SGLANG_API_KEY\n"))
+    assert not [p for p in _problems(store, "c") if p.rule_id and "bind" in p.rule_id]
+
+
+def test_the_acknowledgement_does_not_change_the_spec_hash(write_profiles, base_yaml) -> None:
+    from toolkit.core.profile import spec_hash
+
+    why = "why:\n  server.allow_unauthenticated: {reason: r}\n"
+    a = write_profiles(_child(base_yaml, "server:\n  host: 0.0.0.0\n  api_key_secret: env:K\n")).resolve("c")
+    b = write_profiles(_child(base_yaml, "server:\n  host: 0.0.0.0\n  api_key_secret: env:K\n"
+                              "  allow_unauthenticated: true\n" + why)).resolve("c")
+    assert spec_hash(a) == spec_hash(b)

@@ -155,3 +155,79 @@ def test_vault_encrypted_secret_is_used_and_not_logged(local: tuple[Path, Path, 
     assert result.rc == 0, result.failures
     assert (out / "secret.txt").read_text() == secret
     assert [str(p) for p in runs.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
+
+
+SLOW_PLAYBOOK = """\
+- name: A task that takes a while
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Sleep
+      ansible.builtin.command:
+        argv: [sleep, "{{ seconds }}"]
+"""
+
+INTERRUPTIBLE = """
+import sys
+from pathlib import Path
+from toolkit.adapters.ansible import PlaybookInterrupted, run_playbook
+book, inv, runs, seconds = sys.argv[1:]
+try:
+    run_playbook(book, inventory=inv, private_data_dir=Path(runs), extravars={"seconds": seconds},
+                 on_event=lambda e: print(e.kind, flush=True) if e.kind == "task_start" else None)
+except PlaybookInterrupted as err:
+    print("interrupted", err.artifacts_dir, flush=True)
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliability) -> None:
+    """SIGINT to the toolkit while a task runs: ansible-playbook (its own session, so a terminal's Ctrl-C would
+    not reach it) and its workers are stopped, nothing of the run is left, and the caller sees the interrupt."""
+    import signal
+    import subprocess
+    import time
+
+    book = tmp_path / "slow.yml"
+    book.write_text(SLOW_PLAYBOOK)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                   f"      ansible_python_interpreter: {sys.executable}\n")
+    seconds = "123.4"  # an argv no other process here has
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, str(book), str(inv), str(tmp_path / "runs"),
+                             seconds], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "task_start"
+    deadline = time.monotonic() + 30
+    while not _processes_with(seconds) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    playbook_pids = _processes_with(str(book))
+    assert _processes_with(seconds) and playbook_pids  # the sleep runs, under ansible-playbook
+    interrupted_at = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    stopped_s = time.monotonic() - interrupted_at
+    assert proc.returncode == 130 and "interrupted" in out, (out, err)
+    assert "interrupted: stopping ansible-playbook" in err and "Traceback" not in err
+    assert stopped_s < 5
+    assert _processes_with(seconds) == [] and _processes_with(str(book)) == []
+    reliability(
+        fault="Ctrl-C (SIGINT) while ansible-playbook runs a task (local connection, a real ansible-playbook)",
+        user_saw=f"'{err.strip().splitlines()[0]}', exit 130 after {stopped_s:.1f} s",
+        recorded="ansible-runner's artifacts (status canceled); no ansible-playbook, worker or task process left "
+        f"(before: ansible-playbook pid(s) {playbook_pids} and the task's `sleep`)",
+        next_run="(nothing left to clean up on the controller; the lab test covers the remote probe)",
+        area="apply",
+    )
+
+
+def _processes_with(needle: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != __import__("os").getpid():
+            try:
+                if needle in (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    pids.append(int(proc.name))
+            except OSError:
+                continue
+    return pids

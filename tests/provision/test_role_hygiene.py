@@ -89,7 +89,8 @@ def test_ansible_lint_production_profile() -> None:
     lint = Path(sys.executable).parent / "ansible-lint"
     if not lint.exists() and shutil.which("ansible-lint") is None:
         pytest.skip("ansible-lint is not installed (scripts/setup installs it with the dev extras)")
-    paths = [f"roles/{r}" for r in ROLES] + [f"playbooks/{b}.yml" for b in ("host", "container", "preflight", "doctor")]
+    paths = [f"roles/{r}" for r in ROLES] + [f"playbooks/{b}.yml" for b in ("host", "container", "preflight", "doctor",
+                                                                                  "stop_probe")]
     proc = subprocess.run(
         [str(lint) if lint.exists() else "ansible-lint", "--offline", "--nocolor", *paths],
         cwd=REPO, capture_output=True, text=True, timeout=300,

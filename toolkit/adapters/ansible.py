@@ -44,11 +44,14 @@ from toolkit.core.errors import ToolkitError
 __all__ = [
     "HostStats",
     "PlaybookEvent",
+    "PlaybookInterrupted",
     "PlaybookResult",
     "TaskFailure",
+    "resolve_inventory",
     "run_playbook",
     "secrets_from_environment",
     "share_dir",
+    "target_hosts",
 ]
 
 SECRET_ENV_PREFIX = "TOOLKIT_SECRET_"
@@ -99,14 +102,15 @@ def _resolve_playbook(playbook: str) -> Path:
     return path.resolve()
 
 
-def _resolve_inventory(inventory: Path | str) -> Path:
+def resolve_inventory(inventory: Path | str, fix: str | None = None) -> Path:
     path = Path(inventory).expanduser()
     if not path.exists():
         raise ToolkitError.of(
             f"inventory not found: {inventory}",
             file=str(path),
             field="--inventory",
-            fix="pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes inventory/lab.yml",
+            fix=fix or "pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes "
+            "inventory/lab.yml",
         )
     return path.resolve()
 
@@ -162,7 +166,7 @@ def run_playbook(
     import ansible_runner  # heavy; imported only when a playbook actually runs
 
     book = _resolve_playbook(playbook)
-    inv = _resolve_inventory(inventory)
+    inv = resolve_inventory(inventory)
     share = share_dir()
 
     all_secrets = {**secrets_from_environment(), **(secrets or {})}
@@ -196,6 +200,8 @@ def run_playbook(
 
     secret_dir = Path(tempfile.mkdtemp(prefix="toolkit-secrets-"))  # mode 0700
     raw_events: list[dict[str, Any]] = []
+    _runner_settings(private_data_dir)
+    interrupt = _Interrupt()
 
     def handle(raw: dict[str, Any]) -> bool:
         raw_events.append(raw)
@@ -219,7 +225,7 @@ def run_playbook(
             # A stuck host must not hang a command for ever (SSH's own default waits minutes).
             "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "20"),
         }
-        with _without_secret_environment():
+        with _without_secret_environment(), interrupt.installed():
             runner = ansible_runner.run(
                 private_data_dir=str(private_data_dir),
                 ident=ident,
@@ -235,12 +241,15 @@ def run_playbook(
                 quiet=True,
                 rotate_artifacts=20,
                 suppress_env_files=True,
+                cancel_callback=interrupt.requested,
             )
     finally:
         shutil.rmtree(secret_dir, ignore_errors=True)
 
     artifacts = Path(runner.config.artifact_dir)
     _scrub_artifacts(private_data_dir, list(all_secrets.values()))
+    if interrupt.seen:
+        raise PlaybookInterrupted(artifacts)
     result = summarize(raw_events, rc=int(runner.rc or 0), status=str(runner.status), artifacts_dir=artifacts)
     if result.rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook died before any host ran: a syntax error, an unparsable inventory.
@@ -257,6 +266,133 @@ def run_playbook(
         # the reason is only in ansible-playbook's own output.
         result.failures.append(TaskFailure(host="", task="ansible-playbook", message=_error_lines(artifacts)))
     return result
+
+
+class PlaybookInterrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a playbook: ansible-playbook and its workers were stopped before this is raised."""
+
+    def __init__(self, artifacts_dir: Path) -> None:
+        super().__init__(f"interrupted; ansible-playbook stopped (artifacts: {artifacts_dir})")
+        self.artifacts_dir = artifacts_dir
+
+
+class _Interrupt:
+    """SIGINT while ansible-runner drives ansible-playbook. The child runs in its own session (pexpect's pty), so
+    a terminal's Ctrl-C never reaches it, and ansible-core's workers each call setsid(): the runner's own cancel
+    (SIGKILL to ansible-playbook's process group) leaves every worker and its task running, orphaned (seen
+    here: a `sleep` task outlived the cancel). So the handler only records the request; when the runner next
+    polls `requested` (cancel_callback), the whole process tree under ansible-playbook is stopped by pid:
+    SIGINT to ansible-playbook first (it stops its workers and prints where it was), SIGKILL to whatever is
+    left after a grace period. Then the runner returns and run_playbook raises PlaybookInterrupted."""
+
+    GRACE_S = 5.0
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.stopped = False
+        self.started_ticks = _ticks_now()
+
+    def requested(self) -> bool:
+        if self.seen and not self.stopped:
+            self.stopped = True
+            _stop_tree(self.started_ticks, self.GRACE_S)
+        return self.seen
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if not self.seen:
+            print("interrupted: stopping ansible-playbook ...", file=sys.stderr, flush=True)
+        self.seen = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals reach the main thread only; its caller handles them
+            return
+        previous = signal.signal(signal.SIGINT, self._handle)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _stat(pid: int) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time in clock ticks) of a process, from /proc (None once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def _ticks_now() -> int:
+    """Now, in the clock ticks of /proc/PID/stat's start time (since boot)."""
+    try:
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return 0
+    return int(uptime_s * os.sysconf("SC_CLK_TCK"))
+
+
+def _playbook_tree(since_ticks: int) -> tuple[list[int], list[int]]:
+    """(ansible-playbook processes this process started since `since_ticks`, them and all their descendants)."""
+    children: dict[int, list[int]] = {}
+    roots = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        st = _stat(int(entry.name))
+        if st is None:
+            continue
+        children.setdefault(st[0], []).append(int(entry.name))
+        if st[0] == me and st[2] >= since_ticks:
+            try:
+                if b"ansible-playbook" in (entry / "cmdline").read_bytes():
+                    roots.append(int(entry.name))
+            except OSError:
+                continue
+    tree, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    return roots, tree
+
+
+def _stop_tree(since_ticks: int, grace_s: float) -> None:
+    import signal
+
+    roots, tree = _playbook_tree(since_ticks)
+    for pid in roots:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_s
+    alive = tree
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in tree if (st := _stat(p)) is not None and st[1] != "Z"]
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# ansible-runner checks cancel_callback each time pexpect's wait returns, at the latest every `pexpect_timeout`
+# seconds (default 5); 1 s makes Ctrl-C stop the playbook within a second. It reads this only from env/settings.
+_RUNNER_SETTINGS = "pexpect_timeout: 1\n"
+
+
+def _runner_settings(private_data_dir: Path) -> None:
+    path = private_data_dir / "env" / "settings"
+    if path.is_file() and path.read_text() == _RUNNER_SETTINGS:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".settings.{os.getpid()}.tmp")
+    tmp.write_text(_RUNNER_SETTINGS)
+    os.replace(tmp, path)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -282,7 +418,7 @@ def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
     from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
     from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
 
-    inv = _resolve_inventory(inventory)
+    inv = resolve_inventory(inventory)
     try:
         manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
     except Exception as err:  # ansible raises its own AnsibleError family
@@ -299,3 +435,27 @@ def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
         raise ToolkitError.of("the inventory lists no hosts", file=str(inv),
                               fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
     return hosts
+
+
+def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: str | None = None) -> dict[str, str]:
+    """{inventory name: "address:port"} of the hosts a play on `pattern` with `--limit limit` runs on, as
+    Ansible itself selects them (the address and port it connects to: the host lock's key)."""
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    inv = resolve_inventory(inventory)
+    try:
+        manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
+        if limit:
+            manager.subset(limit)
+        hosts = manager.get_hosts(pattern=pattern)
+    except Exception as err:  # ansible raises its own AnsibleError family
+        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix its syntax") from err
+    out: dict[str, str] = {}
+    for host in hosts:
+        variables: dict[str, Any] = {}
+        for group in sorted(host.get_groups(), key=lambda g: g.depth):
+            variables.update(group.get_vars())
+        variables.update(host.get_vars())
+        out[host.name] = f"{variables.get('ansible_host') or host.name}:{variables.get('ansible_port') or 22}"
+    return out

@@ -63,10 +63,17 @@ class SamplerCost:
     sample_wall_s: float = 0.0  # time inside sampler.sample()
     sample_cpu_s: float = 0.0  # this thread's CPU time inside sampler.sample()
     loop_wall_s: float = 0.0
+    process_cpu_s: float = 0.0  # the whole probe process (every thread: loop, trace writer, sampler thread)
+    sampler_thread: dict[str, Any] = field(default_factory=dict)  # the sampler's own thread, where it has one
 
     def to_dict(self) -> dict[str, Any]:
         per = self.sample_wall_s / self.gpu_samples if self.gpu_samples else None
+        thread_cpu = float(self.sampler_thread.get("thread_cpu_s", 0.0))
         return {
+            **self.sampler_thread,
+            "process_cpu_s": round(self.process_cpu_s, 4),
+            "process_cpu_share_of_one_core": round(self.process_cpu_s / self.loop_wall_s, 5)
+            if self.loop_wall_s else None,
             "ticks": self.ticks,
             "late_ticks": self.late_ticks,
             "gpu_samples": self.gpu_samples,
@@ -74,7 +81,9 @@ class SamplerCost:
             "sample_cpu_s": round(self.sample_cpu_s, 4),
             "loop_wall_s": round(self.loop_wall_s, 3),
             "ms_per_gpu_sample": round(per * 1000, 4) if per is not None else None,
-            "cpu_share_of_one_core": round(self.sample_cpu_s / self.loop_wall_s, 5) if self.loop_wall_s else None,
+            # the sampling itself: calls into the sampler on the loop's thread plus its own thread, if any
+            "cpu_share_of_one_core": round((self.sample_cpu_s + thread_cpu) / self.loop_wall_s, 5)
+            if self.loop_wall_s else None,
         }
 
 
@@ -119,6 +128,7 @@ def run_sampled(
     cost = result.cost
     for tl in side:
         tl.start(t0)
+    cpu0 = _process_cpu_s()
     with partial.open("w", buffering=1 << 16) as trace_f, stdout_path.open("wb") as so, stderr_path.open("wb") as se:
         trace_f.write(header_line(trace_meta))
         trace_f.write(",".join(COLUMNS) + "\n")
@@ -166,20 +176,63 @@ def run_sampled(
             if phase == "idle":
                 result.idle_end_s = result.bench_start_s = end
             result.bench_end_s = end
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            if proc is not None:
+                stop_process(proc)
             result.exit_code = proc.returncode if proc is not None else None
+        except OSError:
+            # The trace could not be written (the disk under the run directory is full): the benchmark must
+            # not run on unrecorded, so it is stopped before the error goes up.
+            if proc is not None:
+                stop_process(proc)
+            raise
         finally:
+            # A threaded sampler (NVML) hands its last rows over here: power samples it had not drained yet.
+            finish = getattr(sampler, "finish", None)
+            if finish is not None:
+                rows = finish(time.monotonic() - t0)
+                cost.gpu_samples += len(rows)
+                _write_rows(trace_f, rows)
             cost.loop_wall_s = time.monotonic() - t0
+            cost.process_cpu_s = _process_cpu_s() - cpu0  # the side timelines' threads included
+            sampler_cost = getattr(sampler, "cost", None)
+            if sampler_cost is not None:
+                cost.sampler_thread = sampler_cost()
             for tl in side:
                 tl.stop()
     result.stderr_tail = tail(stderr_path)
     return result
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
+    """SIGINT (bench_serving writes what it has; apply winds its playbook down), then SIGKILL if it does not
+    end within grace_s."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def server_log_tail(unit: str, since_epoch_s: float, lines: int = 40) -> str:
+    """The last `lines` of systemd unit `unit`'s journal since `since_epoch_s` (the server's side of a failed
+    benchmark: a crash, an OOM kill, systemd saying it was killed). Empty where there is no journal."""
+    try:
+        proc = subprocess.run(
+            ["journalctl", "--no-pager", "-o", "short-iso", "-u", unit, "--since", f"@{int(since_epoch_s)}",
+             "-n", str(lines)],
+            capture_output=True, text=True, timeout=15,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout[-STDERR_TAIL_CHARS:] if proc.returncode == 0 else ""
+
+
+def _process_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def _write_rows(f: IO[str], rows: list[Row]) -> None:

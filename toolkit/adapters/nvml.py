@@ -1,13 +1,37 @@
 """NVML, the only importer of `pynvml` (package nvidia-ml-py). NVML errors become toolkit errors here.
 
 A metric a GPU does not offer (NVML_ERROR_NOT_SUPPORTED) is recorded as unavailable (empty), never as zero,
-and is not asked for again. Any other NVML error of one GPU at one tick is written into that row's `error`
-cell and the run goes on: a GPU falling off the bus mid-run must not lose the others' data.
+and is not asked for again. Any other NVML error of one GPU is written into a row's `error` cell and the run
+goes on: a GPU falling off the bus mid-run must not lose the others' data.
+
+The sampler is built on what each NVML call costs and how often the driver refreshes each value, measured on
+the H200 (shared/research/nvml-sampling.md; re-measured by benchmarks/bench_probe.py --fleet):
+
+- power: the driver keeps its own 20 ms power samples (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES, a ring
+  of ~119 samples = ~2.4 s). One drain a second per GPU (0.3-0.75 ms) gives true 50 Hz power with the driver's
+  own timestamps: one trace row per driver sample, `power_sample_w` (schema 2). Polling instant power at 50 Hz
+  instead aliased to +10.9 % energy on bursty load (research section 2).
+- utilization changes every ~200 ms, the SM clock every ~100 ms, the 1 s averaged power every 100 ms: read at
+  TICK_HZ (10 Hz, ~1-3 us each) and carried into the rows between reads.
+- GPM at GPM_INTERVAL_S (5 Hz): pairs closer than ~100 ms silently read 0 with NVML_SUCCESS; two ping-pong
+  sample buffers and one metrics request per GPU, reused. GRAPHICS_UTIL is never asked for (1.45 ms a call).
+  PCIe and NVLink come from GPM rates; nvmlDeviceGetPcieThroughput (it sleeps ~20 ms) is never called.
+- the energy counter costs ~3 ms of CPU a read and moves every ~100 ms: read at the benchmark's start, every
+  ENERGY_INTERVAL_S and at the end; energy between reads comes from the 20 ms samples (core/probe/energy.py).
+- memory clock, temperature, clock-event reasons, the power limit: every SLOW_INTERVAL_S, empty between
+  (the limit, a setting, is carried into every row).
+
+Everything runs in one sampler thread (not one per GPU: 8 threads cost +40 %, research section 6); ctypes
+releases the GIL during each NVML call. The hot calls go through the library's function pointers with
+out-parameters allocated once per GPU: no allocation per tick on the ctypes side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import struct
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -20,32 +44,20 @@ try:  # imported lazily by the CLI only for `probe run` without a replay trace
 except ImportError:  # pragma: no cover - depends on the machine
     pynvml = None
 
-# GPM samples must be at least 100 ms apart (nvml.h, nvmlGpmMetricsGet); at 10 Hz a tick may land a hair
-# early, so a tick less than this after the previous GPM sample leaves the GPM cells empty.
-GPM_MIN_INTERVAL_S = 0.1
-
-# Every tick reads what the verdict follows in time: power (average and instant), utilization, SM clock.
-# The memory clock, temperature, clock-event reasons and GPM are read at most once per SLOW_INTERVAL_S, their
-# cells empty between reads (not sampled then, as for the energy counter): they move slowly, and a GPM metric
-# is an exact average between two GPM samples, so a longer interval only coarsens it. The power limit is read
-# at the same rate and carried into every row (a setting, not a measurement). With 8 GPU slots at 20 Hz on the
-# H200, every reading every tick took 4.2 % of a core (benchmarks/results/h200-sampler-tiers.json).
-SLOW_INTERVAL_S = 0.5
-
-# nvmlDeviceGetPcieThroughput blocks while it measures (a 20 ms window per call, nvml.h); TX and RX made
-# every GPU-sample cost ~46 ms on the H200 (tests/fixtures/probe/h200-*/run.json sampler_cost, first run).
-# Where GPM runs it reports PCIe TX/RX itself, so the blocking calls are skipped; elsewhere they are made at
-# most once per PCIE_MIN_INTERVAL_S and the cells between are empty.
-PCIE_MIN_INTERVAL_S = 1.0
-# nvmlDeviceGetTotalEnergyConsumption costs ~2.8 ms of CPU per call on the H200 device machine (median of 20,
-# benchmarks/results/h200-nvml-cost.json) against ~3 us for the other readings: it is the probe's largest
-# cost. Read once a second it alone is 8 GPUs x 2.8 ms = 2.3 % of a core, over the 2 % goal; measured with
-# 8 GPU slots at 20 Hz, the tiered sampler took 3.6 % of a core at 1 s and 1.3 % at 5 s
-# (benchmarks/results/h200-sampler-tiers.json). The counter is therefore read once per `energy_interval_s`
-# (default 5 s); window energy is the delta between the first and last reads inside the window plus power
-# over the edges (core/probe/energy.py). Thinning the recorded H200 runs' 1 s reads to 5 s moved their
-# steady-window energy by at most 0.61 % (tests/probe/test_energy_interval.py).
-ENERGY_INTERVAL_S = 5.0
+TICK_HZ = 10.0
+POWER_DRAIN_INTERVAL_S = 1.0  # well inside the ring's ~2.36 s
+GPM_INTERVAL_S = 0.2
+GPM_MIN_INTERVAL_S = 0.1  # nvml.h: "should be greater than 100ms"
+SLOW_INTERVAL_S = 1.0
+# With 8 GPUs a read every 20 s is 8 x 3 ms / 20 s = 0.12 % of a core; the 20 ms samples integrate to within
+# 0.1-0.6 % of the counter on >= 16 s windows (research section 3), and each window's own edges are read.
+ENERGY_INTERVAL_S = 20.0
+POWER_SAMPLE_HZ = 50.0  # the driver's period (20 ms on the H200, driver 580); written into the trace header
+SAMPLE_BUFFER = 128  # > the ring's 119: one call drains it
+_ERR_NOT_SUPPORTED, _ERR_NOT_FOUND = 3, 6  # nvml.h nvmlReturn_t
+# nvmlSample_t: {unsigned long long timeStamp; nvmlValue_t sampleValue} (8 + an 8-byte union); power samples are
+# unsigned int mW. Decoded from the buffer's bytes in one C-level pass rather than one ctypes object per field.
+_SAMPLE = struct.Struct("=QI4x")
 
 _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
 # pynvml spells NVML_P2P_CAPS_INDEX_READ as `0,` (a tuple) in nvidia-ml-py 12.x/13.x: use the enum values.
@@ -77,7 +89,7 @@ def _not_supported(err: Exception) -> bool:
 
 
 class _Gpu:
-    """One GPU's handle, static facts and which metrics it turned out not to offer."""
+    """One GPU's handle, static facts, reused ctypes buffers and what is waiting to be put into rows."""
 
     def __init__(self, index: int, handle: Any) -> None:
         self.index = index
@@ -89,26 +101,69 @@ class _Gpu:
         self.gpm_prev: Any = None
         self.gpm_prev_t = 0.0
         self.gpm_spare: Any = None
-        self.pcie_last_t = -1e9
         self.gpm_request: Any = None  # one c_nvmlGpmMetricsGet_t per GPU, reused: it holds 477 metric slots
-        self.energy_last_t = -1e9
-        self.slow_last_t = -1e9
         self.power_limit_w: float | None = None
+        # out-parameters of the hot calls, allocated once (research section 6)
+        self.c_power = ctypes.c_uint()
+        self.c_clock = ctypes.c_uint()
+        self.c_util: Any = pynvml.c_nvmlUtilization_t() if pynvml is not None else None
+        self.c_samples: Any = (pynvml.c_nvmlSample_t * SAMPLE_BUFFER)() if pynvml is not None else None
+        self.c_count = ctypes.c_uint()
+        self.c_value_type = ctypes.c_uint()
+        self.c_last_seen = ctypes.c_ulonglong(0)
+        self.p_power = ctypes.pointer(self.c_power)
+        self.p_clock = ctypes.pointer(self.c_clock)
+        self.p_util = ctypes.pointer(self.c_util) if self.c_util is not None else None
+        self.p_count = ctypes.pointer(self.c_count)
+        self.p_value_type = ctypes.pointer(self.c_value_type)
+        self.drain_next = 0.0  # monotonic time of this GPU's next drain (staggered across GPUs)
+        self.drain_phase_s = POWER_DRAIN_INTERVAL_S
+        self.samples_ok = True  # False where the driver keeps no power samples: one row per tick instead
+        # (t_s, util_gpu, util_mem, sm_clock, power_w) read at TICK_HZ since the last drain; the last is carried
+        self.fast: list[tuple[float, float | None, float | None, float | None, float | None]] = []
+        self.pending: list[tuple[float, Row]] = []  # slow, GPM and energy cells, put on the first row at/after t
+        self.errors: list[str] = []
+        self.lost = False
 
 
 class NvmlSampler:
-    """The real GPUs through NVML. Cost per GPU-sample is measured by benchmarks/bench_probe.py --nvml."""
+    """The real GPUs through NVML, sampled in a thread of its own. Cost: benchmarks/bench_probe.py --fleet."""
 
     source = "nvml"
 
     def __init__(self, *, gpm: bool = True, energy_interval_s: float = ENERGY_INTERVAL_S,
-                 slow_interval_s: float = SLOW_INTERVAL_S) -> None:
+                 tick_hz: float = TICK_HZ, slow_interval_s: float = SLOW_INTERVAL_S) -> None:
         self._want_gpm = gpm
         self.energy_interval_s = energy_interval_s
+        self.tick_hz = tick_hz
         self.slow_interval_s = slow_interval_s
+        self.trace_meta = {"sample_hz": f"{POWER_SAMPLE_HZ:g}", "tick_hz": f"{tick_hz:g}",
+                           "power_source": "driver_samples"}
+        self._gpm_every = max(1, round(GPM_INTERVAL_S * tick_hz))
+        self._slow_every = max(1, round(slow_interval_s * tick_hz))
         self._gpus: list[_Gpu] = []
         self._gpm_ids: dict[str, int] = {}
+        self._gpm_cols: list[str] = []
         self._open = False
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._rows: list[Row] = []
+        self._origin = time.monotonic()
+        # No read at the thread's start: the idle baseline needs none. The first is the benchmark's start
+        # (bench_started), then every energy_interval_s, and the last at finish: each window's edges.
+        self._energy_due = False
+        self._energy_last = time.monotonic()
+        self._cpu_s = 0.0
+        self._ticks = self._late = self._n_samples = self._n_energy = self._n_gpm = 0
+        self._first_tick_t = self._last_tick_t = 0.0
+        self._states = 0
+        self._fn_power: Any = None
+        self._fn_util: Any = None
+        self._fn_clock: Any = None
+        self._fn_samples: Any = None
+        self._clock_sm = 0
+        self._reasons_fn: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------
     def open(self, gpus: list[int] | None) -> list[int]:
@@ -136,6 +191,8 @@ class NvmlSampler:
                 raise ToolkitError.of(f"GPU index {bad} does not exist (NVML sees {count})", field="--gpus",
                                       fix=f"use indices 0..{count - 1} or --gpus all")
             self._gpm_ids = _gpm_metric_ids() if self._want_gpm else {}
+            self._gpm_cols = list(self._gpm_ids)
+            self._bind()
             self._gpus = [self._setup(g) for g in chosen]
         except ToolkitError:
             self.close()
@@ -145,6 +202,19 @@ class NvmlSampler:
             raise ToolkitError.of(f"NVML failed while listing GPUs: {_err_text(err)}", field="nvml",
                                   fix="check `nvidia-smi`; a driver/library mismatch needs a reboot") from None
         return chosen
+
+    def _bind(self) -> None:
+        """The hot calls' C functions, looked up once (pynvml's wrappers allocate their out-parameters per call)."""
+        assert pynvml is not None
+        get = pynvml._nvmlGetFunctionPointer
+        self._fn_power = get("nvmlDeviceGetPowerUsage")
+        self._fn_util = get("nvmlDeviceGetUtilizationRates")
+        self._fn_clock = get("nvmlDeviceGetClockInfo")
+        self._fn_samples = get("nvmlDeviceGetSamples")
+        self._clock_sm = int(pynvml.NVML_CLOCK_SM)
+        # Renamed from ...ThrottleReasons in nvidia-ml-py 12.535; older bindings have only the old name.
+        self._reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
 
     def _setup(self, index: int) -> _Gpu:
         assert pynvml is not None
@@ -169,12 +239,13 @@ class NvmlSampler:
                     g.gpm = False
         return g
 
-    def bench_started(self, t_s: float) -> None:
-        return None  # real GPUs need no alignment; see RecordedSampler.bench_started
-
     def close(self) -> None:
         if pynvml is None or not self._open:
             return
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
         for g in self._gpus:
             for s in (g.gpm_prev, g.gpm_spare):
                 if s is not None:
@@ -235,11 +306,150 @@ class NvmlSampler:
             "data_source": "nvml",
         }
 
-    # -- every tick ----------------------------------------------------------------------------------------------
-    def sample(self, t_s: float) -> list[Row]:
-        return [self._sample_one(g, t_s) for g in self._gpus]
+    # -- the sampler thread -------------------------------------------------------------------------------------
+    def bench_started(self, t_s: float) -> None:
+        self._energy_due = True  # a counter read at the benchmark's start: its window's first edge
 
-    def _read(self, g: _Gpu, key: str, fn: Callable[[], Any], errors: list[str]) -> Any:
+    def sample(self, t_s: float) -> list[Row]:
+        """Rows the sampler thread made since the last call (started on the first call, on the caller's clock).
+
+        Power rows arrive up to POWER_DRAIN_INTERVAL_S late (a drain a second); `finish` takes the rest."""
+        if self._thread is None:
+            now = time.monotonic()
+            self._origin = now - t_s
+            self._energy_last = now
+            self._states = len(self._gpus)
+            for i, g in enumerate(self._gpus):  # the ring holds ~2.4 s from before the run: start from now
+                g.c_last_seen.value = time.time_ns() // 1000
+                # A first drain at the first tick finds out whether the driver keeps samples; then staggered.
+                g.drain_next = now
+                g.drain_phase_s = POWER_DRAIN_INTERVAL_S * (1 + i) / len(self._gpus)
+            self._thread = threading.Thread(target=self._run, name="toolkit-nvml-sampler", daemon=True)
+            self._thread.start()
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def finish(self, t_s: float) -> list[Row]:
+        """Stop the thread, read the energy counter once more and drain every GPU: the last rows of the run."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            c0 = time.thread_time()
+            self._energy_due = True
+            self._tick(-1, final=True)
+            self._cpu_s += time.thread_time() - c0
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+    def cost(self) -> dict[str, Any]:
+        """The sampler thread's own CPU time (time.thread_time), for run.json's sampler_cost."""
+        wall = (self._last_tick_t - self._first_tick_t) if self._ticks else 0.0
+        return {
+            "thread": "toolkit-nvml-sampler",
+            "thread_cpu_s": round(self._cpu_s, 4),
+            "thread_wall_s": round(wall, 3),
+            "thread_cpu_share_of_one_core": round(self._cpu_s / wall, 5) if wall > 0 else None,
+            "gpu_states": self._states,
+            "thread_ticks": self._ticks,
+            "thread_late_ticks": self._late,
+            "tick_hz": self.tick_hz,
+            "power_samples": self._n_samples,
+            "energy_reads": self._n_energy,
+            "gpm_reads": self._n_gpm,
+        }
+
+    def _run(self) -> None:
+        period = 1.0 / self.tick_hz
+        start = time.monotonic()
+        self._first_tick_t = start
+        k = 0
+        while not self._stop.is_set():
+            wait = start + k * period - time.monotonic()
+            if wait > 0:
+                if self._stop.wait(wait):
+                    break
+            elif -wait > period:
+                self._late += 1
+                k = int((time.monotonic() - start) / period)  # skip missed ticks rather than burst
+            c0 = time.thread_time()
+            self._tick(k)
+            self._cpu_s += time.thread_time() - c0
+            self._ticks += 1
+            self._last_tick_t = time.monotonic()
+            k += 1
+
+    def _tick(self, k: int, *, final: bool = False) -> None:
+        now = time.monotonic()
+        t = now - self._origin
+        energy = self._energy_due or now - self._energy_last >= self.energy_interval_s
+        if energy:
+            self._energy_due = False
+            self._energy_last = now
+        rows: list[Row] = []
+        for i, g in enumerate(self._gpus):
+            if not self._read_fast(g, t):
+                rows.append({"t_s": t, "gpu": g.index, "error": "; ".join(g.errors)[:300]})
+                g.errors.clear()
+                continue
+            if g.gpm and (final or (k + i) % self._gpm_every == 0):
+                self._gpm(g, t, now)
+            if final or (k + i) % self._slow_every == 0:
+                self._read_slow(g, t)
+            if energy:
+                self._read_energy(g, t)
+            # Drains go by time, not tick count: a skipped tick must not push one past the ring's ~2.4 s.
+            if g.samples_ok and (final or now >= g.drain_next):
+                g.drain_next = max(g.drain_next + g.drain_phase_s, now + 0.1)
+                g.drain_phase_s = POWER_DRAIN_INTERVAL_S
+                self._drain(g, rows)
+            if not g.samples_ok or (final and (g.pending or g.errors)):
+                # No driver samples on this GPU (a row per tick from the polled readings), or the run's last
+                # reads came after its last sample: a row of their own at t.
+                rows.append(self._tick_row(g, t))
+        if rows:
+            with self._lock:
+                self._rows.extend(rows)
+
+    def _fail(self, g: _Gpu, key: str, ret: int) -> None:
+        assert pynvml is not None
+        if ret == _ERR_NOT_SUPPORTED:
+            g.unsupported.add(key)
+        else:
+            g.errors.append(f"{key}: {_err_text(pynvml.NVMLError(ret))}")
+
+    def _read_fast(self, g: _Gpu, t: float) -> bool:
+        """Power (1 s average), utilization and SM clock; False when the GPU answers nothing (lost)."""
+        h = g.handle
+        power = util_g = util_m = clock = None
+        if "power" not in g.unsupported:
+            ret = self._fn_power(h, g.p_power)
+            if ret == 0:
+                power = g.c_power.value / 1000.0
+            elif ret != _ERR_NOT_SUPPORTED:
+                # Lost GPU or driver gone: record it once for this tick, not a dozen more failing calls.
+                self._fail(g, "power", ret)
+                return False
+            else:
+                g.unsupported.add("power")
+        if "util" not in g.unsupported:
+            ret = self._fn_util(h, g.p_util)
+            if ret == 0:
+                util_g, util_m = float(g.c_util.gpu), float(g.c_util.memory)
+            else:
+                self._fail(g, "util", ret)
+        if "sm_clock" not in g.unsupported:
+            ret = self._fn_clock(h, self._clock_sm, g.p_clock)
+            if ret == 0:
+                clock = float(g.c_clock.value)
+            else:
+                self._fail(g, "sm_clock", ret)
+        g.fast.append((t, util_g, util_m, clock, power))
+        return True
+
+    def _read(self, g: _Gpu, key: str, fn: Callable[[], Any]) -> Any:
         if key in g.unsupported:
             return None
         assert pynvml is not None
@@ -249,81 +459,40 @@ class NvmlSampler:
             if _not_supported(err):
                 g.unsupported.add(key)
             else:
-                errors.append(f"{key}: {_err_text(err)}")
+                g.errors.append(f"{key}: {_err_text(err)}")
             return None
 
-    def _sample_one(self, g: _Gpu, t_s: float) -> Row:
+    def _read_slow(self, g: _Gpu, t: float) -> None:
+        """The readings taken every SLOW_INTERVAL_S: they move slowly or are settings."""
         assert pynvml is not None
         nv = pynvml
         h = g.handle
-        errors: list[str] = []
-        row: Row = {"t_s": t_s, "gpu": g.index, "sm_clock_max_mhz": g.sm_max_mhz, "mem_clock_max_mhz": g.mem_max_mhz}
-        p = self._read(g, "power", lambda: nv.nvmlDeviceGetPowerUsage(h), errors)
-        if errors and not p:
-            # The first call failed for a reason other than "not supported" (GPU lost, driver gone): record it
-            # once for this tick instead of paying for a dozen more failing calls.
-            row["error"] = errors[0]
-            return row
-        row["power_w"] = p / 1000.0 if p is not None else None
-        fv = self._read(g, "power_instant", lambda: nv.nvmlDeviceGetFieldValues(h, [nv.NVML_FI_DEV_POWER_INSTANT]),
-                        errors)
-        if fv is not None:
-            f = fv[0]
-            if f.nvmlReturn == nv.NVML_SUCCESS:
-                row["power_instant_w"] = float(_field_value(f)) / 1000.0
-            else:
-                g.unsupported.add("power_instant")
-        now = time.monotonic()
-        if now - g.energy_last_t >= self.energy_interval_s:
-            g.energy_last_t = now
-            e = self._read(g, "energy", lambda: nv.nvmlDeviceGetTotalEnergyConsumption(h), errors)
-            row["energy_j"] = e / 1000.0 if e is not None else None
-        u = self._read(g, "util", lambda: nv.nvmlDeviceGetUtilizationRates(h), errors)
-        if u is not None:
-            row["util_gpu_pct"], row["util_mem_pct"] = float(u.gpu), float(u.memory)
-        row["sm_clock_mhz"] = self._read(g, "sm_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM), errors)
-        if now - g.slow_last_t >= self.slow_interval_s:
-            g.slow_last_t = now
-            self._sample_slow(g, row, errors, now)
-        # The enforced limit is a setting, not a measurement: every row carries its latest read, so the
-        # steady-state rule and the verdict have it at each tick (core/probe/steady.py).
-        row["power_limit_w"] = g.power_limit_w
-        if errors:
-            row["error"] = "; ".join(errors)[:300]
-        return row
-
-    def _sample_slow(self, g: _Gpu, row: Row, errors: list[str], now: float) -> None:
-        """The readings taken at most once per slow_interval_s (SLOW_INTERVAL_S says why)."""
-        assert pynvml is not None
-        nv = pynvml
-        h = g.handle
-        lim = self._read(g, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h), errors)
+        lim = self._read(g, "power_limit", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h))
         g.power_limit_w = lim / 1000.0 if lim is not None else None
-        row["mem_clock_mhz"] = self._read(g, "mem_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
-                                          errors)
-        # Renamed from ...ThrottleReasons in nvidia-ml-py 12.535; older bindings have only the old name.
-        reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-        if reasons_fn is not None:
-            row["clock_reasons"] = self._read(g, "reasons", lambda: reasons_fn(h), errors)
-        row["temp_c"] = self._read(g, "temp", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU), errors)
-        if not g.gpm and now - g.pcie_last_t >= PCIE_MIN_INTERVAL_S:
-            g.pcie_last_t = now
-            row["pcie_tx_kib_s"] = self._read(
-                g, "pcie_tx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_TX_BYTES), errors)
-            row["pcie_rx_kib_s"] = self._read(
-                g, "pcie_rx", lambda: nv.nvmlDeviceGetPcieThroughput(h, nv.NVML_PCIE_UTIL_RX_BYTES), errors)
-        if g.gpm:
-            self._gpm(g, row, errors)
+        cells: Row = {
+            "mem_clock_mhz": self._read(g, "mem_clock", lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+            "temp_c": self._read(g, "temp", lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)),
+        }
+        if self._reasons_fn is not None:
+            fn = self._reasons_fn
+            cells["clock_reasons"] = self._read(g, "reasons", lambda: fn(h))
+        g.pending.append((t, cells))
 
-    def _gpm(self, g: _Gpu, row: Row, errors: list[str]) -> None:
+    def _read_energy(self, g: _Gpu, t: float) -> None:
         assert pynvml is not None
-        now = time.monotonic()
+        h = g.handle
+        e = self._read(g, "energy", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(h))
+        if e is not None:
+            self._n_energy += 1
+            g.pending.append((t, {"energy_j": e / 1000.0}))
+
+    def _gpm(self, g: _Gpu, t: float, now: float) -> None:
+        assert pynvml is not None
         if now - g.gpm_prev_t < GPM_MIN_INTERVAL_S:
-            return
+            return  # a pair closer than ~100 ms reads 0 with NVML_SUCCESS: skip rather than record a false 0
         try:
             pynvml.nvmlGpmSampleGet(g.handle, g.gpm_spare)
-            cols = list(self._gpm_ids)
+            cols = self._gpm_cols
             mg = g.gpm_request
             if mg is None:
                 mg = g.gpm_request = pynvml.c_nvmlGpmMetricsGet_t()
@@ -334,18 +503,85 @@ class NvmlSampler:
             mg.sample1 = g.gpm_prev
             mg.sample2 = g.gpm_spare
             pynvml.nvmlGpmMetricsGet(mg)
-            for i, col in enumerate(cols):
-                m = mg.metrics[i]
-                if m.nvmlReturn == pynvml.NVML_SUCCESS:
-                    row[col] = float(m.value)
         except pynvml.NVMLError as err:
-            errors.append(f"gpm: {_err_text(err)}")
+            g.errors.append(f"gpm: {_err_text(err)}")
             return
+        cells: Row = {}
+        for i, col in enumerate(cols):
+            m = mg.metrics[i]
+            if m.nvmlReturn == 0:
+                cells[col] = float(m.value)
+        g.pending.append((t, cells))
+        self._n_gpm += 1
         g.gpm_prev, g.gpm_spare = g.gpm_spare, g.gpm_prev
         g.gpm_prev_t = now
 
+    def _drain(self, g: _Gpu, rows: list[Row]) -> None:
+        """Every power sample the driver took since the last drain, one row each, on the run's clock."""
+        samples: list[tuple[float, float]] = []
+        buf = g.c_samples
+        while True:
+            g.c_count.value = SAMPLE_BUFFER
+            ret = self._fn_samples(g.handle, 0, g.c_last_seen, g.p_value_type, g.p_count, buf)
+            if ret == _ERR_NOT_FOUND:
+                break  # no sample since lastSeen: 0 new, not an error
+            if ret != 0:
+                if ret == _ERR_NOT_SUPPORTED:
+                    g.samples_ok = False
+                else:
+                    self._fail(g, "power_samples", ret)
+                break
+            n = g.c_count.value
+            # NVML stamps are wall-clock microseconds; map them onto the run's monotonic clock at this drain.
+            shift = time.time() - time.monotonic() + self._origin
+            last = g.c_last_seen.value
+            for ts, mw in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(buf), n * _SAMPLE.size)):
+                if ts > last:
+                    samples.append((ts * 1e-6 - shift, mw / 1000.0))
+                    last = ts
+            g.c_last_seen.value = last
+            if n < SAMPLE_BUFFER:
+                break  # the oldest come first when more are pending than fit: loop until the rest is in
+        self._n_samples += len(samples)
+        if samples:
+            rows.extend(self._rows_of(g, samples))
 
-def _field_value(f: Any) -> float:
-    """The value of an nvmlFieldValue_t by its valueType (nvml.h nvmlValueType_t)."""
-    kinds = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-    return float(getattr(f.value, kinds.get(int(f.valueType), "uiVal")))
+    def _base(self, g: _Gpu, t: float, fast: tuple[float, float | None, float | None, float | None, float | None]
+              ) -> Row:
+        return {"t_s": t, "gpu": g.index, "power_w": fast[4], "power_limit_w": g.power_limit_w,
+                "util_gpu_pct": fast[1], "util_mem_pct": fast[2], "sm_clock_mhz": fast[3],
+                "sm_clock_max_mhz": g.sm_max_mhz, "mem_clock_max_mhz": g.mem_max_mhz}
+
+    def _rows_of(self, g: _Gpu, samples: list[tuple[float, float]]) -> list[Row]:
+        """Power samples to rows: the polled readings carried from the last read at or before each sample, the
+        slow/GPM/energy cells on the first sample at or after their read, errors on the first row."""
+        fast, pending = g.fast, g.pending
+        fi, pi = 0, 0
+        out: list[Row] = []
+        for t, p in samples:
+            while fi + 1 < len(fast) and fast[fi + 1][0] <= t:
+                fi += 1
+            row: Row = self._base(g, t, fast[fi]) if fast else {"t_s": t, "gpu": g.index}
+            row["power_sample_w"] = p
+            while pi < len(pending) and pending[pi][0] <= t:
+                row.update(pending[pi][1])
+                pi += 1
+            out.append(row)
+        if g.errors:
+            out[0]["error"] = "; ".join(g.errors)[:300]
+            g.errors.clear()
+        g.fast = fast[fi:] if fast else fast
+        g.pending = pending[pi:]
+        return out
+
+    def _tick_row(self, g: _Gpu, t: float) -> Row:
+        row = self._base(g, t, g.fast[-1])
+        for _, cells in g.pending:
+            row.update(cells)
+        g.pending.clear()
+        g.fast = g.fast[-1:]
+        if g.errors:
+            row["error"] = "; ".join(g.errors)[:300]
+            g.errors.clear()
+        return row
+

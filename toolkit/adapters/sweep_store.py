@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -215,15 +214,11 @@ class ApplyProbeRunner:
 
 
 def _stop(proc: subprocess.Popen[str], grace_s: float = 120.0) -> None:
-    """SIGINT, then wait for apply to wind its playbook down; SIGKILL only if it will not."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    """SIGINT, then wait for apply to wind its playbook down (and stop the probe on the hosts); SIGKILL only if
+    it will not."""
+    from toolkit.adapters.bench_process import stop_process
+
+    stop_process(proc, grace_s)
 
 
 def _tail(path: Path, lines: int = 5) -> str:

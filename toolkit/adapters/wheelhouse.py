@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -154,16 +155,21 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     dest.mkdir(parents=True, exist_ok=True)
     # The toolkit's own wheel follows the checkout: rebuilt when its sources changed. It lives apart
     # from the wheelhouse, so a toolkit change never makes the SGLang venv's wheelhouse look changed.
-    tk_dir = base / "toolkit"
-    tk_dir.mkdir(parents=True, exist_ok=True)
+    # One directory per source digest: the cache is shared by every checkout on the controller, and with one
+    # wheel for all, another checkout's apply rebuilt it under ours (seen: a host got another branch's probe).
+    # Built in a temporary directory and renamed into place, so a reader never sees a half-written wheel.
     source = _source_digest(repo_root)
-    marker = tk_dir / ".toolkit-source-sha256"
-    wheels = list(tk_dir.glob("gpu_serving_toolkit-*.whl"))
-    if not wheels or not marker.exists() or marker.read_text().strip() != source:
-        for old in wheels:
-            old.unlink()
-        _build_toolkit_wheel(tk_dir, repo_root)
-        marker.write_text(source + "\n")
+    tk_dir = base / "toolkit" / source[:16]
+    if not list(tk_dir.glob("gpu_serving_toolkit-*.whl")):
+        import tempfile
+
+        (base / "toolkit").mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{source[:16]}.", dir=base / "toolkit"))
+        _build_toolkit_wheel(building, repo_root)
+        try:
+            os.rename(building, tk_dir)
+        except OSError:  # another apply of the same sources got there first: theirs is the same wheel
+            shutil.rmtree(building, ignore_errors=True)
     toolkit_wheel = next(tk_dir.glob("gpu_serving_toolkit-*.whl"))
     # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
     wanted = json.dumps([sglang_version, list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])

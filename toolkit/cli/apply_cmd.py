@@ -53,6 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     lab.add_argument("--no-lab", dest="lab", action="store_false", help="a real host, even if the inventory says lab")
     p.add_argument("--lab-fail-health", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in fails /health
     p.add_argument("--lab-nan-log", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in logs a NaN line
+    p.add_argument("--no-wait", action="store_true",
+                   help="refuse at once when another toolkit apply or sweep holds a target host "
+                   "(default: wait for it, naming the holder)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_apply_profile)
 
@@ -108,7 +111,7 @@ def _resolve(name: str, profiles_dir: str | None) -> Any:
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)  # nothing has touched a host yet
-    return resolved, store
+    return resolved, [p for p in problems if p.severity == "warning"]
 
 
 def _validate(resolved: Any) -> list[Any]:
@@ -134,6 +137,13 @@ def _inventory_hosts(inventory: Path, limit: str | None, group: str = "gpu_conta
     return list((data.get(group) or {}).get("hosts") or [])
 
 
+def _inventory_path(args: argparse.Namespace) -> Path:
+    from toolkit.adapters.ansible import resolve_inventory, share_dir
+
+    inventory = Path(args.inventory) if args.inventory else share_dir() / LAB_INVENTORY
+    return resolve_inventory(inventory, fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY")
+
+
 @dataclass
 class ApplyPlan:
     """Everything one apply runs with; benchmarks/bench_apply.py runs the same plan through plain ansible-playbook."""
@@ -145,6 +155,7 @@ class ApplyPlan:
     fetch_dir: Path
     left_out: list[str]
     is_lab: bool
+    warnings: list[str]  # the profile's validation warnings (an open bind it allows), shown on every apply
 
 
 def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
@@ -157,17 +168,10 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
     if args.record and not args.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
-    resolved, _store = _resolve(args.name, args.profiles_dir)
+    resolved, warnings = _resolve(args.name, args.profiles_dir)
 
     share = share_dir()
-    inventory = Path(args.inventory) if args.inventory else share / LAB_INVENTORY
-    if not inventory.exists():
-        raise ToolkitError.of(
-            f"inventory not found: {inventory}",
-            file=str(inventory),
-            field="--inventory",
-            fix="run `toolkit lab up` (writes inventory/lab.yml) or pass -i INVENTORY",
-        )
+    inventory = _inventory_path(args)
     is_lab = _is_lab_inventory(inventory) if args.lab is None else bool(args.lab)
     repo_root = share
     inputs = deploy.inputs_from_resolved(resolved, repo_root=repo_root)
@@ -195,6 +199,8 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         # /lab/gpus), which follow this profile's tp, running cap and memory; no live view in a log.
         probe_args = ["--live", "off", "--simulated-gpus", f"http://127.0.0.1:{inputs.port}"]
 
+    # A failed benchmark's verdict carries the server's journal since the probe started (killed, crashed).
+    probe_args += ["--server-unit", inputs.service_name]
     nodes = {}
     if resolved.spec.server.nnodes > 1:
         nodes = deploy.per_node(resolved, _inventory_hosts(inventory, args.limit))
@@ -222,16 +228,41 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
-    return ApplyPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out, is_lab)
+    return ApplyPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out, is_lab,
+                     [w.render() for w in warnings])
 
 
 def run_apply_profile(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from toolkit.adapters.ansible import run_playbook
+    from toolkit.adapters.ansible import target_hosts
+    from toolkit.adapters.host_lock import host_locks
 
     console = Console(stderr=True)
+    _, warnings = _resolve(args.name, args.profiles_dir)
+
+    def say(message: str) -> None:
+        console.print(f"[yellow]{escape(message)}[/]")
+
+    for warning in warnings:  # on every apply, before anything else (an open bind the profile allows)
+        say(warning.render())
+    # Bad input is refused before anything waits for, or writes, a lock.
+    if args.record and not args.probe:
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+
+    # One apply or sweep per host at a time (toolkit.adapters.host_lock), taken before anything is prepared for
+    # the hosts; a sweep's own applies re-enter it.
+    hosts = target_hosts(_inventory_path(args), limit=args.limit)
+    with host_locks(hosts, purpose="toolkit apply", wait=not args.no_wait, on_message=say):
+        return _apply_locked(args, console)
+
+
+def _apply_locked(args: argparse.Namespace, console: Any) -> int:
+    from rich.markup import escape
+
+    from toolkit.adapters.ansible import PlaybookInterrupted, run_playbook
+
     plan = prepare(args, console)
     extravars, fetch_dir = plan.extravars, plan.fetch_dir
     for note in extravars["deploy_lab_notes"]:
@@ -239,21 +270,29 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     if plan.left_out:
         console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(plan.left_out)}[/]")
 
-    with _Progress(console, title=f"apply {plan.profile_name}") as progress:
-        result = run_playbook(
-            "deploy",
-            inventory=plan.inventory,
-            extravars=extravars,
-            limit=args.limit,
-            check=args.check,
-            on_event=progress.on_event,
-            secrets=plan.secrets,
-        )
+    try:
+        with _Progress(console, title=f"apply {plan.profile_name}") as progress:
+            result = run_playbook(
+                "deploy",
+                inventory=plan.inventory,
+                extravars=extravars,
+                limit=args.limit,
+                check=args.check,
+                on_event=progress.on_event,
+                secrets=plan.secrets,
+            )
+    except PlaybookInterrupted:
+        if args.probe:
+            _stop_remote_probe(plan, args.limit, console)
+        raise  # the host lock is released on the way out; main() exits 130
 
     summary = _summary(result, fetch_dir, args, plan.profile_name)
-    if args.probe and result.rc == 0:
+    summary["warnings"] = plan.warnings
+    if args.probe:
+        # A failed probe's run (benchmark-failed, with the server's log tail) was fetched before the role failed:
+        # show its verdict; record only a deploy that succeeded, and only runs that were not failures.
         summary["probe"] = _probe_results(fetch_dir)
-        if args.record:
+        if args.record and result.rc == 0:
             summary["record"] = _record(fetch_dir, plan.profile_name, args.profiles_dir, summary["probe"])
     _print_summary(console, summary, as_json=args.json)
     failed = result.rc != 0 or summary["unreachable"] or summary["failed_hosts"]
@@ -290,6 +329,24 @@ class _Progress:
             self.console.print(f"  [yellow]changed[/] {escape(event.host)}: {escape(event.task)}")
         elif kind in ("failed", "unreachable") and not getattr(event, "ignore_errors", False):
             self.console.print(f"  [red]{kind}[/] {escape(event.host)}: {escape(event.task)}")
+
+
+def _stop_remote_probe(plan: ApplyPlan, limit: str | None, console: Any) -> None:
+    """After Ctrl-C: ansible-playbook is gone, but the probe it started on each host runs on (nothing there
+    notices the closed SSH connection). Interrupt this run's probe, so it stops its benchmark and writes what
+    it has, and wait for it to end."""
+    from toolkit.adapters.ansible import PlaybookInterrupted, run_playbook
+
+    console.print(f"stopping this run's probe on the hosts ({plan.extravars['deploy_run_id']}) ...")
+    try:
+        result = run_playbook("stop_probe", inventory=plan.inventory, limit=limit,
+                              extravars={"deploy_run_id": plan.extravars["deploy_run_id"],
+                                         "deploy_hosts": plan.extravars.get("deploy_hosts", "gpu_containers")})
+    except PlaybookInterrupted:
+        console.print("[red]interrupted again: the probe may still run on the hosts[/]")
+        return
+    for failure in result.failures:
+        console.print(f"[red]could not stop the probe on {failure.host}: {failure.message}[/]")
 
 
 def _summary(result: Any, fetch_dir: Path, args: argparse.Namespace, profile: str) -> dict[str, Any]:
@@ -342,6 +399,9 @@ def _record(fetch_dir: Path, profile: str, profiles_dir: str | None, probe: dict
         if not info.get("verdict"):
             recorded[host] = "skipped: the probe wrote no verdict"
             continue
+        if info["verdict"].get("class") == "benchmark-failed":
+            recorded[host] = "skipped: the benchmark failed (a failure is not a result)"
+            continue
         outcome = record_run(Path(info["run_dir"]), profile, find_profiles_dir(profiles_dir))
         recorded[host] = f"{getattr(outcome, 'action', 'recorded')} in {getattr(outcome, 'file', profile)}"
     return {"recorded": recorded}
@@ -378,6 +438,10 @@ def _print_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> N
     for host, info in (summary.get("probe") or {}).items():
         verdict = escape(_verdict_line(info["verdict"]))
         console.print(f"[bold]{escape(host)}[/]: verdict {verdict}; run {info['run_dir']}")
+        server_log = ((info["verdict"] or {}).get("evidence") or {}).get("server_log_tail")
+        if server_log:
+            tail = "\n".join(server_log.strip().splitlines()[-12:])
+            console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
     rec = summary.get("record")
     if rec:
         console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")

@@ -7,6 +7,7 @@ rich (the GPU machine has no pydantic); the profile code is imported only when -
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -41,9 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="lab only: read SIMULATED GPUs from the lab stand-in's /lab/gpus at URL (its engine "
                      "model) instead of NVML; labelled simulated in every artifact")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
-    run.add_argument("--energy-interval-s", type=float, default=5.0,
-                     help="read the energy counter at most this often (default 5; 0 = every sample; "
-                     "one read costs ~3 ms of CPU on an H200)")
+    run.add_argument("--energy-interval-s", type=float, default=None,
+                     help="read the energy counter this often besides the benchmark's start and end (default 20; "
+                     "one read costs ~3 ms of CPU on an H200; energy between reads comes from 20 ms power samples)")
     run.add_argument("--host-hz", type=float, default=2.0,
                      help="host timeline (CPU of the benchmark's and the server's processes, /proc) samples per "
                      "second (default 2; 0 = off)")
@@ -54,10 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="server scrapes per second (default: the profile's probe.server_scrape_hz, or 2)")
     run.add_argument("--server-pid", type=int, default=None, metavar="PID",
                      help="the serving process (its tree goes into host_trace.csv as role server)")
-    run.add_argument("--server-unit", default=None, metavar="UNIT",
-                     help="systemd unit of the server: its MainPID is the server's process (e.g. on the container)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    run.add_argument("--server-unit", default=None, metavar="UNIT",
+                     help="systemd unit of the server under test: its MainPID's process tree goes into "
+                     "host_trace.csv (role server), and a failed benchmark's verdict carries its journal tail")
     run.add_argument("--record", action="store_true",
                      help="write the results entry into the --profile's file (toolkit results record; issue #4)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
@@ -149,9 +151,7 @@ def _live_view(enabled: bool, gpus_count: int) -> tuple[Any, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from toolkit.adapters.bench_process import run_sampled
-    from toolkit.adapters.probe_store import read_json, read_trace, write_json_atomic
-    from toolkit.core.probe.bench import redact_argv
+    from toolkit.adapters.probe_store import read_json, read_trace
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -228,11 +228,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         sampler = RecordedSampler(recorded, str(args.replay_gpu_trace), topo, rec_run)
         data_source = f"{RECORDED_LABEL} ({args.replay_gpu_trace.name})"
     else:
-        from toolkit.adapters.nvml import NvmlSampler
+        from toolkit.adapters.nvml import ENERGY_INTERVAL_S, NvmlSampler
 
+        if args.energy_interval_s is None:
+            args.energy_interval_s = ENERGY_INTERVAL_S
         sampler = NvmlSampler(gpm=not args.no_gpm, energy_interval_s=args.energy_interval_s)
         data_source = "measured (NVML)"
     gpus = sampler.open(gpus_wanted)
+    try:
+        result, summary, verdict = _sampled_run(args, sampler, gpus, plan, out, bench_jsonl, data_source, idle_s, hz,
+                                                (server_pid, server_url, server_hz))
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise _disk_full(out, err) from None
+    _print(summary, verdict, out, as_json=args.json)
+    if result.interrupted:
+        return 130
+    if args.record:
+        _record(out, args.profile, verdict, quiet=args.json)
+    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+
+
+def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: dict[str, Any], out: Path,
+                 bench_jsonl: Path, data_source: str, idle_s: float, hz: float,
+                 side_cfg: tuple[int | None, str | None, float]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict).
+    side_cfg: (server pid, server URL, scrape Hz) for the host and server timelines."""
+    from toolkit.adapters.bench_process import redact_argv, run_sampled, server_log_tail
+    from toolkit.adapters.probe_store import write_json_atomic
+
+    started_epoch_s = time.time()
     try:
         out.mkdir(parents=True, exist_ok=True)
         topology = {"schema_version": 1, **sampler.topology()}
@@ -260,7 +286,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
         live, on_tick = _live_view(live_on, len(gpus))
-        trace_meta = {"sample_hz": str(hz), "source": sampler.source, "gpus": ";".join(map(str, gpus))}
+        trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
+                      "gpus": ";".join(map(str, gpus))}
+        server_pid, server_url, server_hz = side_cfg
         side, on_bench_pid, side_info = _side_timelines(out, args.host_hz, server_pid, server_url, server_hz)
         kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
                               "side": side, "on_bench_pid": on_bench_pid}
@@ -281,6 +309,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         "exit_code": result.exit_code,
         "interrupted": result.interrupted,
         "stderr_tail": result.stderr_tail,
+        "server_unit": args.server_unit,
+        # The server's side of a failed benchmark (killed, crashed): its journal since this run started.
+        "server_log_tail": server_log_tail(args.server_unit, started_epoch_s)
+        if args.server_unit and (result.exit_code != 0 or result.interrupted) else "",
         "sampler_cost": result.cost.to_dict(),
         "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
                   "summary.json", "verdict.json", *(tl.path.name for tl in side)],
@@ -288,12 +320,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     })
     write_json_atomic(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
-    _print(summary, verdict, out, as_json=args.json)
-    if result.interrupted:
-        return 130
-    if args.record:
-        _record(out, args.profile, verdict, quiet=args.json)
-    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+    return result, summary, verdict
 
 
 def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,
@@ -353,6 +380,36 @@ def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) ->
     outcome = record_run(out, profile)
     if not quiet:
         print(f"recorded into {outcome.file} ({outcome.action}: {outcome.entry.run_id})")
+
+
+def _disk_full(out: Path, err: OSError) -> ToolkitError:
+    """The run directory's disk filled up mid-run. Files written whole (JSON: temp file + rename) are complete or
+    absent; the streamed ones (trace.csv.partial, bench.*.log) may be cut mid-line, so they go, which also gives
+    back the space to mark run.json as failed."""
+    from toolkit.adapters.probe_store import read_json, write_json_atomic
+
+    removed = []
+    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl"):
+        path = out / name
+        if path.exists():
+            path.unlink()
+            removed.append(name)
+    for leftover in out.glob(".*.json.*"):  # a temp file of an atomic write cut short
+        leftover.unlink()
+    note = f"no space left on the device of {out} ({err.strerror}); removed the cut files: {', '.join(removed)}"
+    try:
+        manifest = read_json(out / "run.json", required=False)
+        if manifest is not None:
+            write_json_atomic(out / "run.json", {**manifest, "status": "failed", "error": note})
+    except (OSError, ToolkitError):
+        pass  # still full: run.json stays as it was, complete (status running)
+    return ToolkitError.of(
+        note + "; nothing was recorded into any profile",
+        file=str(err.filename or out),
+        field="--out",
+        fix=f"free space there (df -h {out}) or give --out on another disk, then run again",
+        exit_code=EXIT_FAILED,
+    )
 
 
 def _judge_and_write(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:

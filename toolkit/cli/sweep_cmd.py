@@ -49,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     lab = parser.add_mutually_exclusive_group()
     lab.add_argument("--lab", dest="lab", action="store_true", default=None, help="passed on to apply")
     lab.add_argument("--no-lab", dest="lab", action="store_false", help="passed on to apply")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="refuse at once when another toolkit apply or sweep holds a target host "
+                        "(default: wait for it, naming the holder)")
     parser.add_argument("--point-timeout-s", type=float, default=1800.0, help="apply + probe of one point (s)")
     parser.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
     parser.add_argument("--sweeps-dir", help="where sweep runs live (default: TOOLKIT_SWEEPS_DIR or ./runs/sweeps)")
@@ -156,7 +159,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
             done = len(state.finished_points())
             console.print(f"resuming: {done} point(s) finished are skipped, {len(state.pending())} to measure")
         try:
-            _measure(console, state, spec, runner, store)
+            with _host_locks(args, console):
+                _measure(console, state, spec, runner, store)
         except KeyboardInterrupt:
             interrupted = True
 
@@ -177,6 +181,22 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         _promote(console, args, state, base, profiles, store)
     measured = any(v.outcome in ("done", "partial") for v in state.planned())
     return EXIT_OK if measured or state.pending() else EXIT_FAILED
+
+
+def _host_locks(args: argparse.Namespace, console: Any) -> Any:
+    """The apply runner deploys to the inventory's GPU containers: the sweep holds their host locks for its
+    whole run (no other apply slips in between two variants) and exports its token, so its own child applies
+    re-enter the lock instead of waiting for their parent. A recorded runner touches no host and locks nothing."""
+    if args.runner != "apply":
+        return contextlib.nullcontext()
+    from toolkit.adapters.ansible import share_dir, target_hosts
+    from toolkit.adapters.host_lock import host_locks
+    from toolkit.cli.apply_cmd import LAB_INVENTORY
+
+    inventory = Path(args.inventory) if args.inventory else share_dir() / LAB_INVENTORY
+    return host_locks(target_hosts(inventory), purpose="toolkit sweep", wait=not args.no_wait,
+                      on_message=lambda m: console.print(f"[yellow]{m}[/]", markup=True, highlight=False),
+                      export_token=True)
 
 
 def _validator() -> Any:

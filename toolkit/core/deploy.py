@@ -337,8 +337,9 @@ def build_extravars(
         "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
         # The probe scrapes the deployed server's /metrics and follows its unit's process tree (server and host
         # timelines); the caller's options (the lab's) come after and win.
-        "bench_probe_probe_args": ["--server-url", base_url, "--server-unit", f"{inputs.service_name}.service",
-                                   "--server-hz", f"{inputs.server_scrape_hz:g}", *probe_args],
+        # (apply adds --server-unit: its tree goes into host_trace.csv, its journal into a failed run's verdict.)
+        "bench_probe_probe_args": ["--server-url", base_url, "--server-hz", f"{inputs.server_scrape_hz:g}",
+                                   *probe_args],
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_wheelhouse_src": wheelhouse_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,

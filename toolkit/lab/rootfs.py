@@ -8,6 +8,7 @@ builds a new one instead of silently reusing a stale one.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -52,6 +53,17 @@ def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path
     if is_cached(cache_dir):
         return final
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # Two labs coming up at once on a cold machine (CI runs two test shards, each with its own lab
+    # instance) would otherwise both debootstrap into the same `.building` directory: one waits here,
+    # then finds the other's finished cache.
+    with open(cache_dir / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_cached(cache_dir):
+            return final
+        return _build_locked(final, cache_dir, mirror)
+
+
+def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
     tmp = final.with_name(final.name + ".building")
     if tmp.exists():
         shutil.rmtree(tmp)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.probe import columnar
 from toolkit.core.probe.trace import Trace
 
 NO_LOAD_ACTIVITY = 0.05
@@ -126,9 +127,18 @@ def find_steady_window(
     idle_power_w: dict[int, float | None],
     params: SteadyParams,
 ) -> SteadyWindow:
+    full = SteadyWindow(bench_start_s, bench_end_s, False, "", 0.0, 0.0)
+    if columnar.available() and trace.gpus:
+        # the same rule over numpy columns (columnar.py): one vectorised pass instead of per-tick Python
+        status, peak, threshold, start, end = columnar.steady_bounds(
+            trace, bench_start_s, bench_end_s, idle_power_w, params.smooth_s, params.plateau_fraction)
+        if status == "no-samples":
+            return _replace(full, reason="no samples inside the benchmark window")
+        if status == "no-values":
+            return _replace(full, reason="no utilization or power values inside the benchmark window")
+        return _judge_plateau(full, peak, threshold, start, end, params)
     t_all, a_all = activity_series(trace, idle_power_w)
     pairs = [(t, a) for t, a in zip(t_all, a_all, strict=True) if bench_start_s <= t <= bench_end_s]
-    full = SteadyWindow(bench_start_s, bench_end_s, False, "", 0.0, 0.0)
     if not pairs:
         return _replace(full, reason="no samples inside the benchmark window")
     t = [p[0] for p in pairs]
@@ -138,11 +148,15 @@ def find_steady_window(
         return _replace(full, reason="no utilization or power values inside the benchmark window")
     peak = max(values)
     threshold = params.plateau_fraction * peak
+    above = [i for i, x in enumerate(sm) if x is not None and x >= threshold]
+    return _judge_plateau(full, peak, threshold, t[above[0]], t[above[-1]], params)
+
+
+def _judge_plateau(full: SteadyWindow, peak: float, threshold: float, start: float, end: float,
+                   params: SteadyParams) -> SteadyWindow:
     if peak < NO_LOAD_ACTIVITY:
         return _replace(full, reason=f"no load: peak activity {peak:.3f} < {NO_LOAD_ACTIVITY}", peak=peak,
                         threshold=threshold)
-    above = [i for i, x in enumerate(sm) if x is not None and x >= threshold]
-    start, end = t[above[0]], t[above[-1]]
     if end - start < params.min_window_s:
         return _replace(full, reason=f"plateau {end - start:.1f} s is shorter than min_window_s "
                         f"{params.min_window_s} s", peak=peak, threshold=threshold)

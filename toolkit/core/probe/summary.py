@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from typing import Any
 
+from toolkit.core.probe import columnar
 from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.host_trace import HostTrace, host_window
 from toolkit.core.probe.server_trace import ServerTrace, server_window
@@ -63,6 +64,8 @@ def _slice(s: GpuSeries, start_s: float, end_s: float) -> tuple[int, int]:
 
 def idle_power(trace: Trace, idle_start_s: float, idle_end_s: float) -> dict[int, float | None]:
     """Median power per GPU over the idle baseline (the median shrugs off the first sample's spike)."""
+    if columnar.available():
+        return columnar.idle_power(trace, idle_start_s, idle_end_s)
     out: dict[int, float | None] = {}
     for g, s in trace.gpus.items():
         lo, hi = _slice(s, idle_start_s, idle_end_s)
@@ -72,6 +75,8 @@ def idle_power(trace: Trace, idle_start_s: float, idle_end_s: float) -> dict[int
 
 
 def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float | None) -> dict[str, Any]:
+    if columnar.available():
+        return columnar.gpu_window_stats(s, start_s, end_s, idle_w, GPM_KEYS, REASON_BITS)
     lo, hi = _slice(s, start_s, end_s)
     t = s.t_s[lo:hi]
     v = {c: col[lo:hi] for c, col in s.values.items()}
@@ -81,7 +86,8 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
     sm = sorted(_present(v["sm_clock_mhz"]))
     sm_max = _present(v["sm_clock_max_mhz"])
     mem = sorted(_present(v["mem_clock_mhz"]))
-    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"]) if t else None
+    energy = window_energy(t, v["energy_j"], v["power_w"], v["power_instant_w"], v["power_sample_w"]) if t else None
+    sampled = sorted(_present(v["power_sample_w"]))
     reasons: dict[str, float] = {}
     masks = Counter(_present(v["clock_reasons"]))  # few distinct masks: count them once
     n_masks = sum(masks.values())
@@ -111,6 +117,10 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
         "energy_source": energy.source if energy else None,
         "energy_integrated_j": _r(energy.integrated_j if energy else None),
         "energy_integrated_instant_j": _r(energy.integrated_instant_j if energy else None),
+        "energy_integrated_sample_j": _r(energy.integrated_sample_j if energy else None),
+        # the driver's 20 ms samples (schema 2 traces), beside the 1 s averaged power_w the rules were set on
+        "power_sample_w": {"mean": _r(_mean(sampled)), "p95": _r(percentile(sampled, 95)),
+                           "max": _r(sampled[-1] if sampled else None)} if sampled else None,
         "util_gpu_pct": _r(_mean(_present(v["util_gpu_pct"]))),
         "util_mem_pct": _r(_mean(_present(v["util_mem_pct"]))),
         "sm_clock_mhz": _r(sm_med, 0),
@@ -215,7 +225,7 @@ def summarize(
     steady: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
     errors = [
         {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
-        for g, s in trace.gpus.items() for i, e in enumerate(s.errors) if e
+        for g, s in trace.gpus.items() if any(s.errors) for i, e in enumerate(s.errors) if e
     ]
     srv_full = server_window(server, b0, b1) if server is not None else None
     srv_steady = server_window(server, steady.start_s, steady.end_s) if server is not None else None
@@ -229,6 +239,7 @@ def summarize(
             "exit_code": run.get("exit_code"),
             "interrupted": bool(run.get("interrupted", False)),
             "stderr_tail": run.get("stderr_tail", ""),
+            "server_log_tail": run.get("server_log_tail", ""),
             "duration_s": bench.get("duration_s"),
             "completed": bench.get("completed"),
             "total_output_tokens": bench.get("total_output_tokens"),
@@ -257,4 +268,32 @@ def summarize(
             "full": host_window(host, b0, b1), "steady": host_window(host, steady.start_s, steady.end_s)},
         "gpu_errors": errors[:200],
         "gpu_error_count": len(errors),
+        "gaps": reading_gaps(trace, b0, b1),
     }
+
+
+def reading_gaps(trace: Trace, start_s: float, end_s: float) -> list[dict[str, Any]]:
+    """Spans of the benchmark window in which a GPU was sampled but nothing was read (NVML failed: an error and
+    no power, no utilization), one per GPU and span: what the verdict could not see."""
+    gaps: list[dict[str, Any]] = []
+    for g, s in sorted(trace.gpus.items()):
+        lo, hi = _slice(s, start_s, end_s)
+        span: dict[str, Any] | None = None
+        for i in range(lo, hi):
+            blind = bool(s.errors[i]) and s.values["power_w"][i] is None and s.values["util_gpu_pct"][i] is None
+            if blind and span is None:
+                span = {"gpu": g, "start_s": round(s.t_s[i], 3), "end_s": round(s.t_s[i], 3), "samples": 0,
+                        "error": s.errors[i]}
+            if blind and span is not None:
+                span["end_s"] = round(s.t_s[i], 3)
+                span["samples"] += 1
+            elif span is not None:
+                gaps.append(span)
+                span = None
+        if span is not None:
+            gaps.append(span)
+        total = hi - lo
+        for gap in gaps:
+            if gap["gpu"] == g:
+                gap["of_samples"] = total
+    return gaps

@@ -13,16 +13,18 @@ from __future__ import annotations
 import gc
 import io
 import operator
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe import columnar
 
-TRACE_SCHEMA_VERSION = 1
+TRACE_SCHEMA_VERSION = 2
 TRACE_MAGIC = "# toolkit-probe-trace"
 
-# Column order is part of schema 1. Units are in the names.
-COLUMNS: tuple[str, ...] = (
+# Column order is part of the schema. Units are in the names. Schema 2 = schema 1's columns plus those in
+# COLUMNS_ADDED_V2, just before `error`; a schema-1 file reads with the added columns empty.
+COLUMNS_V1: tuple[str, ...] = (
     "t_s",  # seconds since the run's start (time.monotonic() of the probe process)
     "gpu",  # NVML index
     "power_w",  # nvmlDeviceGetPowerUsage: a ~1 s average on Ampere and newer
@@ -49,6 +51,13 @@ COLUMNS: tuple[str, ...] = (
     "gpm_nvlink_rx_mib_s",
     "error",  # the NVML error of this GPU at this tick, else empty
 )
+COLUMNS_ADDED_V2: tuple[str, ...] = (
+    # The driver's own 20 ms power sample (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES) taken at t_s: in
+    # schema 2 NVML traces there is one row per such sample (50 Hz), the polled readings carried between reads.
+    "power_sample_w",
+)
+COLUMNS: tuple[str, ...] = COLUMNS_V1[:-1] + COLUMNS_ADDED_V2 + ("error",)
+COLUMNS_BY_VERSION: dict[int, tuple[str, ...]] = {1: COLUMNS_V1, 2: COLUMNS}
 NUMERIC_COLUMNS: tuple[str, ...] = COLUMNS[2:-1]
 
 # Clock-event reason bits (nvml.h, NVML_CLOCKS_EVENT_REASON_*).
@@ -75,7 +84,9 @@ class GpuSeries:
 
     gpu: int
     t_s: list[float] = field(default_factory=list)
-    values: dict[str, list[float | None]] = field(default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
+    # a dict of lists, or columnar.ColumnValues (numpy arrays behind the same mapping) from the numpy parse
+    values: MutableMapping[str, list[float | None]] = field(
+        default_factory=lambda: {c: [] for c in NUMERIC_COLUMNS})
     errors: list[str] = field(default_factory=list)  # "" where the tick had no error
 
     def __len__(self) -> int:
@@ -108,8 +119,27 @@ def header_line(meta: dict[str, str]) -> str:
     return TRACE_MAGIC + " " + " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in items.items()) + "\n"
 
 
+_COLUMN_INDEX = {c: i for i, c in enumerate(COLUMNS)}
+_FMT_CACHE: dict[float | int | str, str] = {}
+
+
 def format_row(row: dict[str, float | int | str | None]) -> str:
-    return ",".join(_fmt(row.get(c)) for c in COLUMNS) + "\n"
+    # At 8 GPUs x 50 Hz the writer formats 400 rows a second (benchmarks/bench_probe.py --fleet counts it in
+    # the process's CPU): filled from the row's own keys (a live NVML row has ~10 of the 26 columns), and the
+    # values carried from row to row (limit, clocks, utilization) formatted once, from a small bounded cache.
+    cells = [""] * len(COLUMNS)
+    index = _COLUMN_INDEX
+    cache = _FMT_CACHE
+    for k, v in row.items():
+        if v is not None and k in index:
+            text = cache.get(v)
+            if text is None:
+                text = _fmt(v)
+                if len(cache) >= 4096:
+                    cache.clear()
+                cache[v] = text
+            cells[index[k]] = text
+    return ",".join(cells) + "\n"
 
 
 def dump_trace(trace: Trace) -> str:
@@ -181,17 +211,29 @@ def parse_trace(text: str, file: str = "trace.csv") -> Trace:
 
 
 def _parse_trace(text: str, file: str) -> Trace:
-    first, _, rest = text.partition("\n")
+    # Offsets, not partition(): the body of a one-hour trace is ~30 MB, copied once here rather than twice.
+    i = text.find("\n")
+    first = text if i < 0 else text[:i]
     meta = parse_header(first, file)
-    head_line, _, body = rest.partition("\n")
+    j = -1 if i < 0 else text.find("\n", i + 1)
+    head_line = "" if i < 0 else text[i + 1:] if j < 0 else text[i + 1:j]
+    body = "" if j < 0 else text[j + 1:]
     if not head_line:
         raise _bad(file, 2, "trace is truncated: no column header", "re-record the run")
     head = head_line.rstrip("\r").split(",")
-    if tuple(head) != COLUMNS:
-        missing = [c for c in COLUMNS if c not in head]
-        raise _bad(file, 2, f"column header does not match schema 1 (missing: {missing or 'order differs'})",
-                   "give a trace written by `toolkit probe run`")
-    ncol = len(COLUMNS)
+    version = int(meta["schema_version"])
+    columns = COLUMNS_BY_VERSION.get(version, COLUMNS)
+    if tuple(head) != columns:
+        missing = [c for c in columns if c not in head]
+        raise _bad(file, 2, f"column header does not match schema {version} "
+                   f"(missing: {missing or 'order differs'})", "give a trace written by `toolkit probe run`")
+    ncol = len(columns)
+    numeric = columns[2:-1]
+    if columnar.available() and body.endswith("\n"):
+        fast = columnar.parse_body(body, columns, NUMERIC_COLUMNS)
+        if fast is not None:
+            return Trace(meta, fast)
+        # a fast check failed: the list path below names the bad line (or reads what numpy would not)
     if body.endswith("\n"):
         body = body[:-1]
     elif body:
@@ -231,10 +273,13 @@ def _parse_trace(text: str, file: str) -> Trace:
         series = GpuSeries(gpu=g)
         try:
             series.t_s = list(map(float, gcols[0]))
-            for j, c in enumerate(NUMERIC_COLUMNS):
+            for j, c in enumerate(numeric):
                 series.values[c] = _floats(gcols[j + 2])
+            for c in NUMERIC_COLUMNS:
+                if c not in series.values or len(series.values[c]) != len(series.t_s):
+                    series.values[c] = [None] * len(series.t_s)  # a column this file's schema lacks
         except ValueError:
-            _raise_bad_cell(file, body, ncol)
+            _raise_bad_cell(file, body, columns)
             raise
         series.errors = gcols[-1]
         t = series.t_s
@@ -256,7 +301,7 @@ def _check_lines(body: str, ncol: int, file: str) -> None:
                        "re-record the run, or cut the trace before this line")
 
 
-def _raise_bad_cell(file: str, body: str, ncol: int) -> None:
+def _raise_bad_cell(file: str, body: str, columns: tuple[str, ...]) -> None:
     """Slow path, only to name the line and field that is not a number."""
     for i, line in enumerate(body.split("\n")):
         for j, cell in enumerate(line.split(",")[:-1]):
@@ -265,7 +310,7 @@ def _raise_bad_cell(file: str, body: str, ncol: int) -> None:
             try:
                 float(cell)
             except ValueError:
-                raise _bad(file, i + 3, f"field {COLUMNS[j]} is {cell!r}, not a number",
+                raise _bad(file, i + 3, f"field {columns[j]} is {cell!r}, not a number",
                            "re-record the run, or repair this line") from None
 
 

@@ -238,9 +238,13 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
                  "start_s": window["start_s"], "end_s": window["end_s"]}
     if bench.get("exit_code") not in (0, None) or bench.get("interrupted"):
         what = "was interrupted" if bench.get("interrupted") else f"exited {bench.get('exit_code')}"
-        v = Verdict(FAILED, 0.95, basis, {**window_ev, "exit_code": bench.get("exit_code"),
-                                          "stderr_tail": bench.get("stderr_tail", "")[-800:]},
-                    [], per_gpu, headline=f"the benchmark {what}", data_source=source)
+        failed: dict[str, Any] = {**window_ev, "exit_code": bench.get("exit_code"),
+                                  "stderr_tail": bench.get("stderr_tail", "")[-800:]}
+        server_log = str(bench.get("server_log_tail") or "")
+        if server_log:
+            failed["server_log_tail"] = server_log[-1500:]
+            what += "; the server's log tail is in evidence.server_log_tail"
+        v = Verdict(FAILED, 0.95, basis, failed, [], per_gpu, headline=f"the benchmark {what}", data_source=source)
         v.next_steps = next_steps(FAILED, None, topology, target, None, summary)
         return v
     if not per_gpu:
@@ -294,6 +298,22 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
             headline += f" — {first[1].note}" + (f" (GPU {first[0]}; {more} more GPUs alike)" if more else "")
     else:
         headline += f" — others wait: work by GPU {evidence['work_by_gpu']}"
+    not_seen = _not_seen(summary)
+    if not_seen:
+        # Part of the run was not read: the class stands on the rest, and says so.
+        evidence["not_seen"] = not_seen
+        missing = sum(g["samples"] for g in summary["gaps"]) / max(1, sum(g["of_samples"] for g in summary["gaps"]))
+        confidence *= max(0.5, 1.0 - missing)
+        headline += f" (not seen: {'; '.join(not_seen)})"
     v = Verdict(cls, confidence, basis, evidence, [], per_gpu, power_capped, slow_gpu, headline, source)
     v.next_steps = next_steps(cls, power_capped, topology, target, slow_gpu, summary)
     return v
+
+
+def _not_seen(summary: dict[str, Any]) -> list[str]:
+    """One line per GPU and gap in the readings (summary.gaps): when, how much, and NVML's error."""
+    return [
+        f"GPU {g['gpu']} {g['start_s']:.1f}-{g['end_s']:.1f} s, {g['samples']} of {g['of_samples']} samples "
+        f"({str(g['error']).split(';')[0][:80]})"
+        for g in summary.get("gaps") or []
+    ]

@@ -110,6 +110,12 @@ class Server(_Strict):
     port: int = Field(default=30000, ge=1, le=65535)
     enable_metrics: bool = False
     api_key_secret: str | None = Field(default=None, description="a reference: env:NAME, vault:NAME or file:PATH")
+    # A bind other than loopback without an API key serves every endpoint to the network; only this key,
+    # with its own why, turns that error into a warning (rules.py: public-bind-without-api-key).
+    allow_unauthenticated: bool = Field(
+        default=False,
+        description="serve a non-loopback host without an API key (needs why.server.allow_unauthenticated)",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 

@@ -11,7 +11,7 @@ from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import SECRET_SCHEMES
 from toolkit.core.profile.render import extra_arg_flags, rendered_flags
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.profile.rules import RULES, Rule, matching_rules
+from toolkit.core.profile.rules import FIELD_RULES, RULES, FieldRule, Rule, field_rule_hits, matching_rules
 
 REQUIRED = (
     ("target.gpu_count", "the number of GPUs per node, e.g. 8"),
@@ -24,12 +24,30 @@ REQUIRED = (
 _LITERAL_KEY = re.compile(r"^(sk-|hf_|[A-Za-z0-9_\-]{24,}$)")
 
 
-def validate(resolved: ResolvedProfile, catalogue: Catalogue | None, rules: tuple[Rule, ...] = RULES) -> list[Problem]:
+# Flags that typed fields render and rules check (host, port, model path): in extra_args they would override
+# the checked value unchecked (argparse: the last one wins).
+TYPED_ONLY_FLAGS = {
+    "--host": "server.host",
+    "--port": "server.port",
+    "--model-path": "model.local_path or model.repo_id",
+}
+
+
+def validate(
+    resolved: ResolvedProfile,
+    catalogue: Catalogue | None,
+    rules: tuple[Rule, ...] = RULES,
+    field_rules: tuple[FieldRule, ...] = FIELD_RULES,
+) -> list[Problem]:
     """Every problem found, errors and warnings, each located at the file and line that set the value.
 
     `catalogue` is the pinned version's flag catalogue; None reports that it is missing (an error:
     flags cannot be checked)."""
     problems: list[Problem] = []
+    for frule, path, detail in field_rule_hits(resolved, field_rules):
+        problems.append(
+            resolved.problem(path, frule.message.format(detail=detail), frule.fix, frule.severity, frule.id)
+        )
     problems += _required(resolved)
     problems += _parallelism(resolved)
     problems += _secrets(resolved)
@@ -146,12 +164,21 @@ def _secrets(resolved: ResolvedProfile) -> list[Problem]:
                 )
             )
     for i, token in enumerate(resolved.spec.server.extra_args):
-        if token.split("=", 1)[0] == "--api-key":
+        flag = token.split("=", 1)[0]
+        if flag == "--api-key":
             out.append(
                 resolved.problem(
                     f"server.extra_args.{i}",
                     "the API key may not be passed in extra_args",
                     "remove it and set server.api_key_secret to a reference (env:NAME or vault:NAME)",
+                )
+            )
+        elif flag in TYPED_ONLY_FLAGS:
+            out.append(
+                resolved.problem(
+                    f"server.extra_args.{i}",
+                    f"{flag} in extra_args would override {TYPED_ONLY_FLAGS[flag]} without its checks",
+                    f"remove it from extra_args and set {TYPED_ONLY_FLAGS[flag]}",
                 )
             )
     for key in resolved.spec.env:
