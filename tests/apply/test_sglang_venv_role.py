@@ -76,9 +76,17 @@ def _site(tmp: Path) -> Path:
 
 
 def test_install_patch_idempotent_and_refuse_wrong_sha(tmp_path: Path, wheelhouse: Path) -> None:
+    # 0. A venv half-made by a failed ensurepip (no python3-venv: roles review finding 6) is started over:
+    #    a guard on bin/python skipped it forever and pip never existed.
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "python").symlink_to("/usr/bin/python3")
     # 1. Install without patches, to learn the real file the patch is written against.
     first = _run(tmp_path, wheelhouse, [])
     assert first.rc == 0, first.failures
+    assert (tmp_path / "venv" / "bin" / "pip").exists()
+    # The JIT toolchain check ran and passed (this machine has gcc and Python.h).
+    assert any(e.task.startswith("Fail the deploy when the JIT toolchain is missing") and e.kind == "ok"
+               for e in first.events)
     target = _site(tmp_path) / TARGET
     original = target.read_text()
     sha = hashlib.sha256(target.read_bytes()).hexdigest()
@@ -121,3 +129,4 @@ def test_install_patch_idempotent_and_refuse_wrong_sha(tmp_path: Path, wheelhous
     assert "nothing in the venv was changed" in message
     assert _tree_digest(tmp_path / "venv") == before
     assert "must never be applied" not in other.read_text()
+

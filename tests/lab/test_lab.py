@@ -26,6 +26,15 @@ CUINIT = (
 )
 
 
+# A fresh Proxmox host has no template: `pveam download` fetches it (the lab's stand-in from its cache).
+TEMPLATE = (f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam download local {TEMPLATE_NAME} >/dev/null; "
+            f"echo local:vztmpl/{TEMPLATE_NAME}")
+
+
+def template(state: LabState) -> str:
+    return ok(state, "pve1", TEMPLATE).strip()
+
+
 def ok(state: LabState, host: str, command: str) -> str:
     proc = state.ssh(host, command)
     assert proc.returncode == 0, f"{host}: {command}\nstdout: {proc.stdout}\nstderr: {proc.stderr}"
@@ -47,13 +56,14 @@ def wait_for(predicate, timeout_s: float = 60, what: str = "") -> None:  # type:
 
 
 def test_pve1_answers_as_a_debian_12_proxmox_stand_in(lab: LabState) -> None:
-    out = ok(lab, "pve1", "hostname; cat /etc/debian_version; pveversion; pct --version; ls /var/lib/vz/template/cache")
+    out = ok(lab, "pve1", "hostname; cat /etc/debian_version; pveversion; pct --version; "
+                          "pveam available --section system")
     lines = out.splitlines()
     assert lines[0] == "pve1"
     assert lines[1].startswith("12.")
     assert lines[2].startswith("pve-manager/8.") and "lab stand-in" in lines[2]
     assert "lab stand-in" in lines[3]
-    assert TEMPLATE_NAME in lines[4:]
+    assert lines[4:] == [f"system          {TEMPLATE_NAME}"]
     with open(lab.inventory_path) as fh:
         inventory = yaml.safe_load(fh)
     assert inventory["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] == lab.host_address
@@ -84,7 +94,7 @@ def ct(lab: LabState) -> Iterator[LabState]:
     c = lab.config
     lab.ssh("pve1", f"pct stop {VMID}; pct destroy {VMID}")
     ok(lab, "pve1", f"cp /root/.ssh/authorized_keys /root/ct.pub && pct create {VMID} "
-                    f"local:vztmpl/{TEMPLATE_NAME} --hostname ct --cores 2 --memory 2048 --swap 0 "
+                    f"{template(lab)} --hostname ct --cores 2 --memory 2048 --swap 0 "
                     f"--rootfs local:8 --features nesting=1 --unprivileged 0 --ssh-public-keys /root/ct.pub "
                     f"--net0 name=eth0,bridge=vmbr0,ip={c.ct_address}/24,gw={c.bridge_address}")
     # dev0 through Proxmox's own key; nvidiactl bound in by a raw mount entry with no cgroup rule.
@@ -129,7 +139,7 @@ def test_passthrough_allowed_major_gives_enxio_and_unallowed_gives_eperm(ct: Lab
 def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(lab: LabState) -> None:
     ip = lab.config.ct_subnet.replace(".0/24", ".120/24")
     lab.ssh("pve1", "pct stop 120; pct destroy 120")
-    ok(lab, "pve1", f"pct create 120 local:vztmpl/{TEMPLATE_NAME} --hostname u --unprivileged 1 "
+    ok(lab, "pve1", f"pct create 120 {template(lab)} --hostname u --unprivileged 1 "
                     f"--net0 name=eth0,bridge=vmbr0,ip={ip} --dev0 /dev/nvidia0,mode=0666,uid=0,gid=44 && "
                     "pct start 120")
     try:
@@ -144,21 +154,66 @@ def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(la
         lab.ssh("pve1", "pct stop 120; pct destroy 120")
 
 
-def test_start_fails_like_proxmox_when_a_device_node_is_missing(lab: LabState) -> None:
-    ok(lab, "pve1", f"pct create 101 local:vztmpl/{TEMPLATE_NAME} --hostname missing-dev "
+def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusals(lab: LabState) -> None:
+    ok(lab, "pve1", f"pct create 101 {template(lab)} --hostname missing-dev "
                     f"--dev0 /dev/nvidia-does-not-exist")
     try:
         proc = lab.ssh("pve1", "pct start 101")
         assert proc.returncode != 0
         assert "Device /dev/nvidia-does-not-exist does not exist" in proc.stderr
         assert ok(lab, "pve1", "pct status 101") == "status: stopped\n"
-        again = lab.ssh("pve1", f"pct create 101 local:vztmpl/{TEMPLATE_NAME}")
+        again = lab.ssh("pve1", f"pct create 101 {template(lab)}")
         assert again.returncode != 0 and "already exists" in again.stderr
         bad = lab.ssh("pve1", "pct set 101 --no-such-key 1")
         assert bad.returncode != 0 and "Unknown option: no-such-key" in bad.stderr
+        push = lab.ssh("pve1", "pct push 101 /etc/hostname /root/x")
+        assert push.returncode != 0 and "can only push files to a running CT" in push.stderr
+        # VMIDs are cluster-wide: a VM of another node holds 103, the cluster says so, pct create refuses it.
+        ok(lab, "pve1", "mkdir -p /etc/pve/nodes/pve2/qemu-server && echo 'memory: 512' > "
+                        "/etc/pve/nodes/pve2/qemu-server/103.conf")
+        taken = lab.ssh("pve1", "pvesh get /cluster/nextid --vmid 103")
+        assert taken.returncode != 0 and "vmid: VM 103 already exists" in taken.stderr
+        assert ok(lab, "pve1", "pvesh get /cluster/nextid --vmid 104") == "104\n"
+        create = lab.ssh("pve1", f"pct create 103 {template(lab)}")
+        assert create.returncode != 0 and "VM 103 already exists on node 'pve2'" in create.stderr
+        # A backup's lock holds the config.
+        ok(lab, "pve1", "echo 'lock: backup' >> /etc/pve/lxc/101.conf")
+        locked = lab.ssh("pve1", "pct set 101 --cores 2")
+        assert locked.returncode != 0 and "CT is locked (backup)" in locked.stderr
     finally:
+        lab.ssh("pve1", "sed -i '/^lock:/d' /etc/pve/lxc/101.conf; rm -rf /etc/pve/nodes/pve2")
         ok(lab, "pve1", "pct destroy 101")
     assert lab.ssh("pve1", "pct config 101").returncode != 0
+
+
+def test_pct_set_on_a_running_container_is_pending_like_proxmox(ct: LabState) -> None:
+    """pve-container: a running CT gets what can be hotplugged (a new devN, cores) at once and the rest
+    in [pve:pending], which `pct config` reports as applied; `--current` and `pct pending` tell them apart."""
+    before = ok(ct, "pve1", f"pct config {VMID} --current")
+    ok(ct, "pve1", f"pct set {VMID} --dev9 /dev/zero,mode=0600 --cores 3 --features nesting=1,keyctl=1")
+    merged, current = ok(ct, "pve1", f"pct config {VMID}"), ok(ct, "pve1", f"pct config {VMID} --current")
+    assert "features: nesting=1,keyctl=1\n" in merged and "features: nesting=1\n" in current
+    assert "cores: 3\n" in current and "dev9: /dev/zero,mode=0600\n" in current  # hotplugged
+    assert ok(ct, "ct", "stat -c %a /dev/zero") == "600\n"
+    ok(ct, "pve1", f"pct set {VMID} --dev9 /dev/zero,mode=0666")  # an existing devN: pending until restart
+    pending = ok(ct, "pve1", f"pct pending {VMID}")
+    assert "cur dev9: /dev/zero,mode=0600\nnew dev9: /dev/zero,mode=0666\n" in pending
+    assert "new features: nesting=1,keyctl=1\n" in pending
+    assert "[pve:pending]" in ok(ct, "pve1", f"cat /etc/pve/lxc/{VMID}.conf")
+    # Refused as Proxmox refuses them, nothing written.
+    for bad, message in (("--dev8 /dev/zero,mode=666", "dev8.mode: value does not match the regex pattern"),
+                         ("--dev8 /dev/zero,gid=video", "dev8.gid: type check ('integer') failed - got 'video'"),
+                         ("--dev8 /dev/nvidia99", "Device /dev/nvidia99 does not exist")):
+        proc = ct.ssh("pve1", f"pct set {VMID} {bad}")
+        assert proc.returncode != 0 and message in proc.stderr, (bad, proc.stderr)
+    # The restart applies what was pending; then it is all current.
+    ok(ct, "pve1", f"pct stop {VMID} && pct start {VMID}")
+    assert ok(ct, "pve1", f"pct pending {VMID}").count("new ") == 0
+    wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
+    assert ok(ct, "ct", "stat -c %a /dev/zero") == "666\n"
+    ok(ct, "pve1", f"pct set {VMID} --delete dev9 --cores 2 --features nesting=1")
+    assert ok(ct, "pve1", f"pct stop {VMID} && pct start {VMID} && pct config {VMID} --current") == before
+    wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
 
 
 def test_driver_stand_ins_and_the_hmm_symptom(ct: LabState) -> None:

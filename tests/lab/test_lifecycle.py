@@ -86,6 +86,7 @@ def test_down_removes_everything_up_made_and_a_warm_up_is_fast() -> None:
         assert toolkit.lab.up(gpus=2).holder_pid == pid, "a second up must reuse the running lab"
         # Give down real work: a running LXC container with its own veth, cgroups and processes.
         tmpl = f"local:vztmpl/{plan.TEMPLATE_NAME}"
+        state.ssh("pve1", f"pveam download local {plan.TEMPLATE_NAME}")
         ct_ip = state.config.ct_subnet.replace(".0/24", ".150/24")
         proc = state.ssh("pve1", f"pct create 150 {tmpl} --hostname t --net0 name=eth0,bridge=vmbr0,ip={ct_ip} "
                                  "--dev0 /dev/nvidia1 && pct start 150 && pct status 150")

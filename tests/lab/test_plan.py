@@ -138,3 +138,42 @@ def test_modprobe_options_later_files_win_and_dashes_equal_underscores() -> None
     assert labstandin.parse_modprobe_options(texts, "nvidia_uvm") == {"uvm_disable_hmm": "1", "other": "1"}
     assert labstandin.parse_modprobe_options(texts, "nvidia") == {"NVreg_X": "2"}
     assert [labstandin.bool_param(v) for v in ("1", "Y", "on", "0", "N", "")] == ["Y", "Y", "Y", "N", "N", "N"]
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (LabConfig(flavour="stock-pve7"), "--flavour"),
+    (LabConfig(secure_boot=True), "--flavour"),
+    (LabConfig(flavour="stock-pve8", nvswitches=9), "--nvswitches"),
+])
+def test_bad_flavour_options_name_the_option(config: LabConfig, field: str) -> None:
+    with pytest.raises(ToolkitError) as err:
+        plan.validate(config)
+    assert err.value.problems[0].field == field and err.value.problems[0].fix
+
+
+def test_stock_inventory_downloads_the_installer_with_its_checksum() -> None:
+    config = LabConfig(flavour="stock-pve8", extra_driver_versions=("580.105.08",))
+    state = LabState(config=config, inventory_path="/x/lab.yml", ssh_key_path="/k", known_hosts_path="/h",
+                     installer_sha256={"580.95.05": "aa", "580.105.08": "bb"})
+    inv = yaml.safe_load(plan.render_inventory(state))
+    host = inv["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
+    assert "proxmox_gpu_host_driver_installer" not in host  # the role's default path: it downloads
+    assert host["proxmox_gpu_host_driver_checksums"] == {"580.105.08": "sha256:bb", "580.95.05": "sha256:aa"}
+    assert host["proxmox_gpu_host_driver_url"].startswith("http://us.download.nvidia.com/XFree86/Linux-x86_64/")
+    assert inv["all"]["vars"]["lab_flavour"] == "stock-pve8"
+    assert LabState.from_json(state.to_json(), "x").config == config
+    assert json_of(plan.standin_config(config))["nouveau"] is True
+    assert json_of(plan.standin_config(LabConfig()))["nouveau"] is False
+
+
+def json_of(text: str) -> dict[str, object]:
+    import json
+
+    return dict(json.loads(text))
+
+
+def test_kernel_versions_sort_as_debian_does() -> None:
+    kernels = ["6.8.12-11-pve", "6.8.12-9-pve", "6.14.8-2-pve", "6.8.12-13-pve"]
+    assert max(kernels, key=labstandin.kernel_version_key) == "6.14.8-2-pve"
+    assert sorted(kernels[:2] + kernels[3:], key=labstandin.kernel_version_key) == [
+        "6.8.12-9-pve", "6.8.12-11-pve", "6.8.12-13-pve"]

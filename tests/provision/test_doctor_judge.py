@@ -73,3 +73,30 @@ def test_topology_counts_pcie_and_nvlink() -> None:
     topo = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-31\nGPU1\tSYS\t X \t0-31\n"
     assert topology_links(topo) == {"SYS": 2}
     assert topology_links("GPU0 X NV18\nGPU1 NV18 X\n") == {"NVLink": 2}
+
+
+def test_kernel_update_without_dkms_names_dkms_and_the_kernel() -> None:
+    r = host_report(kernel="6.8.12-11-pve", module_kernels=["6.8.12-9-pve"], dkms_rc="127", dkms="")
+    checks = {c.name: c for c in judge("pve1", {"pve1": r}, {}) if c.subject == "pve1"}
+    module = checks["kernel module"]
+    assert module.status == FAIL
+    assert "6.8.12-11-pve" in module.detail and "6.8.12-9-pve" in module.detail
+    assert "dkms is not installed" in module.detail
+    assert "apt install dkms" in module.fix and "proxmox-headers-6.8.12-11-pve" in module.fix
+
+
+def test_module_present_without_dkms_warns_about_the_next_kernel() -> None:
+    r = host_report(kernel="6.8.12-9-pve", module_kernels=["6.8.12-9-pve"], dkms_rc="127", dkms="")
+    checks = {c.name: c for c in judge("pve1", {"pve1": r}, {}) if c.subject == "pve1"}
+    assert checks["kernel module"].status == PASS
+    assert checks["DKMS"].status == WARN and "next kernel update" in checks["DKMS"].detail
+
+
+def test_dkms_built_for_the_running_kernel_passes_and_nvswitch_without_fabric_manager_fails() -> None:
+    dkms = "nvidia/580.95.05, 6.8.12-9-pve, x86_64: installed\nnvidia/580.95.05, 6.8.12-13-pve, x86_64: installed"
+    r = host_report(kernel="6.8.12-13-pve", module_kernels=["6.8.12-9-pve", "6.8.12-13-pve"], dkms_rc="0", dkms=dkms,
+                    nvswitches="4", fabricmanager="inactive")
+    checks = {c.name: c for c in judge("pve1", {"pve1": r}, {}) if c.subject == "pve1"}
+    assert checks["kernel module"].status == PASS and "DKMS" in checks["kernel module"].detail
+    assert checks["DKMS"].status == PASS
+    assert checks["Fabric Manager"].status == FAIL and "802" in checks["Fabric Manager"].detail

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.provision.lab_inventory import own_container_inventory
 from toolkit.adapters.ansible import PlaybookResult, run_playbook
 from toolkit.cli.main import main as toolkit_main
 
@@ -33,17 +34,8 @@ def _fmt(result: PlaybookResult) -> list[str]:
 @pytest.fixture(scope="module")
 def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The lab's inventory with the test's own container in place of `ct`."""
-    data = yaml.safe_load(Path(lab.inventory_path).read_text())
-    cts = data["all"]["children"]["gpu_containers"]["hosts"]
-    ct = dict(cts.pop("ct"))
-    address = re.sub(r"\.\d+$", f".{VMID}", ct["ansible_host"])
-    ct.update(ansible_host=address, lxc_gpu_container_vmid=VMID, lxc_gpu_container_address=address,
-              lxc_gpu_container_net0=re.sub(r"ip=[\d.]+/", f"ip={address}/", ct["lxc_gpu_container_net0"]),
-              lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-test")
-    cts[CT] = ct
-    path = tmp_path_factory.mktemp("inv") / "lab-prov.yml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
+                                   lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-test")
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +142,17 @@ def test_doctor_catches_a_stale_hard_coded_major(lab: Any, inv: Path, runs: Path
     assert "EPERM on /dev/nvidia-uvm" in rule["detail"] and "234" in rule["detail"] and rule["fix"]
     # (The lab's libcuda stand-in only stats /dev/nvidia-uvm, so its cuInit still passes here; a real one fails.)
 
-    # The role puts it right: the stale line goes, the live major's line stays.
+    # The role puts its own line back (the live major). The 234 line is not one it wrote (its record on
+    # the host says which are): it is reported and left for the user, never deleted (roles review 16).
     fixed = run("container", inv, runs, lxc_gpu_container_passthrough="raw")
     assert fixed.rc == 0, _fmt(fixed)
-    assert "c 234:* rwm" not in pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    assert f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:* rwm" in conf and "c 234:* rwm" in conf
+    left = [e for e in fixed.events if e.kind == "ok" and e.task.startswith("Configure | say which device rules")]
+    assert left and "c 234:* rwm" in str(left[0].result.get("msg", ""))
     code, checks = _doctor(inv, capsys)
     assert code == 0, [c for c in checks if c["status"] == "fail"]
+    pve(lab, f"sed -i '/c 234:\\* rwm/d' /etc/pve/lxc/{VMID}.conf")  # what the message tells the user to do
 
     back = run("container", inv, runs)  # back to devN entries for the tests after this one
     assert back.rc == 0, _fmt(back)

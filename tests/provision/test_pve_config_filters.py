@@ -63,7 +63,48 @@ def test_net_compared_by_meaning_and_mac_kept() -> None:
     assert pve.pve_config_changes(parsed, same)["set"] == {}
     moved = {"net0": "name=eth0,bridge=vmbr0,ip=10.213.1.101/24,gw=10.213.1.1"}
     change = pve.pve_config_changes(parsed, moved)
-    assert change["set"]["net0"].endswith(",hwaddr=BC:24:11:1C:BF:E4")
+    assert "hwaddr=BC:24:11:1C:BF:E4" in change["set"]["net0"].split(",")
+
+
+def test_property_strings_are_merged_not_replaced() -> None:
+    """`pct set --features nesting=1` alone would drop keyctl=1; `--net0 ...` the user's firewall, tag and mtu."""
+    parsed = pve.pve_config_parse(
+        "features: keyctl=1,fuse=1\n"
+        "net0: name=eth0,bridge=vmbr0,firewall=1,hwaddr=BC:24:11:00:00:01,ip=10.0.0.5/24,mtu=9000,tag=5,type=veth\n"
+        "mp0: /srv/models,mp=/models,backup=0\n")
+    change = pve.pve_config_changes(parsed, {
+        "features": "nesting=1", "net0": "name=eth0,bridge=vmbr0,ip=10.0.0.6/24,type=veth",
+        "mp0": "/srv/models,mp=/models"})["set"]
+    assert sorted(change["features"].split(",")) == ["fuse=1", "keyctl=1", "nesting=1"]
+    net = pve.pve_props(change["net0"], "name")
+    assert net == {"name": "eth0", "bridge": "vmbr0", "ip": "10.0.0.6/24", "type": "veth", "firewall": "1",
+                   "hwaddr": "BC:24:11:00:00:01", "mtu": "9000", "tag": "5"}
+    assert change["net0"].startswith("name=eth0,")
+    assert "mp0" not in change  # same volume and mount point, backup=0 is the user's: no change
+    # Another volume at the same key is not merged with the old one's options.
+    other = pve.pve_config_changes(parsed, {"mp0": "/var/lib/toolkit/model-cache,mp=/models"})["set"]
+    assert other["mp0"] == "/var/lib/toolkit/model-cache,mp=/models"
+
+
+def test_dev_entries_never_take_a_users_index() -> None:
+    parsed = pve.pve_config_parse(
+        "dev0: /dev/dri/renderD128,gid=44\ndev1: /dev/nvidia1,mode=0666\ndev3: /dev/ttyUSB0\n")
+    nodes = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
+    got = pve.pve_dev_entries(parsed, nodes, ",mode=0666")
+    assert got == {"dev2": "/dev/nvidia0,mode=0666", "dev1": "/dev/nvidia1,mode=0666",
+                   "dev4": "/dev/nvidiactl,mode=0666", "dev5": "/dev/nvidia-uvm,mode=0666"}
+
+
+def test_pending_and_newest_template() -> None:
+    pending = pve.pve_pending("cur cores: 8\ncur dev0: /dev/nvidia0,mode=0666\nnew dev0: /dev/nvidia0,mode=0660\n"
+                              "del dev3: /dev/nvidia3,mode=0666\n")
+    assert pending == {"new": {"dev0": "/dev/nvidia0,mode=0660"}, "delete": ["dev3"]}
+    available = ("system          debian-12-standard_12.7-1_amd64.tar.zst\n"
+                 "system          debian-12-standard_12.12-1_amd64.tar.zst\n"
+                 "system          debian-13-standard_13.1-2_amd64.tar.zst\n")
+    pattern = r"^debian-12-standard_[0-9.]+-[0-9]+_amd64\.tar\.zst$"
+    assert pve.pve_latest_template(available, pattern) == "debian-12-standard_12.12-1_amd64.tar.zst"
+    assert pve.pve_latest_template("", pattern) == ""
 
 
 def test_only_gpu_dev_entries_are_deleted() -> None:
@@ -72,12 +113,33 @@ def test_only_gpu_dev_entries_are_deleted() -> None:
     assert change["delete"] == ["dev1"]  # dev5 (a serial adapter) is not the role's
 
 
-def test_majors_and_stale_rules() -> None:
+def _raw_helper() -> ModuleType:
+    path = REPO / "roles/lxc_gpu_container/files/pve_conf_raw.py"
+    spec = importlib.util.spec_from_file_location("pve_conf_raw", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_raw_edit_removes_only_the_toolkits_own_lines() -> None:
+    raw = _raw_helper()
+    text = ("arch: amd64\ncores: 8\nlxc.cgroup2.devices.allow: c 234:* rwm\nlxc.cgroup2.devices.allow: c 508:* rwm\n"
+            "lxc.mount.entry = /dev/ttyUSB0 dev/ttyUSB0 none bind,optional,create=file\n"
+            "\n[pve:pending]\nfeatures: nesting=1\n\n[snap1]\ncores: 2\nlxc.cgroup2.devices.allow: c 508:* rwm\n")
+    owned = [["lxc.cgroup2.devices.allow", "c 508:* rwm"], ["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind"]]
+    desired = [["lxc.cgroup2.devices.allow", "c 510:* rwm"], ["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind"]]
+    new, added, removed = raw.edit(text, owned, desired)
+    assert removed == ["lxc.cgroup2.devices.allow: c 508:* rwm"]
+    assert added == ["lxc.cgroup2.devices.allow: c 510:* rwm", "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind"]
+    # The user's 234 rule (not recorded as the toolkit's) and `=` line stay byte for byte; pending and snapshots too.
+    assert new == ("arch: amd64\ncores: 8\nlxc.cgroup2.devices.allow: c 234:* rwm\n"
+                   "lxc.mount.entry = /dev/ttyUSB0 dev/ttyUSB0 none bind,optional,create=file\n"
+                   "lxc.cgroup2.devices.allow: c 510:* rwm\nlxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind\n"
+                   "\n[pve:pending]\nfeatures: nesting=1\n\n[snap1]\ncores: 2\n"
+                   "lxc.cgroup2.devices.allow: c 508:* rwm\n")
+    assert raw.edit(new, desired, desired) == (new, [], [])
+
+
+def test_majors() -> None:
     assert pve.nvidia_majors(PROC_DEVICES) == {"nvidia": 195, "uvm": 508, "caps": 509}
-    raw = pve.pve_config_parse(PCT_CONFIG)["raw"]
-    desired = [["lxc.cgroup2.devices.allow", "c 508:* rwm"]]
-    stale = pve.stale_raw_lines(raw, desired, PROC_DEVICES)
-    # 234 is registered by nothing: stale. 188 belongs to ttyUSB: someone else's, kept.
-    assert ["lxc.cgroup2.devices.allow", "c 234:* rwm"] in stale
-    assert ["lxc.cgroup2.devices.allow", "c 188:* rwm"] not in stale
-    assert ["lxc.mount.entry", "/dev/nvidia0 dev/nvidia0 none bind,optional,create=file"] in stale

@@ -391,6 +391,13 @@ class NvmlSampler:
         rows: list[Row] = []
         for i, g in enumerate(self._gpus):
             if not self._read_fast(g, t):
+                # The error row goes at t, so every power sample before t must be in the trace first: rows of a
+                # GPU are in time order (the reader refuses a t_s that goes backwards). Drain what the driver
+                # has; if that fails too, skip the samples older than t that it still holds (lost with the
+                # failure) rather than emit them after the error row once NVML answers again.
+                if g.samples_ok:
+                    self._drain(g, rows)
+                    g.c_last_seen.value = max(g.c_last_seen.value, time.time_ns() // 1000)
                 rows.append({"t_s": t, "gpu": g.index, "error": "; ".join(g.errors)[:300]})
                 g.errors.clear()
                 continue

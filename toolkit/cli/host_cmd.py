@@ -24,6 +24,12 @@ LAB_NOTES = (
     "lab: no kernel headers (proxmox_gpu_host_kernel_headers_required=false) and no CUDA repository "
     "(container_nvidia_userspace_cuda_install_method=none); override with -e"
 )
+# A stock flavour (`toolkit lab up --flavour stock-pve8`): the host role runs as on a real host.
+STOCK_LAB_NOTES = (
+    "lab ({flavour}): the host role installs the toolchain and headers from the lab's package mirror and "
+    "downloads the installer from it; no CUDA repository in the container "
+    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -141,12 +147,20 @@ def _run(book: str, inventory: Path, extravars: dict[str, Any], args: argparse.N
     return result
 
 
-def _extravars(args: argparse.Namespace, host: str, is_lab: bool) -> dict[str, Any]:
+def lab_flavour(inventory: Path, host: str) -> str:
+    """The lab flavour the inventory was written for (`lab_flavour`; `lab` when absent)."""
+    from toolkit.adapters.ansible import read_inventory
+
+    return str(read_inventory(inventory).get(host, {}).get("vars", {}).get("lab_flavour", "lab"))
+
+
+def _extravars(args: argparse.Namespace, host: str, is_lab: bool, flavour: str = "lab") -> dict[str, Any]:
     from rich.console import Console
 
     extravars: dict[str, Any] = {}
     if is_lab:
-        Console(stderr=True).print(f"[yellow]{LAB_NOTES}[/]")
+        notes = LAB_NOTES if flavour == "lab" else STOCK_LAB_NOTES.format(flavour=flavour)
+        Console(stderr=True).print(f"[yellow]{notes}[/]")
     extravars["lab"] = is_lab  # --lab/--no-lab win over the inventory's `lab:`
     extravars.update(parse_extra_vars(args.extra_var))
     extravars["toolkit_hosts"] = host
@@ -157,7 +171,7 @@ def _extravars(args: argparse.Namespace, host: str, is_lab: bool) -> dict[str, A
 def provision(args: argparse.Namespace, *, containers: bool) -> tuple[int, dict[str, Any]]:
     inventory = resolve_inventory(args.inventory)
     members, is_lab = host_plan(inventory, args.host, args.lab)
-    extravars = _extravars(args, args.host, is_lab)
+    extravars = _extravars(args, args.host, is_lab, lab_flavour(inventory, args.host) if is_lab else "lab")
     report: dict[str, Any] = {"host": args.host, "containers": members if containers else [], "lab": is_lab, "runs": []}
     from toolkit.cli.ansible_progress import result_json
 

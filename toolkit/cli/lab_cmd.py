@@ -19,8 +19,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p_up.add_argument("--subnet", default=plan.DEFAULT_SUBNET, help="controller <-> pve1 network")
     p_up.add_argument("--ct-subnet", default=plan.DEFAULT_CT_SUBNET, help="pve1's container bridge network")
     p_up.add_argument("--ct-vmid", type=int, default=plan.DEFAULT_CT_VMID, help="vmid the inventory's `ct` gets")
+    p_up.add_argument("--flavour", default="lab", choices=sorted(plan.FLAVOURS),
+                      help="what pve1 is before the roles run: lab (default), or a stock Proxmox VE host "
+                           "(no build tools or headers, nouveau bound, a stand-in Proxmox kernel, a package mirror)")
+    p_up.add_argument("--secure-boot", action="store_true",
+                      help="stock flavours: Secure Boot on (unsigned modules refused)")
+    p_up.add_argument("--nvswitches", type=int, default=0, help="stock flavours: NVSwitch bridges on the PCI bus (HGX)")
+    p_up.add_argument("--extra-driver-version", action="append", default=[], metavar="VERSION",
+                      help="stock flavours: another driver version the mirror serves (to test an upgrade)")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
+    p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)")
+    p_reboot.add_argument("host", choices=["pve1"])
+    p_reboot.add_argument("--json", action="store_true", help="print the seconds and failed units as JSON")
+    p_reboot.set_defaults(func=cmd_reboot)
     p_status = sub.add_parser("status", help="what of the lab runs (pve1, its containers, leftovers)")
     p_status.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_status.set_defaults(func=cmd_status)
@@ -44,7 +56,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     import toolkit.lab as lab
 
     config = plan.LabConfig(gpus=args.gpus, driver_version=args.driver_version, subnet=args.subnet,
-                            ct_subnet=args.ct_subnet, ct_vmid=args.ct_vmid)
+                            ct_subnet=args.ct_subnet, ct_vmid=args.ct_vmid, flavour=args.flavour,
+                            secure_boot=args.secure_boot, nvswitches=args.nvswitches,
+                            extra_driver_versions=tuple(args.extra_driver_version))
     console = _progress_console()
     t0 = time.monotonic()
     with console.status("lab up") as spinner:
@@ -121,6 +135,25 @@ def cmd_ssh(args: argparse.Namespace) -> int:
         argv.insert(1, "-t")
     os.execvp(argv[0], argv)
     return 0  # not reached
+
+
+def cmd_reboot(args: argparse.Namespace) -> int:
+    from toolkit.core.errors import EXIT_FAILED
+    from toolkit.lab import system
+
+    console = _progress_console()
+    with console.status("lab reboot") as spinner:
+        def progress(message: str) -> None:
+            console.log(message)
+            spinner.update(message)
+
+        _state, duration_s, failed = system.reboot(progress=progress)
+    if args.json:
+        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": failed.split()[::4] if failed else []}))
+    else:
+        console.print(f"[green]pve1 rebooted[/green] in {duration_s:.1f} s" +
+                      (f"; [red]failed units[/red]:\n{failed}" if failed else ""))
+    return EXIT_FAILED if failed else 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:

@@ -384,12 +384,13 @@ def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) ->
 
 def _disk_full(out: Path, err: OSError) -> ToolkitError:
     """The run directory's disk filled up mid-run. Files written whole (JSON: temp file + rename) are complete or
-    absent; the streamed ones (trace.csv.partial, bench.*.log) may be cut mid-line, so they go, which also gives
-    back the space to mark run.json as failed."""
+    absent; the streamed ones (trace.csv.partial, bench.*.log, the side timelines) may be cut mid-line, so they go,
+    which also gives back the space to mark run.json as failed."""
     from toolkit.adapters.probe_store import read_json, write_json_atomic
 
     removed = []
-    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl"):
+    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
+                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv"):
         path = out / name
         if path.exists():
             path.unlink()

@@ -18,6 +18,7 @@ from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.render import (
     API_KEY_ENV,
+    DEFAULT_HF_HOME,
     render_env,
     render_launch_argv,
     render_systemd_unit,
@@ -303,6 +304,7 @@ def build_extravars(
             {"name": p.name, "target": p.target, "patch_src": str(p.patch_file), "sha256": p.sha256}
             for p in inputs.patches
         ],
+        "sglang_venv_hf_home": inputs.env.get("HF_HOME", DEFAULT_HF_HOME),
         "sglang_venv_model_repo_id": inputs.model_repo_id,
         "sglang_venv_model_revision": inputs.model_revision,
         "sglang_venv_model_local_path": inputs.model_local_path,
@@ -335,11 +337,11 @@ def build_extravars(
         "sglang_service_standin_fail_health": lab.standin_fail_health,
         "sglang_service_standin_nan_log": lab.standin_nan_log,
         "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
-        # The probe scrapes the deployed server's /metrics and follows its unit's process tree (server and host
-        # timelines); the caller's options (the lab's) come after and win.
-        # (apply adds --server-unit: its tree goes into host_trace.csv, its journal into a failed run's verdict.)
+        # The probe scrapes the deployed server's /metrics (the server timeline); apply adds --server-unit (its
+        # tree goes into host_trace.csv, its journal into a failed run's verdict); the caller's options come after.
         "bench_probe_probe_args": ["--server-url", base_url, "--server-hz", f"{inputs.server_scrape_hz:g}",
                                    *probe_args],
+        "bench_probe_hf_home": inputs.env.get("HF_HOME", DEFAULT_HF_HOME),
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_wheelhouse_src": wheelhouse_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,

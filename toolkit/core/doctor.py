@@ -184,6 +184,56 @@ def judge_host(name: str, r: Mapping[str, Any]) -> list[Check]:
             )
         else:
             checks.append(Check(name, "topology / P2P", SKIP, "single GPU or no matrix in nvidia-smi topo -m"))
+    return checks + judge_kernel_module(name, r)
+
+
+def judge_kernel_module(name: str, r: Mapping[str, Any]) -> list[Check]:
+    """Is there an nvidia module for the kernel the host runs, and will the next kernel get one? The
+    usual "GPU gone after a kernel update": the .run driver installed without dkms (or dkms without
+    the new kernel's headers) is built for the old kernel only. Readings: `kernel` (uname -r),
+    `module_kernels` (kernels with an nvidia.ko), `dkms_rc`/`dkms` (`dkms status`; 127: not installed),
+    `nvswitches` and `fabricmanager` (systemctl is-active)."""
+    kernel = str(r.get("kernel", "")).strip()
+    if not kernel:
+        return []
+    built = sorted({str(k) for k in (r.get("module_kernels") or [])})
+    dkms_rc = _as_int(r.get("dkms_rc"))
+    dkms = str(r.get("dkms", ""))
+    registered = re.findall(r"^nvidia/(\S+?),\s*(\S+?),\s*\S+?:\s*installed", dkms, re.M)
+    checks = []
+    if kernel in built:
+        how = "DKMS" if any(k == kernel for _v, k in registered) else "the installer"
+        checks.append(Check(name, "kernel module", PASS, f"nvidia.ko for the running kernel {kernel} (from {how})"))
+    else:
+        detail = f"no nvidia module for the running kernel {kernel} (built for: {', '.join(built) or 'none'})"
+        if dkms_rc == 127:
+            detail += "; dkms is not installed, so nothing rebuilt it when the kernel changed"
+            fix = (f"apt install dkms proxmox-default-headers proxmox-headers-{kernel}, then "
+                   f"`toolkit host provision {name}` (reinstalls the driver with --dkms)")
+        elif not registered:
+            detail += "; the driver is not registered with DKMS"
+            fix = f"toolkit host provision {name} (reinstalls the driver with --dkms)"
+        else:
+            detail += f"; DKMS has nvidia {registered[0][0]} but did not build it for {kernel} (its headers?)"
+            fix = f"apt install proxmox-headers-{kernel} && dkms autoinstall -k {kernel}, then reboot"
+        checks.append(Check(name, "kernel module", FAIL, detail, fix))
+    if kernel in built and dkms_rc == 127:
+        checks.append(Check(name, "DKMS", WARN, "dkms is not installed: the next kernel update loses the GPUs",
+                            f"apt install dkms proxmox-default-headers, then `toolkit host provision {name}`"))
+    elif kernel in built and not registered:
+        checks.append(Check(name, "DKMS", WARN, "the nvidia module is not registered with DKMS: the next kernel "
+                            "update loses the GPUs", f"toolkit host provision {name} (installs with --dkms)"))
+    elif registered:
+        kernels = ", ".join(k for _v, k in registered)
+        checks.append(Check(name, "DKMS", PASS, f"nvidia registered, installed for {kernels}"))
+    nvswitches = _as_int(r.get("nvswitches"), 0)
+    if nvswitches > 0:
+        active = str(r.get("fabricmanager", "")).strip() == "active"
+        checks.append(Check(name, "Fabric Manager", PASS if active else FAIL,
+                            f"{nvswitches} NVSwitch(es); nvidia-fabricmanager {'active' if active else 'not running'}"
+                            + ("" if active else ": cuInit returns 802 until it has trained the fabric"),
+                            "" if active else f"toolkit host provision {name} (installs Fabric Manager at the "
+                                              "driver's version)"))
     return checks
 
 

@@ -14,16 +14,18 @@ from typing import Any
 import yaml
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.lab import template
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # Bump when the way the userland is made changes (not only its package list).
 ROOTFS_BUILD_REVISION = "3"
-# pve1 and the CT template share one userland (see rootfs.py). pve1 needs lxc, bridge tools,
-# kmod, systemd, dbus, sudo; the container needs python3-venv, systemd-sysv, patch; both need
-# sshd and python3 (Ansible). python3-apt: Ansible's apt module imports it even to check that a
-# package is present. zstd: `pct create` unpacks the .tar.zst template. No gcc: the libcuda
-# stand-in is compiled on the controller.
+# pve1's userland (see rootfs.py; the CT template is built apart, as Proxmox's: template.py).
+# pve1 needs lxc, bridge tools, kmod, systemd, dbus, sudo, sshd and python3 (Ansible); python3-venv
+# and patch stay for the cached userland's key (changing the list rebuilds it for everyone).
+# python3-apt: Ansible's apt module imports it even to check that a package is present.
+# zstd: `pct create` unpacks the .tar.zst template. No gcc: the libcuda stand-in is compiled on
+# the controller.
 ROOTFS_PACKAGES: tuple[str, ...] = (
     "python3",
     "python3-venv",
@@ -49,10 +51,8 @@ ROOTFS_PACKAGES: tuple[str, ...] = (
     "less",
 )
 TEMPLATE_DIR = "/var/lib/vz/template/cache"
-# lxc: the container runs no containers (seen: lxc.service held its boot in "starting");
-# sys-kernel-debug.mount: an unprivileged container may not mount debugfs (seen: "degraded").
-TEMPLATE_MASKED_UNITS = ("lxc.service", "lxc-net.service", "lxc-monitord.service", "sys-kernel-debug.mount")
-TEMPLATE_NAME = "debian-12-standard_12.7-1_amd64.tar.zst"
+# The CT template: built like Proxmox's own (toolkit.lab.template), served by the pveam stand-in.
+TEMPLATE_NAME = template.APPLIANCES[template.DEFAULT_SUITE].file_name
 DEFAULT_DRIVER_VERSION = "580.95.05"
 DEFAULT_CT_VMID = 100
 # Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (DOMAIN.md
@@ -88,6 +88,48 @@ DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
 DEFAULT_CT_SUBNET = f"10.{_NET}.1.0/24"
 
 
+# ---------------------------------------------------------------- flavours (issue 13)
+
+
+@dataclass(frozen=True)
+class Flavour:
+    """What pve1 looks like before anything is installed. `lab`: the lab as it always was (GPU
+    nodes made at boot, the installer staged, no nouveau, the controller's kernel). The stock
+    flavours are a Proxmox VE host as its ISO installs it: no compiler, make, libc headers, kernel
+    headers or dkms; nouveau bound to the GPUs; no /dev/nvidia* until something makes them; a
+    stand-in Proxmox kernel (uname -r says it; pve1 still runs on the controller's kernel) with a
+    newer one on the package mirror; apt sources as on a real host, served by the lab's mirror."""
+
+    name: str
+    pve_version: str = ""
+    debian_suite: str = DEBIAN_SUITE
+    kernel: str = ""
+    # Newer stand-in kernels on the mirror: `next_kernel` by its own package name, `latest_kernel` through
+    # the series' meta packages (proxmox-kernel-6.8, proxmox-headers-6.8), as `apt dist-upgrade` brings it.
+    next_kernel: str = ""
+    latest_kernel: str = ""
+    cuda_repo: str = "debian12"
+
+    @property
+    def stock(self) -> bool:
+        return self.name != "lab"
+
+
+FLAVOURS = {
+    "lab": Flavour("lab"),
+    "stock-pve8": Flavour("stock-pve8", pve_version="8.4.1", kernel="6.8.12-9-pve", next_kernel="6.8.12-11-pve",
+                          latest_kernel="6.8.12-13-pve"),
+    # PVE 9 is trixie; the lab's userland stays Debian 12 (one cached userland): pveversion, the
+    # deb822 sources' names and the 6.14 kernels are PVE 9's, the packages served are bookworm's.
+    "stock-pve9": Flavour("stock-pve9", pve_version="9.0.10", debian_suite="trixie", kernel="6.14.8-2-pve",
+                          next_kernel="6.14.11-1-pve", latest_kernel="6.14.11-4-pve", cuda_repo="debian13"),
+}
+# The names the stock flavour's mirror answers for on pve1 (its /etc/hosts points them at it).
+MIRROR_ADDRESS = "127.0.0.2"
+MIRROR_HOSTS = ("deb.debian.org", "security.debian.org", "download.proxmox.com", "us.download.nvidia.com",
+                "developer.download.nvidia.com")
+
+
 @dataclass(frozen=True)
 class LabConfig:
     """What the user asked for (the spec)."""
@@ -97,6 +139,15 @@ class LabConfig:
     subnet: str = DEFAULT_SUBNET
     ct_subnet: str = DEFAULT_CT_SUBNET
     ct_vmid: int = DEFAULT_CT_VMID
+    flavour: str = "lab"
+    secure_boot: bool = False
+    nvswitches: int = 0
+    # More driver versions the mirror serves (an upgrade to test); the stock flavours only.
+    extra_driver_versions: tuple[str, ...] = ()
+
+    @property
+    def flavour_spec(self) -> Flavour:
+        return FLAVOURS[self.flavour]
 
     @property
     def controller_address(self) -> str:
@@ -158,9 +209,25 @@ def validate(config: LabConfig) -> LabConfig:
         # The container's address is the ct subnet's host number `vmid` (10.213.1.100 for 100).
         problems.append(Problem(f"{config.ct_subnet} is smaller than a /24: no room for address .{config.ct_vmid}",
                                 field="--ct-subnet", fix="give the container bridge a /24"))
+    problems += _flavour_problems(config)
     if problems:
         raise ToolkitError(problems)
     return config
+
+
+def _flavour_problems(config: LabConfig) -> list[Problem]:
+    problems = []
+    if config.flavour not in FLAVOURS:
+        problems.append(Problem(f"flavour {config.flavour!r} is not one of {sorted(FLAVOURS)}", field="--flavour",
+                                fix="pass --flavour stock-pve8 (a Proxmox VE 8 host as installed) or lab"))
+    elif not FLAVOURS[config.flavour].stock and (config.secure_boot or config.nvswitches
+                                                 or config.extra_driver_versions):
+        problems.append(Problem("--secure-boot, --nvswitches and --extra-driver-version need a stock flavour",
+                                field="--flavour", fix="add --flavour stock-pve8"))
+    if not 0 <= config.nvswitches <= 6:
+        problems.append(Problem(f"{config.nvswitches} NVSwitches asked; HGX boards have 0 to 6", field="--nvswitches",
+                                fix="pass --nvswitches 4 (an HGX H100/H200 board)"))
+    return problems
 
 
 def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links: set[str]) -> list[Problem]:
@@ -200,6 +267,9 @@ class LabState:
     made: list[str] = field(default_factory=list)  # what down undoes, in the order up made it
     schema: int = STATE_SCHEMA
     running: bool = False
+    # sha256 of the driver installers the stock flavour's mirror serves (version -> hex).
+    installer_sha256: dict[str, str] = field(default_factory=dict)
+    mirror_dir: str = ""  # the stock flavour's package mirror on the controller (bound into pve1)
 
     @property
     def host_address(self) -> str:
@@ -241,6 +311,7 @@ class LabState:
         if schema > STATE_SCHEMA:
             raise ToolkitError.of(f"lab state schema {schema} is newer than this toolkit's {STATE_SCHEMA}",
                                   file=source, field="schema", fix="use the toolkit version that made the lab")
+        data["config"]["extra_driver_versions"] = tuple(data["config"].get("extra_driver_versions", ()))
         data["config"] = LabConfig(**data["config"])
         data.pop("schema", None)
         return cls(**data, schema=STATE_SCHEMA)
@@ -289,7 +360,6 @@ def render_inventory(state: LabState) -> str:
                             "ansible_ssh_common_args": ct_ssh,
                             "lxc_gpu_container_proxmox_host": HOSTNAME,
                             "lxc_gpu_container_vmid": c.ct_vmid,
-                            "lxc_gpu_container_template": f"local:vztmpl/{TEMPLATE_NAME}",
                             "lxc_gpu_container_net0":
                                 f"name=eth0,bridge={BRIDGE},ip={c.ct_address}/{c.ct_prefixlen},"
                                 f"gw={c.bridge_address},type=veth",
@@ -300,11 +370,32 @@ def render_inventory(state: LabState) -> str:
             },
         }
     }
+    if c.flavour_spec.stock:
+        _stock_inventory(state, inventory["all"])
     header = (
         "# Generated by `toolkit lab up`: do not edit (it is rewritten on every up, removed by down).\n"
         "# The shape is shown by inventory/lab.example.yml; docs/lab.md says what each variable is.\n"
     )
     return header + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False)
+
+
+def _stock_inventory(state: LabState, inv: dict[str, Any]) -> None:
+    """A stock flavour's pve1 as a real host: the installer is downloaded (from the lab's mirror, over
+    http: the mirror has no TLS) and its checksum required; headers and build tools are installed by
+    the role; lspci and /proc/devices still come from the stand-ins (no GPU on this machine)."""
+    c = state.config
+    inv["vars"]["lab_flavour"] = c.flavour
+    host = inv["children"]["proxmox_hosts"]["hosts"][HOSTNAME]
+    del host["proxmox_gpu_host_driver_installer"]
+    host["proxmox_gpu_host_driver_url"] = (
+        "http://us.download.nvidia.com/XFree86/Linux-x86_64/{{ proxmox_gpu_host_driver_version }}/"
+        "NVIDIA-Linux-x86_64-{{ proxmox_gpu_host_driver_version }}.run")
+    host["proxmox_gpu_host_driver_checksums"] = {v: f"sha256:{h}" for v, h in sorted(state.installer_sha256.items())}
+    host["proxmox_gpu_host_driver_checksum"] = (
+        "{{ proxmox_gpu_host_driver_checksums[proxmox_gpu_host_driver_version] | default('') }}")
+    host["proxmox_gpu_host_cuda_repo_url"] = (
+        f"http://developer.download.nvidia.com/compute/cuda/repos/{c.flavour_spec.cuda_repo}/x86_64/")
+    host["proxmox_gpu_host_kernel_headers_required"] = True
 
 
 def standin_config(config: LabConfig) -> str:
@@ -319,4 +410,9 @@ def standin_config(config: LabConfig) -> str:
         "power_limit_w": 600.0,
         "idle_power_w": 87.0,
         "memory_total_mib": 97887,
+        "flavour": config.flavour,
+        "pve_version": config.flavour_spec.pve_version,
+        "nouveau": config.flavour_spec.stock,
+        "secure_boot": config.secure_boot,
+        "nvswitches": config.nvswitches,
     }, indent=2, sort_keys=True) + "\n"

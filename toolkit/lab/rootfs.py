@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
-from toolkit.lab import plan
+from toolkit.lab import plan, template
 
 CACHE_DIR = Path("/var/cache/toolkit-lab")
 
@@ -44,6 +44,21 @@ def _run(cmd: list[str], what: str, log: Path) -> None:
             fix="check that deb.debian.org is reachable from this machine, then run `toolkit lab up` again",
             exit_code=EXIT_FAILED,
         )
+
+
+def _strip_for_the_lab(root: Path, where: str) -> None:
+    # Nothing in the lab may reach the network: no apt sources that would make an `apt-get update`
+    # inside the lab try deb.debian.org (there is no route out anyway; this makes it fail fast).
+    (root / "etc/apt/sources.list").write_text(f"# lab: no network; {where}\n")
+    # Host keys made by openssh-server's postinst would be shared by every host and container made
+    # from this cache; each boot of pve1 and each `pct create` makes its own instead.
+    for key in (root / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    # Apt's package lists are the biggest part of a userland nobody in the lab can use.
+    for lists in (root / "var/lib/apt/lists").glob("*_Packages"):
+        lists.unlink()
+    for deb in (root / "var/cache/apt/archives").glob("*.deb"):
+        deb.unlink()
 
 
 def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path:
@@ -81,19 +96,7 @@ def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
         "debootstrap",
         log,
     )
-    # Nothing in the lab may reach the network: no apt sources that would make an `apt-get update`
-    # inside the lab try deb.debian.org (there is no route out anyway; this makes it fail fast).
-    (tmp / "etc/apt/sources.list").write_text("# lab: no network; packages come from the cached userland\n")
-    # Host keys made by openssh-server's postinst would be shared by every host and container made
-    # from this cache; each boot of pve1 and each `pct create` makes its own instead.
-    for key in (tmp / "etc/ssh").glob("ssh_host_*"):
-        key.unlink()
-    # Apt's package lists are the biggest part of the userland nobody in the lab can use.
-    for lists in (tmp / "var/lib/apt/lists").glob("*_Packages"):
-        lists.unlink()
-    for deb in (tmp / "var/cache/apt/archives").glob("*.deb"):
-        deb.unlink()
-    _make_template(tmp, log)
+    _strip_for_the_lab(tmp, "packages come from the cached userland")
     (tmp / ".toolkit-lab-complete").write_text(cache_key() + "\n")
     os.replace(tmp, final)
     # Userlands of an older package list or revision are left alone: a running lab may still have
@@ -101,45 +104,75 @@ def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
     return final
 
 
-def _make_template(root: Path, log: Path) -> None:
-    """The CT template, where Proxmox keeps templates, inside the userland itself (so pve1 has it
-    with no copy at `up`). It is the same userland minus the template directory."""
-    tdir = root / plan.TEMPLATE_DIR.lstrip("/")
-    tdir.mkdir(parents=True, exist_ok=True)
-    tmp = tdir / (plan.TEMPLATE_NAME + ".tmp")
-    # The container does not run containers of its own: lxc's units are masked in the template
-    # (seen: lxc.service held the container's boot in "starting").
-    overlay = root.with_name(root.name + ".template-overlay")
-    shutil.rmtree(overlay, ignore_errors=True)
-    units = overlay / "etc/systemd/system"
-    units.mkdir(parents=True)
-    for d in (overlay, overlay / "etc", overlay / "etc/systemd", units):
-        os.chmod(d, 0o755)
-    for unit in plan.TEMPLATE_MASKED_UNITS:
-        (units / unit).symlink_to("/dev/null")
-    _run(
-        [
-            "tar",
-            "--numeric-owner",
-            "--xattrs",
-            "-C",
-            str(root),
-            "--exclude=./var/lib/vz",
-            "--exclude=./.toolkit-lab-complete",
-            "-I",
-            "zstd -T0 -3",
-            "-cf",
-            str(tmp),
-            ".",
-            "-C",
-            str(overlay),
-            ".",
-        ],
-        "making the CT template",
-        log,
-    )
-    shutil.rmtree(overlay)
-    os.replace(tmp, tdir / plan.TEMPLATE_NAME)
+# ---------------------------------------------------------------- the CT template
+
+# Bump when the way the template is made changes.
+TEMPLATE_BUILD_REVISION = "1"
+_DEBOOTSTRAP_EXTRAS = ("lsb-base", "usr-is-merged")
+
+
+def template_dir(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR) -> Path:
+    a = template.APPLIANCES[suite]
+    key = hashlib.sha256("\n".join([suite, a.version, TEMPLATE_BUILD_REVISION]).encode()).hexdigest()[:12]
+    return cache_dir / f"template-{suite}-{key}"
+
+
+def template_path(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR) -> Path:
+    return template_dir(suite, cache_dir) / template.APPLIANCES[suite].file_name
+
+
+def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR,
+                   mirror: str = plan.DEBIAN_MIRROR) -> Path:
+    """Proxmox's standard template for `suite`, made the way dab makes it: the package selection
+    computed from the archive's own Packages file (toolkit.lab.template.dab_selection), installed
+    by debootstrap. Its own debootstrap, not pve1's userland: the template must lack what Proxmox's
+    lacks (python3-venv, patch, a compiler). Kept beside it: the Packages index it was chosen from
+    and the dpkg status it ended with, so a test can compare the two. Safe to interrupt."""
+    import lzma
+    import urllib.request
+
+    final = template_dir(suite, cache_dir)
+    if (final / ".toolkit-lab-complete").is_file():
+        return final / template.APPLIANCES[suite].file_name
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    work = final.with_name(final.name + ".building")
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    log = cache_dir / f"debootstrap-template-{suite}.log"
+    log.write_text("")
+    index = work / "Packages.xz"
+    url = f"{mirror}/dists/{suite}/main/binary-amd64/Packages.xz"
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            index.write_bytes(resp.read())
+    except OSError as err:
+        raise ToolkitError.of(f"cannot fetch {url}: {err}", exit_code=EXIT_FAILED,
+                              fix="check that deb.debian.org is reachable from this machine, "
+                                  "then run `toolkit lab up` again") from err
+    selection = template.dab_selection(template.parse_packages(lzma.decompress(index.read_bytes()).decode()))
+    (work / "selection.txt").write_text("\n".join(selection) + "\n")
+    root = work / "rootfs"
+    _run(["debootstrap", "--variant=minbase", "--include=" + ",".join(selection), suite, str(root), mirror],
+         f"debootstrap of the {suite} CT template", log)
+    # debootstrap adds two packages dab does not (dab merges /usr itself and installs no lsb-base);
+    # nothing in the selection needs them (usrmerge satisfies init-system-helpers).
+    _run(["chroot", str(root), "dpkg", "--purge", *_DEBOOTSTRAP_EXTRAS], "removing debootstrap's extras", log)
+    _strip_for_the_lab(root, "packages come from the controller")
+    shutil.copyfile(root / "var/lib/dpkg/status", work / "dpkg-status")
+    # An unprivileged lab container may not mount debugfs (seen: "degraded"); the mask is the only
+    # file the lab adds, and it is no package.
+    mask = root / "etc/systemd/system/sys-kernel-debug.mount"
+    mask.unlink(missing_ok=True)
+    mask.symlink_to("/dev/null")
+    name = template.APPLIANCES[suite].file_name
+    _run(["tar", "--numeric-owner", "--xattrs", "-C", str(root), "-I", "zstd -T0 -3", "-cf",
+          str(work / (name + ".tmp")), "."], "packing the CT template", log)
+    os.replace(work / (name + ".tmp"), work / name)
+    shutil.rmtree(root)
+    (work / ".toolkit-lab-complete").write_text(name + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(work, final)
+    return final / name
 
 
 def purge(cache_dir: Path = CACHE_DIR) -> None:

@@ -265,7 +265,7 @@ def _standin_build_dir() -> Path:
 
     h = hashlib.sha256()
     for name in ("libcuda.c", "nvidia-installer.sh", "nvidia-smi", "nvidia-modprobe", "nvidia-persistenced",
-                 "labstandin.py"):
+                 "labstandin.py", "kernel-Makefile", "kernel-conftest.c"):
         h.update(standin_bytes(name))
     return rootfs.CACHE_DIR / f"standins-{h.hexdigest()[:12]}"
 
@@ -287,6 +287,11 @@ def build_installer(driver_version: str) -> Path:
     for name in ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "labstandin.py"):
         write_atomic(payload / name, standin_bytes(name), 0o755)
     write_atomic(payload / "VERSION", driver_version + "\n")
+    # The kernel module's "source": built on the host with its own toolchain (and by dkms).
+    write_atomic(payload / "kernel/Makefile", standin_bytes("kernel-Makefile"))
+    write_atomic(payload / "kernel/conftest.c", standin_bytes("kernel-conftest.c"))
+    write_atomic(payload / "kernel/dkms.conf", f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver_version}"\n'
+                 'BUILT_MODULE_NAME[0]="nvidia"\nDEST_MODULE_LOCATION[0]="/kernel/drivers/video"\nAUTOINSTALL="yes"\n')
     tarball = work / "payload.tar.gz"
     run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", str(payload), "-czf", str(tarball), "."])
     header = standin_text("nvidia-installer.sh").replace("@DRIVER_VERSION@", driver_version)
@@ -337,11 +342,110 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     put("/usr/bin/pveversion", standin_bytes("pveversion"), 0o755)
     put("/usr/sbin/modprobe", standin_bytes("modprobe"), 0o755)
     put("/usr/local/bin/lspci-lab-standin", standin_bytes("lspci-lab-standin"), 0o755)
-    put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
+    if not config.flavour_spec.stock:
+        put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
     (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
     (upper / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
+    put("/usr/share/lab-standin/pve-startall", standin_bytes("pve-startall"), 0o755)
+    put("/etc/systemd/system/pve-guests.service", standin_bytes("pve-guests.service"))
+    (upper / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/systemd/system/multi-user.target.wants/pve-guests.service").symlink_to(
+        "/etc/systemd/system/pve-guests.service")
     pub = (hk.parent / "ssh_host_ed25519_key.pub").read_text().split()
     return f"{config.host_address} {pub[0]} {pub[1]}\n"
+
+
+def place_templates(upper: Path, lower: Path, template_file: Path) -> None:
+    """The appliance index and the template where pveam's stand-in downloads from; none in
+    /var/lib/vz/template/cache (a fresh Proxmox host has none), and the toolkit's old template,
+    still inside cached userlands, hidden by an overlay whiteout."""
+    import hashlib
+    import stat
+
+    from toolkit.lab import template
+
+    mirror = upper / "var/lib/lab-standin/aplinfo"
+    mirror.mkdir(parents=True, exist_ok=True)
+    dst = mirror / template_file.name
+    try:
+        os.link(template_file, dst)  # same filesystem: no 140 MB copy per up
+    except OSError:
+        shutil.copyfile(template_file, dst)
+    sums_file = template_file.with_name(template_file.name + ".sha512")
+    if not sums_file.is_file():
+        h = hashlib.sha512()
+        with open(template_file, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        write_atomic(sums_file, h.hexdigest() + "\n")
+    appliance = template.APPLIANCES[template.DEFAULT_SUITE]
+    write_atomic(mirror / "aplinfo.dat", template.render_aplinfo(
+        [appliance], {template_file.name: sums_file.read_text().strip()}, "http://download.proxmox.com/images/system"))
+    for name in ("pveam", "pvesm", "pvesh"):
+        write_atomic(upper / "usr/bin" / name, standin_bytes(name), 0o755)
+    cache = plan.TEMPLATE_DIR.lstrip("/")
+    (upper / cache).mkdir(parents=True, exist_ok=True)
+    for old in template.RETIRED_FILE_NAMES:
+        if (lower / cache / old).exists():
+            os.mknod(upper / cache / old, stat.S_IFCHR, os.makedev(0, 0))
+
+
+# ---------------------------------------------------------------- stock flavours (issue 13)
+
+
+def build_flavour(config: LabConfig, lower: Path) -> tuple[list[Path], Path | None, bytes]:
+    """The installers (the asked version and any extra ones) and, for a stock flavour, its mirror."""
+    installers = [build_installer(v) for v in (config.driver_version, *config.extra_driver_versions)]
+    if not config.flavour_spec.stock:
+        return installers, None, b""
+    from toolkit.lab import aptrepo
+
+    mirror, key = aptrepo.build(rootfs.CACHE_DIR, lower, config.flavour_spec, installers)
+    return installers, mirror, key
+
+
+def populate_flavour(config: LabConfig, upper: Path, mirror: Path, key: bytes) -> None:
+    """A stock flavour's pve1: the stand-in Proxmox kernel it boots, apt sources as a Proxmox VE host
+    has them (answered by the mirror on pve1), initramfs-tools' command, the stand-in uname."""
+    f = config.flavour_spec
+
+    def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
+        write_atomic(upper / rel.lstrip("/"), content, mode)
+
+    put(f"/boot/vmlinuz-{f.kernel}", f"lab stand-in kernel {f.kernel}: pve1 runs the controller's kernel\n")
+    # The installer's initramfs: nothing blacklisted in it, so nouveau is loaded from it at boot.
+    put(f"/boot/initrd.img-{f.kernel}", json.dumps({"kernel": f.kernel, "modprobe.d": {}}) + "\n")
+    # usr/lib, not lib: /lib is the lower layer's symlink to usr/lib (merged /usr), which a real
+    # directory in the upper layer would hide.
+    (upper / f"usr/lib/modules/{f.kernel}").mkdir(parents=True, exist_ok=True)
+    put("/usr/local/bin/uname", standin_bytes("uname"), 0o755)
+    put("/usr/sbin/update-initramfs", standin_bytes("update-initramfs"), 0o755)
+    put("/usr/bin/mokutil", standin_bytes("mokutil"), 0o755)
+    put("/usr/lib/lab-standin/mirror.py", standin_bytes("mirror.py"), 0o755)
+    put("/etc/systemd/system/lab-standin-mirror.service", standin_bytes("lab-standin-mirror.service"))
+    (upper / "etc/systemd/system/multi-user.target.wants/lab-standin-mirror.service").symlink_to(
+        "/etc/systemd/system/lab-standin-mirror.service")
+    # The mirror is bound in read-only by stage1.sh (LAB_MIRROR), so the cached tree is not copied.
+    (upper / "srv/lab-standin-mirror").mkdir(parents=True, exist_ok=True)
+    hosts = (upper / "etc/hosts").read_text()
+    put("/etc/hosts", hosts + f"{plan.MIRROR_ADDRESS} {' '.join(plan.MIRROR_HOSTS)}  # lab stand-in mirror\n")
+    put("/etc/apt/trusted.gpg.d/lab-standin-archive.gpg", key)
+    suite = f.debian_suite
+    if f.debian_suite == "bookworm":
+        put("/etc/apt/sources.list", f"deb http://deb.debian.org/debian {suite} main contrib\n"
+                                     f"deb http://deb.debian.org/debian {suite}-updates main contrib\n"
+                                     f"deb http://security.debian.org/debian-security {suite}-security main contrib\n")
+        put("/etc/apt/sources.list.d/pve-no-subscription.list",
+            f"deb http://download.proxmox.com/debian/pve {suite} pve-no-subscription\n")
+    else:
+        put("/etc/apt/sources.list", "")
+        put("/etc/apt/sources.list.d/debian.sources",
+            f"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite} {suite}-updates\n"
+            f"Components: main contrib\n\nTypes: deb\nURIs: http://security.debian.org/debian-security\n"
+            f"Suites: {suite}-security\nComponents: main contrib\n")
+        put("/etc/apt/sources.list.d/proxmox.sources",
+            f"Types: deb\nURIs: http://download.proxmox.com/debian/pve\nSuites: {suite}\n"
+            f"Components: pve-no-subscription\n")
 
 
 # ---------------------------------------------------------------- network
@@ -416,12 +520,18 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "LAB_ROOT": str(root), "LAB_LOWER": str(lower), "LAB_UPPER": str(upper), "LAB_WORK": str(work),
         "LAB_GPUS": str(config.gpus), "LAB_HOSTNAME": plan.HOSTNAME,
+        "LAB_PREMADE_NODES": "0" if config.flavour_spec.stock else "1",
+        "LAB_MIRROR": state.mirror_dir,
     }
     console = (PVE1_DIR / "console.log").open("ab")
     # --kill-child: if the launcher dies, PID 1 of pve1 is killed, and with it everything in it.
+    # The loop is pve1's power button: a reboot inside pve1 (systemd's reboot(2) in a PID namespace
+    # ends its init with SIGHUP, which unshare passes on: status 129) boots it again, as a real
+    # host's firmware would; a halt (SIGINT) or a kill ends the loop.
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", f"{join} exec nsenter --net={NETNS_PATH} unshare --mount --uts --ipc --pid --cgroup "
-                          f"--fork --kill-child --propagation private {stage1}"],
+        ["/bin/sh", "-c", f"{join} while :; do nsenter --net={NETNS_PATH} unshare --mount --uts --ipc --pid "
+                          f"--cgroup --fork --kill-child --propagation private {stage1}; rc=$?; "
+                          "[ $rc -eq 129 ] || exit $rc; echo 'pve1: rebooting (lab)'; done"],
         stdin=subprocess.DEVNULL, stdout=console, stderr=console, env=env, start_new_session=True)
     console.close()
     state.made.append(f"process:{proc.pid}")
@@ -431,10 +541,7 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
     while time.monotonic() < deadline and not init_pid:
         if proc.poll() is not None:
             break
-        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-        if children.exists() and Path(f"/proc/{proc.pid}/exe").resolve().name == "unshare":
-            kids = children.read_text().split()
-            init_pid = int(kids[0]) if kids else 0
+        init_pid = pve1_init_pid(proc.pid)
         time.sleep(0.02)
     state.holder_pid = proc.pid
     state.holder_start_ticks = start_ticks(proc.pid)
@@ -446,9 +553,29 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
                               fix="`toolkit lab down`, then look at the console above")
 
 
-def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True) -> None:
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def pve1_init_pid(holder_pid: int) -> int:
+    """pve1's init as this machine sees it: the child of the `unshare --fork` the launcher loop runs."""
+    for child in _children(holder_pid):
+        try:
+            if Path(f"/proc/{child}/exe").resolve().name == "unshare":
+                kids = _children(child)
+                return kids[0] if kids else 0
+        except OSError:
+            continue
+    return 0
+
+
+def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True, allow_failed_units: bool = False) -> str:
     """Until pve1 answers over SSH and (`boot`) its systemd has finished booting with no failed
-    unit. An already running lab is only asked to answer: a unit a role broke is the role's."""
+    unit. An already running lab is only asked to answer: a unit a role broke is the role's.
+    `allow_failed_units` (a reboot, where the roles' units run): return the failed ones instead."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
@@ -456,16 +583,18 @@ def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True) -> N
             break
         if not boot:
             if state.ssh("pve1", "true", timeout_s=10).returncode == 0:
-                return
+                return ""
             time.sleep(0.2)
             continue
-        proc = state.ssh("pve1", "systemctl is-system-running --wait", timeout_s=30)
+        proc = state.ssh("pve1", "systemctl is-system-running --wait", timeout_s=max(timeout_s, 30))
         if proc.stdout.strip() in ("running", "degraded"):
             if proc.stdout.strip() == "degraded":
                 failed = state.ssh("pve1", "systemctl --failed --no-legend --plain", timeout_s=10).stdout
+                if allow_failed_units:
+                    return failed
                 raise ToolkitError.of(f"pve1 booted with failed units:\n{failed}", exit_code=EXIT_FAILED,
                                       fix="`toolkit lab ssh pve1 journalctl -b` shows why; then `toolkit lab down`")
-            return
+            return ""
         last = proc.stderr.strip()
         time.sleep(0.1)
     tail = (PVE1_DIR / "console.log").read_text(errors="replace")[-2000:]
@@ -496,8 +625,12 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
 
     progress("Debian 12 userland (cached after the first up)")
     lower = rootfs.build()
-    progress("stand-ins: compiling libcuda, packing the driver installer")
-    installer = build_installer(config.driver_version)
+    progress("stand-ins: compiling libcuda, packing the driver installer" +
+             (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
+    installers, mirror, mirror_key = build_flavour(config, lower)
+    installer = installers[0]
+    progress("CT template: Proxmox's debian-12-standard package set (cached after the first up)")
+    template_file = rootfs.build_template()
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
                      known_hosts_path=str(SSH_DIR / "known_hosts"))
@@ -511,6 +644,14 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         upper = PVE1_DIR / "upper"
         upper.mkdir(parents=True)
         known = populate_upper(config, upper, key, installer)
+        place_templates(upper, lower, template_file)
+        if mirror is not None:
+            import hashlib
+
+            populate_flavour(config, upper, mirror, mirror_key)
+            state.mirror_dir = str(mirror)
+            state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
+                                      hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         write_atomic(Path(state.known_hosts_path), known, 0o600)
         progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)
@@ -550,9 +691,8 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     if state and state.holder_pid:
         progress(f"stopping pve1 (pid {state.holder_pid}): containers, sshd, init")
         init_pids = set()
-        children = Path(f"/proc/{state.holder_pid}/task/{state.holder_pid}/children")
-        if alive(state.holder_pid, state.holder_start_ticks) and children.exists():
-            init_pids = {int(p) for p in children.read_text().split()}
+        if alive(state.holder_pid, state.holder_start_ticks):
+            init_pids = {pve1_init_pid(state.holder_pid)} - {0}
         # pve1's systemd halts on SIGRTMIN+3 (what lxc-stop sends a systemd container): units stop,
         # the PID namespace ends. Then SIGKILL, and the launcher by pid.
         ticks = {p: start_ticks(p) for p in init_pids}
@@ -587,6 +727,40 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         progress("removing the cache and the lab's SSH key")
         rootfs.purge()
         shutil.rmtree(SSH_DIR, ignore_errors=True)
+
+
+def reboot(progress: Progress = _quiet, timeout_s: float = 90) -> tuple[LabState, float, str]:
+    """Reboot pve1 as a real host reboots (`toolkit lab reboot pve1`): `systemctl reboot` in it, so its
+    systemd stops the units (pve-guests.service shuts the containers down), the PID namespace ends,
+    and with it everything volatile (/run, /dev, the stand-in modules and their parameters, every
+    process); the disk (the overlay's upper layer) stays. Then it boots again: lab-init's coldplug loads modules with
+    their modprobe.d options, units start in order, pve-guests.service starts the onboot
+    containers. Returns the state, the seconds it took, and the failed units ('' when none)."""
+    require_root()
+    state = load_state()
+    if state is None or not state.running or not alive(state.holder_pid, state.holder_start_ticks):
+        raise ToolkitError.of("the lab is not up", field="pve1", fix="`toolkit lab up`")
+    t0 = time.monotonic()
+    old_init = pve1_init_pid(state.holder_pid)
+    progress(f"pve1: systemctl reboot (init pid {old_init})")
+    state.ssh("pve1", "systemctl reboot", timeout_s=30)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        new_init = pve1_init_pid(state.holder_pid)
+        if new_init and new_init != old_init:
+            break
+        if not alive(state.holder_pid, state.holder_start_ticks):
+            raise ToolkitError.of("pve1 did not come back from the reboot", exit_code=EXIT_FAILED,
+                                  fix=f"see {PVE1_DIR / 'console.log'}, then `toolkit lab down` and `up`")
+        time.sleep(0.05)
+    else:
+        raise ToolkitError.of(f"pve1 did not reboot within {timeout_s:.0f} s", exit_code=EXIT_FAILED,
+                              fix=f"see {PVE1_DIR / 'console.log'}")
+    progress("pve1: booting")
+    failed = wait_for_ssh(state, timeout_s=timeout_s, allow_failed_units=True)
+    state.running = True
+    save_state(state)
+    return state, time.monotonic() - t0, failed
 
 
 def other_running_labs() -> list[str]:

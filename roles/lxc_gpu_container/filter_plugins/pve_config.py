@@ -66,12 +66,32 @@ def _same(key: str, current: str, desired: str) -> bool:
     return all(cur.get(k) == v for k, v in want.items())
 
 
+def _merge(key: str, current: str, desired: str) -> str:
+    """The desired property string with every key of the current one the role does not set kept:
+    `pct set --features nesting=1` would drop `keyctl=1`, `--net0 ...` the user's firewall, tag, mtu
+    and rate (Proxmox replaces the whole string)."""
+    family = _family(key)
+    if family not in _PROP_DEFAULT:
+        return desired
+    default = _PROP_DEFAULT[family]
+    cur, want = pve_props(current, default), pve_props(desired, default)
+    if default and cur.get(default, want.get(default)) != want.get(default):
+        return desired  # another volume, path or interface name: not the same thing to merge with
+    merged = dict(want)
+    merged.update({k: v for k, v in cur.items() if k not in want})
+    items = []
+    for k, v in merged.items():
+        bare = k == default and default and family != "net"  # net's first item is `name=eth0`
+        items.insert(0, v) if bare else items.append(f"{k}={v}")
+    return ",".join(items)
+
+
 def pve_config_changes(current: dict[str, Any], desired: dict[str, str], owned_dev_paths: str = r"^/dev/nvidia") -> dict[str, Any]:
     """What `pct set` must do: {"set": {key: value}, "delete": [key]}.
 
-    Keys in `desired` that differ by meaning are set (a net's existing hwaddr is kept, so the MAC does
-    not change). devN entries not desired whose path matches `owned_dev_paths` are deleted: the role
-    owns the GPU nodes' entries, nothing else.
+    Keys in `desired` that differ by meaning are set, merged into what is there (a net's hwaddr,
+    firewall or tag, other features are kept). devN entries not desired whose path matches
+    `owned_dev_paths` are deleted: the role owns the GPU nodes' entries, nothing else.
     """
     opts = current.get("options", {})
     to_set: dict[str, str] = {}
@@ -79,11 +99,7 @@ def pve_config_changes(current: dict[str, Any], desired: dict[str, str], owned_d
         value = str(value)
         if key in opts and _same(key, opts[key], value):
             continue
-        if _family(key) == "net" and key in opts:
-            hwaddr = pve_props(opts[key], "name").get("hwaddr")
-            if hwaddr and "hwaddr=" not in value:
-                value = f"{value},hwaddr={hwaddr}"
-        to_set[key] = value
+        to_set[key] = _merge(key, opts[key], value) if key in opts else value
     owned = re.compile(owned_dev_paths)
     delete = sorted(
         (k for k, v in opts.items() if _DEV_KEY.match(k) and k not in desired and owned.search(pve_props(v, "path").get("path", ""))),
@@ -92,24 +108,48 @@ def pve_config_changes(current: dict[str, Any], desired: dict[str, str], owned_d
     return {"set": to_set, "delete": delete}
 
 
-def stale_raw_lines(raw: list[list[str]], desired: list[list[str]], proc_devices: str) -> list[list[str]]:
-    """Raw lxc lines to remove: GPU node bind mounts and device allow rules not in `desired` whose major
-    is an NVIDIA major or registered by nothing at all (a stale hard-coded number from an older driver load)."""
-    majors = proc_devices_majors(proc_devices)
-    registered = set(majors.values())
-    ours = set(nvidia_majors(proc_devices).values())
-    want = {(k, v) for k, v in desired}
-    stale: list[list[str]] = []
-    for key, value in raw:
-        if (key, value) in want:
-            continue
-        if key.endswith(".devices.allow"):
-            m = _ALLOW.match(value)
-            if m and (int(m.group(1)) in ours or int(m.group(1)) not in registered):
-                stale.append([key, value])
-        elif key == "lxc.mount.entry" and value.split(" ", 1)[0].startswith("/dev/nvidia"):
-            stale.append([key, value])
-    return stale
+def pve_dev_entries(current: dict[str, Any], nodes: list[str], props: str, start: int = 0) -> dict[str, str]:
+    """devN keys for the nodes to pass through: a node already passed through keeps its key; a new
+    one takes the lowest free index from `start` up, so no user's own devN is overwritten."""
+    opts = current.get("options", {})
+    by_path = {pve_props(v, "path").get("path"): k for k, v in opts.items() if _DEV_KEY.match(k)}
+    used = {int(m.group(1)) for k in opts if (m := _DEV_KEY.match(k))}
+    out: dict[str, str] = {}
+    index = start
+    for node in nodes:
+        key = by_path.get(node)
+        if key is None:
+            while index in used:
+                index += 1
+            key = f"dev{index}"
+            used.add(index)
+        out[key] = f"{node}{props}"
+    return out
+
+
+def pve_pending(text: str) -> dict[str, Any]:
+    """`pct pending` (GuestHelpers format_pending): {"new": {key: value}, "delete": [key]}."""
+    new: dict[str, str] = {}
+    delete: list[str] = []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        key, _, value = rest.partition(": ")
+        if kind == "new":
+            new[key] = value
+        elif kind == "del":
+            delete.append(key)
+    return {"new": new, "delete": delete}
+
+
+def _version_key(name: str) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def pve_latest_template(available: str, pattern: str) -> str:
+    """The newest template in `pveam available` output whose name matches `pattern` (versions
+    compared as numbers: 12.12-1 is newer than 12.7-1); '' when none does."""
+    names = [line.split()[-1] for line in available.splitlines() if line.split() and re.search(pattern, line.split()[-1])]
+    return max(names, key=_version_key) if names else ""
 
 
 class FilterModule:
@@ -120,5 +160,7 @@ class FilterModule:
             "pve_config_changes": pve_config_changes,
             "proc_devices_majors": proc_devices_majors,
             "nvidia_majors": nvidia_majors,
-            "stale_raw_lines": stale_raw_lines,
+            "pve_dev_entries": pve_dev_entries,
+            "pve_pending": pve_pending,
+            "pve_latest_template": pve_latest_template,
         }

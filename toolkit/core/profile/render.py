@@ -130,9 +130,16 @@ def render_launch_argv(resolved: ResolvedProfile) -> list[str]:
     return argv
 
 
+# The Hugging Face cache on the container's model-cache mount (lxc_gpu_container's mp0 at /models):
+# the server, the download and the probe must agree on it, and weights of hundreds of GB belong on
+# the host's mount, not the 64 GiB rootfs (where ~/.cache/huggingface would put them).
+DEFAULT_HF_HOME = "/models/huggingface"
+
+
 def render_env(resolved: ResolvedProfile) -> dict[str, str]:
-    """The server's environment, sorted by name (the API key is not here: it comes from the EnvironmentFile)."""
-    return dict(sorted(resolved.spec.env.items()))
+    """The server's environment, sorted by name (the API key is not here: it comes from the EnvironmentFile).
+    HF_HOME is DEFAULT_HF_HOME unless the profile's env sets it."""
+    return dict(sorted({"HF_HOME": DEFAULT_HF_HOME, **resolved.spec.env}.items()))
 
 
 def render_sglang_config_yaml(resolved: ResolvedProfile) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 
 BANNER = "lab stand-in"
@@ -22,6 +23,12 @@ KERNEL_MODULE_STAMP = "/var/lib/lab-standin/kernel-module-version"
 # container sees the host's live module parameters as on a real host (the module is shared).
 CT_HOST_SYS_MODULE_DIR = "/var/lib/lab-standin/host-sys-module"
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
+# The modules the modprobe stand-in handles itself (nouveau: the stand-in GPUs' in-kernel driver).
+STANDIN_MODULES = (*NVIDIA_MODULES, "nouveau")
+KERNEL_RELEASE_FILE = RUN_DIR + "/kernel-release"
+# Where the stand-in GPUs' PCI functions are (each has a `driver` file naming what binds it).
+PCI_DEVICES_DIR = RUN_DIR + "/sys/bus/pci/devices"
+PROC_DRIVER_DIR = RUN_DIR + "/proc/driver/nvidia"
 DEFAULT_CONFIG = {"nvidia_major": 195, "uvm_major": 508, "caps_major": 509}
 
 
@@ -99,7 +106,7 @@ def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
 
 def loaded_modules() -> set[str]:
     try:
-        return {m for m in os.listdir(SYS_MODULE_DIR) if m in NVIDIA_MODULES}
+        return {m for m in os.listdir(SYS_MODULE_DIR) if m in STANDIN_MODULES}
     except FileNotFoundError:
         return set()
 
@@ -127,7 +134,46 @@ def modprobe_d_texts() -> list[str]:
     return texts
 
 
+def running_kernel() -> str:
+    """The stand-in kernel pve1 "booted" (the newest /boot/vmlinuz-*, picked at boot by lab-init), else
+    the controller's own kernel, which pve1 shares (flavour `lab`)."""
+    try:
+        with open(KERNEL_RELEASE_FILE) as fh:
+            return fh.read().strip() or os.uname().release
+    except FileNotFoundError:
+        return os.uname().release
+
+
+def kernel_version_key(release: str) -> list:
+    """Sort key for kernel releases (6.8.12-4-pve < 6.8.12-10-pve < 6.14.8-2-pve), as dpkg/boot tools do."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"[.-]", release)]
+
+
+def module_files(kernel: str) -> list[str]:
+    """Where the stand-in nvidia.ko is looked for, in modprobe's order: DKMS's updates/ dir wins."""
+    base = "/lib/modules/" + kernel
+    return [base + "/updates/dkms/nvidia.ko", base + "/kernel/drivers/video/nvidia.ko"]
+
+
+def read_module_file(kernel: str) -> dict[str, str] | None:
+    """The stand-in nvidia.ko for `kernel` (key: value lines: version, kernel, signed), or None."""
+    for path in module_files(kernel):
+        try:
+            with open(path) as fh:
+                return dict(line.split(": ", 1) for line in fh.read().splitlines() if ": " in line)
+        except FileNotFoundError:
+            continue
+    return None
+
+
 def installed_kernel_module_version() -> str | None:
+    """The nvidia module version installed for the running kernel; the flavour `lab` (no stand-in
+    kernel) also accepts the installer's stamp of older labs."""
+    ko = read_module_file(running_kernel())
+    if ko is not None:
+        return ko.get("version") or None
+    if os.path.exists(KERNEL_RELEASE_FILE):
+        return None  # a stock flavour: only a module built for the running kernel loads
     try:
         with open(KERNEL_MODULE_STAMP) as fh:
             return fh.read().strip() or None
@@ -135,21 +181,109 @@ def installed_kernel_module_version() -> str | None:
         return None
 
 
+def secure_boot() -> bool:
+    return bool(load_config().get("secure_boot", False))
+
+
+def pid_alive(pidfile: str) -> bool:
+    try:
+        with open(pidfile) as fh:
+            pid = int(fh.read().split()[0])
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def module_holders(module: str) -> list[str]:
+    """Who keeps `module` in use, as the kernel's refcount would: a module that depends on it; in the
+    stock flavours also nvidia-persistenced (the real one holds the GPUs open) and a running container
+    that was given /dev/nvidia* nodes (its CUDA server would hold them open: on this kernel nothing can,
+    they open with ENXIO). The flavour `lab` keeps the lab's old, looser rule (dependent modules only)."""
+    holders = []
+    if module == "nvidia":
+        holders += sorted(m for m in loaded_modules() if m != "nvidia" and m in NVIDIA_MODULES)
+    if load_config().get("flavour", "lab") == "lab":
+        return holders
+    if module == "nvidia" and pid_alive("/run/nvidia-persistenced/nvidia-persistenced.pid"):
+        holders.append("nvidia-persistenced")
+    if module in ("nvidia", "nvidia_uvm"):
+        node = "/dev/nvidia-uvm" if module == "nvidia_uvm" else "/dev/nvidia"
+        try:
+            running = subprocess.run(["lxc-ls", "--running"], capture_output=True, text=True,
+                                     timeout=10).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            running = []
+        for name in running:
+            try:
+                with open(f"/var/lib/lxc/{name}/config") as fh:
+                    if node in fh.read():
+                        holders.append(f"container {name}")
+            except OSError:
+                continue
+    return holders
+
+
+def gpu_functions() -> list[str]:
+    """PCI addresses of the stand-in GPUs (written at boot by lab-init)."""
+    try:
+        return sorted(os.listdir(PCI_DEVICES_DIR))
+    except FileNotFoundError:
+        return []
+
+
+def bound_driver(bdf: str) -> str:
+    try:
+        with open(os.path.join(PCI_DEVICES_DIR, bdf, "driver")) as fh:
+            return fh.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def bind_all(driver: str) -> None:
+    for bdf in gpu_functions():
+        if driver == "" or not bound_driver(bdf):
+            write_atomic(os.path.join(PCI_DEVICES_DIR, bdf, "driver"), driver + "\n")
+
+
 def load_module(module: str, cli_options: dict[str, str]) -> None:
     """What `modprobe MODULE` does with the stand-in driver: the module's sysfs directory, its
-    parameters (modprobe.d options, then command-line ones), and /proc/devices."""
+    parameters (modprobe.d options, then command-line ones), and /proc/devices. Refused as the
+    kernel refuses: no module for the running kernel, an unsigned module under Secure Boot, the
+    GPUs already claimed by nouveau (nvidia's probe finds no device)."""
     module = module.replace("-", "_")
+    mdir = os.path.join(SYS_MODULE_DIR, module)
+    if module == "nouveau":
+        if not os.path.isdir(mdir):
+            write_atomic(os.path.join(mdir, "version"), "in-kernel\n")
+            bind_all("nouveau")
+        return
     version = installed_kernel_module_version()
     if version is None:
-        raise LookupError(f"Module {module} not found in directory /lib/modules/{os.uname().release}")
-    if module != "nvidia" and "nvidia" not in loaded_modules():
-        load_module("nvidia", {})  # as modprobe does through the dependency
-    mdir = os.path.join(SYS_MODULE_DIR, module)
+        raise LookupError(f"Module {module} not found in directory /lib/modules/{running_kernel()}")
     if os.path.isdir(mdir):
         return  # loaded already: modprobe does nothing, parameters stay as they were loaded
+    if module != "nvidia" and "nvidia" not in loaded_modules():
+        load_module("nvidia", {})  # as modprobe does through the dependency
+    if module == "nvidia":
+        ko = read_module_file(running_kernel()) or {}
+        if secure_boot() and ko.get("signed") != "yes":
+            raise PermissionError("could not insert 'nvidia': Key was rejected by service")
+        if gpu_functions() and all(bound_driver(b) == "nouveau" for b in gpu_functions()):
+            raise PermissionError("could not insert 'nvidia': No such device")
     opts = parse_modprobe_options(modprobe_d_texts(), module)
     opts.update(cli_options)
     write_atomic(os.path.join(mdir, "version"), version + "\n")
+    if module == "nvidia":
+        bind_all("nvidia")
+        nvswitches = int(load_config().get("nvswitches", 0))
+        if nvswitches:
+            # An NVSwitch fabric: CUDA waits for Fabric Manager to train it (fabric_state, libcuda).
+            write_atomic(os.path.join(mdir, "nvswitches"), f"{nvswitches}\n")
+        # /proc/driver/nvidia/capabilities: the files `nvidia-modprobe -f` reads (MIG config, monitor).
+        for minor, name in ((1, "mig/config"), (2, "mig/monitor")):
+            write_atomic(os.path.join(PROC_DRIVER_DIR, "capabilities", name),
+                         f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
     if module == "nvidia_uvm":
         for name, (kind, default) in UVM_PARAMS.items():
             value = opts.get(name, default)
@@ -163,12 +297,23 @@ def unload_module(module: str) -> None:
     mdir = os.path.join(SYS_MODULE_DIR, module)
     if not os.path.isdir(mdir):
         return
-    if module == "nvidia" and any(m != "nvidia" for m in loaded_modules()):
-        raise RuntimeError("Module nvidia is in use by: " + " ".join(sorted(loaded_modules() - {"nvidia"})))
+    if module == "nouveau" and load_config().get("nouveau_in_use"):
+        # The console (fbcon) on nouveau's framebuffer keeps it: only a reboot gets rid of it.
+        raise RuntimeError("Module nouveau is in use.")
+    if module in ("nvidia", "nvidia_uvm") and module_holders(module):
+        raise RuntimeError(f"Module {module} is in use.")
     for dirpath, _dirs, files in sorted(os.walk(mdir), reverse=True):
         for f in files:
             os.unlink(os.path.join(dirpath, f))
         os.rmdir(dirpath)
+    if module in ("nvidia", "nouveau"):
+        for bdf in gpu_functions():
+            if bound_driver(bdf) == module:
+                os.unlink(os.path.join(PCI_DEVICES_DIR, bdf, "driver"))
+    if module == "nvidia":
+        import shutil
+
+        shutil.rmtree(PROC_DRIVER_DIR, ignore_errors=True)
     refresh_proc_devices()
 
 
@@ -198,6 +343,36 @@ def kernel_module_version_seen() -> str | None:
     return None
 
 
+def make_gpu_nodes() -> None:
+    """What the driver's userspace (NVML, persistenced) does on the host: nvidia-modprobe -c=N for
+    each GPU and -c=255 for the control node."""
+    count = len(gpu_functions()) or int(load_config().get("gpus", 0))
+    args = [f"-c={i}" for i in range(count)] + ["-c=255"]
+    subprocess.run(["/usr/bin/nvidia-modprobe", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def die(prog: str, message: str, code: int) -> None:
     sys.stderr.write(f"{prog} ({BANNER}): {message}\n")
     sys.exit(code)
+
+
+PVE_DIR = "/etc/pve"
+
+
+def cluster_vmids(pve_dir: str = PVE_DIR) -> dict[str, tuple[str, str]]:
+    """vmid -> ("CT" or "VM", node) over the whole cluster, as pmxcfs's .vmlist has it: this node's
+    /etc/pve/lxc plus every node's lxc/ and qemu-server/ under /etc/pve/nodes (the lab's second
+    node is a directory of configs there)."""
+    node = os.uname().nodename
+    found: dict[str, tuple[str, str]] = {}
+    dirs = [(os.path.join(pve_dir, "lxc"), "CT", node)]
+    nodes_dir = os.path.join(pve_dir, "nodes")
+    if os.path.isdir(nodes_dir):
+        for n in sorted(os.listdir(nodes_dir)):
+            dirs += [(os.path.join(nodes_dir, n, "lxc"), "CT", n), (os.path.join(nodes_dir, n, "qemu-server"), "VM", n)]
+    for d, kind, n in dirs:
+        if os.path.isdir(d):
+            for f in os.listdir(d):
+                if re.fullmatch(r"\d+\.conf", f):
+                    found.setdefault(f[:-5], (kind, n))
+    return found

@@ -25,7 +25,32 @@ enum {
     CUDA_ERROR_NOT_INITIALIZED = 3,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_SYSTEM_NOT_READY = 802,
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
 };
+
+/* The host's stand-in nvidia module, as a container sees it (bound in by pct) or the host keeps it. */
+static const char *module_dirs[] = {
+    "/var/lib/lab-standin/host-sys-module/nvidia",
+    "/run/lab-standin/sys/module/nvidia",
+};
+
+static int read_module_file(const char *name, char *buf, size_t n) {
+    for (size_t i = 0; i < sizeof module_dirs / sizeof module_dirs[0]; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", module_dirs[i], name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, n - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        char *nl = strchr(buf, '\n');
+        if (nl) *nl = 0;
+        return 1;
+    }
+    buf[0] = 0;
+    return 0;
+}
 
 static int initialised = 0;
 static int device_count = 0;
@@ -74,6 +99,19 @@ CUresult cuInit(unsigned int flags) {
     int ctl = present("/dev/nvidiactl"), uvm = present("/dev/nvidia-uvm");
     int hmm = hmm_disabled(seen, sizeof seen);
     CUresult rc = (ctl && uvm && hmm) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    char kmod[64], nvswitches[16], fabric[32];
+    /* A userspace of another version than the loaded module (an upgrade without reboot): 803, and
+     * on an NVSwitch system with no Fabric Manager having trained the fabric: 802. */
+    if (read_module_file("version", kmod, sizeof kmod) && strcmp(kmod, LAB_DRIVER_VERSION) != 0) {
+        rc = CUDA_ERROR_SYSTEM_DRIVER_MISMATCH;
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), ", kernel module %s, library %s", kmod,
+                 LAB_DRIVER_VERSION);
+    } else if (rc == CUDA_SUCCESS && read_module_file("nvswitches", nvswitches, sizeof nvswitches)
+               && atoi(nvswitches) > 0
+               && !(read_module_file("fabric_state", fabric, sizeof fabric) && strcmp(fabric, "completed") == 0)) {
+        rc = CUDA_ERROR_SYSTEM_NOT_READY;
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), ", %s NVSwitches, fabric not trained", nvswitches);
+    }
     if (getenv("LAB_STANDIN_QUIET") == NULL)
         fprintf(stderr, "libcuda.so.1 (lab stand-in): cuInit -> %d (/dev/nvidiactl %s, /dev/nvidia-uvm %s, %s)\n",
                 rc, ctl ? "present" : "missing", uvm ? "present" : "missing", seen);
@@ -120,6 +158,8 @@ CUresult cuGetErrorName(CUresult error, const char **str) {
     case CUDA_ERROR_NOT_INITIALIZED: *str = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case CUDA_ERROR_NO_DEVICE: *str = "CUDA_ERROR_NO_DEVICE"; break;
     case CUDA_ERROR_INVALID_DEVICE: *str = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_SYSTEM_NOT_READY: *str = "CUDA_ERROR_SYSTEM_NOT_READY"; break;
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: *str = "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"; break;
     default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
@@ -133,6 +173,8 @@ CUresult cuGetErrorString(CUresult error, const char **str) {
     case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; break;
     case CUDA_ERROR_NO_DEVICE: *str = "no CUDA-capable device is detected"; break;
     case CUDA_ERROR_INVALID_DEVICE: *str = "invalid device ordinal"; break;
+    case CUDA_ERROR_SYSTEM_NOT_READY: *str = "system not yet initialized"; break;
+    case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: *str = "system has unsupported display driver / cuda driver combination"; break;
     default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;

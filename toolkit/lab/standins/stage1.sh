@@ -7,6 +7,11 @@ set -eu
 R=$LAB_ROOT
 mount -t overlay toolkit-lab-pve1 -o "lowerdir=$LAB_LOWER,upperdir=$LAB_UPPER,workdir=$LAB_WORK" "$R"
 mount -t proc proc "$R/proc"
+# A stock flavour's package mirror (toolkit/lab/aptrepo.py), read-only.
+if [ -n "${LAB_MIRROR:-}" ]; then
+  mount --bind "$LAB_MIRROR" "$R/srv/lab-standin-mirror"
+  mount -o remount,bind,ro "$R/srv/lab-standin-mirror"
+fi
 # A fresh sysfs shows this network namespace's interfaces (LXC reads /sys/class/net).
 mount -t sysfs sysfs "$R/sys"
 mount -t tmpfs -o mode=755,size=1m cgroup_root "$R/sys/fs/cgroup"
@@ -44,13 +49,17 @@ ln -s /proc/self/fd/2 "$R/dev/stderr"
 # The stand-in GPUs: what the nvidia module's nodes look like on a host (DOMAIN.md section 4:
 # major 195, minor N per GPU, 254 modeset, 255 ctl). No driver owns major 195 on this kernel,
 # so opening one gives ENXIO where the devices cgroup allows it, EPERM where it does not.
-i=0
-while [ "$i" -lt "$LAB_GPUS" ]; do
-  mknod -m 666 "$R/dev/nvidia$i" c 195 "$i"
-  i=$((i + 1))
-done
-mknod -m 666 "$R/dev/nvidiactl" c 195 255
-mknod -m 666 "$R/dev/nvidia-modeset" c 195 254
+# Only the flavour `lab` has them from boot; on a real host (the stock flavours) nothing makes
+# them but nvidia-modprobe (directly, or through persistenced and nvidia-smi).
+if [ "${LAB_PREMADE_NODES:-1}" = 1 ]; then
+  i=0
+  while [ "$i" -lt "$LAB_GPUS" ]; do
+    mknod -m 666 "$R/dev/nvidia$i" c 195 "$i"
+    i=$((i + 1))
+  done
+  mknod -m 666 "$R/dev/nvidiactl" c 195 255
+  mknod -m 666 "$R/dev/nvidia-modeset" c 195 254
+fi
 mount -t tmpfs -o mode=755,size=256m run "$R/run"
 mount -t tmpfs -o mode=1777,size=1g tmp "$R/tmp"
 # /proc/sys stays writable: a read-only bind over it would make this /proc "not fully visible"

@@ -1,0 +1,174 @@
+"""The container role against the strict lab (pct stand-in as pve-container: pending changes, devN schema,
+cluster-wide VMIDs; Proxmox's own template): each a finding of docs/research roles-review.md that passed in
+the kinder lab. Its own container (vmid 151, host `ct-strict`), adopted from one a user made by hand.
+
+- 13: a VMID another node's guest holds is refused in preflight, nothing made.
+- 15, 16: the user's devN/mpN/net0 keys and raw lines survive byte for byte; features are merged.
+- 10: a run killed between `pct set` and the restart converges on the next run (the CT gets the new passthrough).
+- 11: a devN mode Proxmox's schema refuses is refused before any change.
+- 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.provision.lab_inventory import own_container_inventory
+from toolkit.adapters.ansible import PlaybookResult, run_playbook
+from toolkit.lab.plan import TEMPLATE_NAME
+
+VMID = 151
+CT = "ct-strict"
+USER_RAW = [
+    "lxc.cgroup2.devices.allow: c 10:200 rwm",
+    "lxc.cgroup2.devices.allow: c 234:* rwm",  # a major nothing registers: not the toolkit's, so it stays
+    "lxc.mount.entry: /dev/null dev/user-null none bind,optional,create=file",
+]
+
+
+def _fmt(result: PlaybookResult) -> list[str]:
+    return [f"{f.host}: {f.task}: {f.message}" for f in result.failures]
+
+
+def pve(lab: Any, command: str) -> str:
+    proc = lab.ssh("pve1", command)
+    assert proc.returncode == 0, f"{command}: {proc.stderr}"
+    return str(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
+                                   lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-strict",
+                                   lxc_gpu_container_memory_mb=4096, lxc_gpu_container_cores=2)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+# The container role's phases only: the userspace role (debhouse, driver) is the provision tests' business.
+LXC_TAGS = ["lxc_gpu_container_preflight", "lxc_gpu_container_create", "lxc_gpu_container_configure",
+            "lxc_gpu_container_run"]
+
+
+def run(inv: Path, runs: Path, tags: list[str] | None = None, **extravars: Any) -> PlaybookResult:
+    return run_playbook("container", inventory=inv, extravars=extravars or None, private_data_dir=runs,
+                        tags=tags or LXC_TAGS)
+
+
+def _user_lines(conf: str) -> list[str]:
+    return [line for line in conf.splitlines() if re.match(r"(dev0|mp1|net0): ", line) or line in USER_RAW]
+
+
+def test_a_vmid_another_node_holds_is_refused_before_anything(lab: Any, inv: Path, runs: Path) -> None:
+    pve(lab, f"pct destroy {VMID} --force 1 2>/dev/null; mkdir -p /etc/pve/nodes/pve2/qemu-server && "
+             f"echo 'memory: 512' > /etc/pve/nodes/pve2/qemu-server/{VMID}.conf")
+    try:
+        taken = run(inv, runs)
+        assert taken.rc != 0
+        assert any(f"vmid {VMID} is taken in the cluster" in f.message and "VM 151 already exists" in f.message
+                   for f in taken.failures), _fmt(taken)
+        assert not [e for e in taken.events if e.kind == "task_start" and e.task.startswith("Create |")]
+        assert lab.ssh("pve1", f"test -e /etc/pve/lxc/{VMID}.conf").returncode != 0
+    finally:
+        pve(lab, "rm -rf /etc/pve/nodes/pve2")
+
+
+def test_user_keys_survive_and_an_interrupted_provision_converges(lab: Any, inv: Path, runs: Path) -> None:
+    address = re.sub(r"\.\d+$", f".{VMID}", lab.ct_address)
+    gw = lab.config.bridge_address
+    # A container the user made by hand (hostname ct-strict, so the role adopts it), with keys of their own.
+    pve(lab, f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam download local {TEMPLATE_NAME}; "
+             f"mkdir -p /srv/user-data && pct create {VMID} local:vztmpl/{TEMPLATE_NAME} --hostname {CT} "
+             f"--net0 name=eth0,bridge=vmbr0,firewall=1,gw={gw},ip={address}/24,tag=5,type=veth "
+             f"--features keyctl=1 --dev0 /dev/null,mode=0666 --mp1 /srv/user-data,mp=/data >/dev/null && "
+             f"printf '%s\\n' {' '.join(repr(line) for line in USER_RAW)} >> /etc/pve/lxc/{VMID}.conf")
+    before = _user_lines(pve(lab, f"cat /etc/pve/lxc/{VMID}.conf"))
+    assert len(before) == 6, before
+    try:
+        first = run(inv, runs)
+        assert first.rc == 0, _fmt(first)
+        conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+        assert _user_lines(conf) == before, conf  # byte for byte, dev0 not taken for a GPU
+        features = re.search(r"^features: (.*)$", conf, re.M)
+        assert features and set(features.group(1).split(",")) == {"keyctl=1", "nesting=1"}, conf
+        assert re.search(r"^dev\d+: /dev/nvidia0,mode=0666$", conf, re.M) and "dev0: /dev/null,mode=0666" in conf
+        assert any(e.task.startswith("Configure | say which device rules are left alone") and e.kind == "ok"
+                   for e in first.events)
+
+        # Killed between `pct set` and the restart: only preflight and configure run. The running CT gets
+        # the mode change of existing devN entries in [pve:pending]; `pct config` already shows it.
+        cut = run(inv, runs, tags=["lxc_gpu_container_preflight", "lxc_gpu_container_configure"],
+                  lxc_gpu_container_device_mode="0660")
+        assert cut.rc == 0, _fmt(cut)
+        assert re.search(r"^new dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct pending {VMID}"), re.M)
+        assert re.search(r"^dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct config {VMID}"), re.M)
+        assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "666\n"
+        # The next run sees nothing to set, but what is pending: it restarts, and the CT has the new nodes.
+        resumed = run(inv, runs, lxc_gpu_container_device_mode="0660")
+        assert resumed.rc == 0, _fmt(resumed)
+        assert any(e.task.startswith("Run | shut the container down") and e.kind == "changed" for e in resumed.events)
+        assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "660\n"
+        assert not re.search(r"^(new|del) ", pve(lab, f"pct pending {VMID}"), re.M)
+        again = run(inv, runs, lxc_gpu_container_device_mode="0660")
+        assert again.rc == 0 and again.hosts[CT].changed == 0, [e.task for e in again.events if e.kind == "changed"]
+        assert _user_lines(pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")) == before
+
+        # Proxmox's devN schema: mode 0[0-7]{3} as a string. "666" and an unquoted YAML 0660 (432) are refused.
+        conf_before = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+        for mode in ("666", 432):
+            bad = run(inv, runs, lxc_gpu_container_device_mode=mode)
+            assert bad.rc != 0 and all(s.changed == 0 for s in bad.hosts.values())
+            assert "lxc_gpu_container_device_mode" in bad.failures[0].message and "Nothing was changed" in (
+                bad.failures[0].message)
+        assert pve(lab, f"cat /etc/pve/lxc/{VMID}.conf") == conf_before
+    finally:
+        lab.ssh("pve1", f"pct destroy {VMID} --force 1; rm -rf /srv/user-data")
+
+
+SLOW_WRITER = """
+import fcntl, sys, time
+lock = open("/run/lock/lxc/pve-config-159.lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)      # what every pct set holds while it reads, changes and writes
+open("/run/lab-slow-writer-has-lock", "w").close()
+text = open("/etc/pve/lxc/159.conf").read()
+time.sleep(3)                         # a long pct set (a hotplug, a backup job holding the lock)
+open("/etc/pve/lxc/159.conf", "w").write(text.replace("cores: 1", "cores: 4"))
+"""
+
+
+def test_raw_edit_waits_for_proxmoxs_config_lock_and_loses_nothing(lab: Any) -> None:
+    """Roles review finding 9: a `pct set` (here one holding the lock for 3 s) during the role's raw-line edit
+    loses nothing. lineinfile took no lock: its write landed inside the other writer's read-modify-write
+    and was overwritten (checked by hand: `ansible pve1 -m lineinfile` against this writer, its sleep made 12 s
+    to cover Ansible's start, reported CHANGED and the line was gone)."""
+    helper = (Path(__file__).resolve().parents[2] / "roles/lxc_gpu_container/files/pve_conf_raw.py").read_text()
+    pve(lab, "printf 'arch: amd64\\ncores: 1\\nhostname: lock-test\\nmemory: 512\\nostype: debian\\n"
+             "rootfs: local:159/vm-159-disk-0.raw,size=4G\\n' > /etc/pve/lxc/159.conf; "
+             "rm -f /run/lab-slow-writer-has-lock")
+    try:
+        lab.ssh("pve1", f"cat > /tmp/pve_conf_raw.py <<'EOF'\n{helper}\nEOF")
+        pve(lab, f"nohup python3 -c '{SLOW_WRITER}' >/dev/null 2>&1 & "
+                 "while [ ! -e /run/lab-slow-writer-has-lock ]; do sleep 0.05; done")
+        desired = '[["lxc.mount.entry", "tmpfs dev/shm tmpfs size=1G,nosuid,nodev,create=dir 0 0"]]'
+        t0 = time.monotonic()
+        out = pve(lab, f"python3 /tmp/pve_conf_raw.py 159 /etc/pve/lxc/159.conf /tmp/lock-test.json "
+                       f"/proc/devices '{desired}' 0")
+        waited_s = time.monotonic() - t0
+        assert '"changed": true' in out
+        assert waited_s > 1.5, out  # it waited for the lock instead of writing inside the other edit
+        conf = pve(lab, "cat /etc/pve/lxc/159.conf")
+        assert "cores: 4\n" in conf and "lxc.mount.entry: tmpfs dev/shm tmpfs size=1G" in conf, conf
+        # And a real pct set afterwards keeps the raw line (Proxmox rewrites the file around it).
+        pve(lab, "pct set 159 --cores 2")
+        assert "lxc.mount.entry: tmpfs dev/shm tmpfs size=1G" in pve(lab, "cat /etc/pve/lxc/159.conf")
+    finally:
+        lab.ssh("pve1", "rm -f /etc/pve/lxc/159.conf /tmp/lock-test.json /tmp/pve_conf_raw.py "
+                        "/var/lib/toolkit/lxc_gpu_container/159.restart /tmp/159.restart /run/lab-slow-writer-has-lock")

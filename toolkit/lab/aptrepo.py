@@ -1,0 +1,284 @@
+"""The stock flavours' package mirror (system work: apt-get, dpkg-deb, dpkg-scanpackages, gpg).
+
+pve1 has no route out, yet the role installs build-essential, dkms and Proxmox's kernel headers
+with apt as on a real host. So `lab up --flavour stock-pve8` gives pve1 a mirror of its own,
+served on pve1 at the real hosts' names (deb.debian.org, download.proxmox.com, ... resolve to
+127.0.0.2 there), with the real sources.list lines of a Proxmox VE host:
+
+- Debian's own .debs, unchanged: the closure of build-essential against pve1's userland, fetched
+  once on the controller with apt-get (it reaches Debian's archive) and cached.
+- Stand-in .debs built here with dpkg-deb, each saying so in its Description: the Proxmox kernel
+  headers (proxmox-headers-<kver>, proxmox-default-headers), a newer stand-in Proxmox kernel (for
+  the kernel-update test), dkms, and NVIDIA's nvidia-fabricmanager.
+- The NVIDIA driver's .run file, where us.download.nvidia.com keeps it.
+
+The indexes are the lab's, signed by a key made here (pve1 trusts it in /etc/apt/trusted.gpg.d):
+the real archives' keys cannot sign an index that lists only some of their packages.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from toolkit.core.errors import EXIT_FAILED, ToolkitError
+from toolkit.lab import plan
+
+# What the role installs from Debian on a stock host (Recommends off, as the role asks apt).
+DEBIAN_TOOLCHAIN = ("build-essential",)
+# Bump when the stand-in packages' contents change.
+MIRROR_REVISION = "5"
+
+
+def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd,
+                          env={**os.environ, **(env or {})})
+    if proc.returncode != 0:
+        raise ToolkitError.of(f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-1500:]}",
+                              fix="check that deb.debian.org is reachable from this machine, then "
+                                  "`toolkit lab up` again", exit_code=EXIT_FAILED)
+    return proc.stdout
+
+
+def debian_debs(cache_dir: Path, rootfs: Path) -> Path:
+    """Debian's .debs of DEBIAN_TOOLCHAIN and everything they pull into pve1's userland: resolved by
+    apt-get against the userland's own dpkg status, so it is exactly what `apt-get install` on pve1
+    will ask for. Cached by (userland, package list)."""
+    key = hashlib.sha256("\n".join([rootfs.name, *DEBIAN_TOOLCHAIN]).encode()).hexdigest()[:12]
+    out = cache_dir / f"debian-debs-{key}"
+    if (out / ".complete").is_file():
+        return out
+    work = Path(tempfile.mkdtemp(prefix="toolkit-lab-apt-", dir=cache_dir))
+    try:
+        archives = work / "archives"
+        for d in (archives / "partial", work / "lists" / "partial", work / "cache"):
+            d.mkdir(parents=True)
+        sources = work / "sources.list"
+        sources.write_text(f"deb {plan.DEBIAN_MIRROR} {plan.DEBIAN_SUITE} main\n"
+                           f"deb {plan.DEBIAN_MIRROR} {plan.DEBIAN_SUITE}-updates main\n"
+                           f"deb http://security.debian.org/debian-security {plan.DEBIAN_SUITE}-security main\n")
+        opts = ["-o", f"Dir::State::status={rootfs}/var/lib/dpkg/status", "-o", f"Dir::Etc::SourceList={sources}",
+                "-o", "Dir::Etc::SourceParts=/nonexistent", "-o", f"Dir::State::Lists={work}/lists",
+                "-o", f"Dir::Cache={work}/cache", "-o", f"Dir::Cache::Archives={archives}",
+                "-o", "Debug::NoLocking=1", "-o", "APT::Install-Recommends=0", "-o", "APT::Get::List-Cleanup=0",
+                "-o", f"Dir::Etc::Trusted={rootfs}/etc/apt/trusted.gpg",
+                "-o", f"Dir::Etc::TrustedParts={rootfs}/etc/apt/trusted.gpg.d"]
+        _run(["apt-get", *opts, "update"], "apt-get update (for the stock flavour's Debian packages)")
+        _run(["apt-get", *opts, "install", "-y", "--download-only", *DEBIAN_TOOLCHAIN],
+             "apt-get --download-only " + " ".join(DEBIAN_TOOLCHAIN))
+        debs = out.with_name(out.name + ".building")
+        shutil.rmtree(debs, ignore_errors=True)
+        debs.mkdir()
+        for deb in archives.glob("*.deb"):
+            shutil.move(str(deb), debs / deb.name)
+        (debs / ".complete").write_text("\n".join(sorted(p.name for p in debs.glob("*.deb"))) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(debs, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def _standin_deb(out_dir: Path, name: str, version: str, description: str, files: dict[str, tuple[str, int]],
+                 depends: str = "", provides: str = "", postinst: str = "",
+                 links: dict[str, str] | None = None) -> None:
+    """One stand-in .deb (dpkg-deb --build), announcing itself as a lab stand-in."""
+    root = out_dir / f".build-{name}"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "DEBIAN").mkdir(parents=True)
+    control = [f"Package: {name}", f"Version: {version}", "Architecture: amd64",
+               "Maintainer: toolkit lab <lab@invalid>",
+               "Priority: optional", "Section: kernel"]
+    if depends:
+        control.append(f"Depends: {depends}")
+    if provides:
+        control.append(f"Provides: {provides}")
+    control.append(f"Description: {description} (lab stand-in)\n This package is a stand-in made by the toolkit's lab;"
+                   " it installs no real software.")
+    (root / "DEBIAN/control").write_text("\n".join(control) + "\n")
+    if postinst:
+        (root / "DEBIAN/postinst").write_text("#!/bin/sh\nset -e\n" + postinst)
+        os.chmod(root / "DEBIAN/postinst", 0o755)
+    for rel, (text, mode) in files.items():
+        path = root / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        os.chmod(path, mode)
+    for rel, target in (links or {}).items():
+        path = root / rel.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    for d in root.rglob("*"):
+        if d.is_dir():
+            os.chmod(d, 0o755)
+    _run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root),
+          str(out_dir / f"{name}_{version}_amd64.deb")],
+         f"dpkg-deb --build {name}")
+    shutil.rmtree(root)
+
+
+def _standin(name: str) -> str:
+    return resources.files("toolkit.lab.standins").joinpath(name).read_text()
+
+
+def _kernel_files(kver: str) -> dict[str, tuple[str, int]]:
+    return {f"/boot/vmlinuz-{kver}": (f"lab stand-in kernel {kver}: pve1 runs the controller's kernel\n", 0o644),
+            f"/lib/modules/{kver}/modules.order": ("", 0o644)}
+
+
+def _headers_files(kver: str) -> dict[str, tuple[str, int]]:
+    return {f"/usr/src/linux-headers-{kver}/Makefile":
+            (f"# lab stand-in: Proxmox kernel headers for {kver}\nKERNELRELEASE = {kver}\n", 0o644),
+            f"/usr/src/linux-headers-{kver}/include/generated/utsrelease.h":
+            (f'#define UTS_RELEASE "{kver}"\n', 0o644)}
+
+
+# Real Proxmox kernel packages run the /etc/kernel/postinst.d hooks (dkms, initramfs-tools, ...).
+_KERNEL_POSTINST = 'if [ "$1" = configure ] && [ -d /etc/kernel/postinst.d ]; then\n' \
+                   '  run-parts --verbose --exit-on-error --arg={kver} --arg=/boot/vmlinuz-{kver} ' \
+                   '/etc/kernel/postinst.d\nfi\n'
+_HEADERS_POSTINST = 'if [ "$1" = configure ] && [ -d /etc/kernel/header_postinst.d ]; then\n' \
+                    '  run-parts --verbose --exit-on-error --arg={kver} /etc/kernel/header_postinst.d\nfi\n'
+
+
+def standin_debs(out_dir: Path, flavour: plan.Flavour, driver_versions: tuple[str, ...]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    series = ".".join(flavour.kernel.split(".")[:2])
+    for kver in (flavour.kernel, flavour.next_kernel, flavour.latest_kernel):
+        _standin_deb(out_dir, f"proxmox-headers-{kver}", "1", f"Proxmox kernel headers for {kver}",
+                     _headers_files(kver), postinst=_HEADERS_POSTINST.format(kver=kver),
+                     links={f"/lib/modules/{kver}/build": f"/usr/src/linux-headers-{kver}"})
+    # The running kernel's package is installed already (the flavour boots it); newer ones are on offer.
+    for kver in (flavour.next_kernel, flavour.latest_kernel):
+        _standin_deb(out_dir, f"proxmox-kernel-{kver}-signed", "1", f"Proxmox kernel image {kver}",
+                     _kernel_files(kver), provides=f"proxmox-kernel-{kver}",
+                     postinst=_KERNEL_POSTINST.format(kver=kver))
+    _standin_deb(out_dir, f"proxmox-kernel-{series}", "2", f"Proxmox kernel {series} (latest)", {},
+                 depends=f"proxmox-kernel-{flavour.latest_kernel}-signed")
+    # The meta package pulls the headers of every future kernel of the series (review finding 2).
+    _standin_deb(out_dir, f"proxmox-headers-{series}", "2", f"Proxmox kernel headers {series} (latest)", {},
+                 depends=f"proxmox-headers-{flavour.latest_kernel}")
+    _standin_deb(out_dir, "proxmox-default-headers", "1.1.0", "Default Proxmox kernel headers", {},
+                 depends=f"proxmox-headers-{series}")
+    _standin_deb(out_dir, "dkms", "3.0.10-8+labstandin1", "Dynamic Kernel Module System (DKMS)",
+                 {"/usr/sbin/dkms": (_standin("dkms"), 0o755),
+                  "/etc/kernel/postinst.d/dkms": ('#!/bin/sh\n# lab stand-in: as Debian dkms\'s hook\n'
+                                                  'exec /usr/sbin/dkms kernel_postinst -k "$1"\n', 0o755),
+                  "/etc/kernel/header_postinst.d/dkms": ('#!/bin/sh\n# lab stand-in: as Debian dkms\'s hook\n'
+                                                         'exec /usr/sbin/dkms kernel_postinst -k "$1"\n', 0o755)},
+                 depends="gcc, make, kmod")
+    for version in driver_versions:
+        branch = version.split(".")[0]
+        _standin_deb(out_dir, f"nvidia-fabricmanager-{branch}", f"{version}-1", f"NVIDIA Fabric Manager {version}",
+                     {"/usr/bin/nv-fabricmanager": (_standin("nv-fabricmanager").replace("@VERSION@", version), 0o755),
+                      "/lib/systemd/system/nvidia-fabricmanager.service": (
+                          "[Unit]\nDescription=NVIDIA fabric manager service (lab stand-in)\n"
+                          "After=network-online.target\n\n[Service]\nType=forking\n"
+                          "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+                          "PIDFile=/run/nvidia-fabricmanager/nv-fabricmanager.pid\n\n"
+                          "[Install]\nWantedBy=multi-user.target\n", 0o644)},
+                     provides="nvidia-fabricmanager")
+
+
+def _sign_key(cache_dir: Path) -> tuple[Path, bytes]:
+    """The lab's archive key (made once, cached): GNUPGHOME and the exported public key."""
+    home = cache_dir / "apt-signing-key"
+    pub = home / "lab-standin-archive.gpg"
+    if not pub.is_file():
+        tmp = home.with_name(home.name + ".building")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(mode=0o700)
+        env = {"GNUPGHOME": str(tmp)}
+        _run(["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
+              "toolkit lab stand-in archive <lab@invalid>", "ed25519", "sign", "never"], "gpg --quick-gen-key", env)
+        data = subprocess.run(["gpg", "--batch", "--export"], capture_output=True, env={**os.environ, **env},
+                              check=True).stdout
+        (tmp / "lab-standin-archive.gpg").write_bytes(data)
+        # The agent knows its home by path: stop it before the rename (a new one starts on use).
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, **env}, check=False)
+        shutil.rmtree(home, ignore_errors=True)
+        os.replace(tmp, home)
+    return home, pub.read_bytes()
+
+
+def _index(repo_root: Path, dist_dir: Path, pool_rel: str, suite: str, components: tuple[str, ...],
+           gnupg: Path, origin: str = "Debian") -> None:
+    """Packages (all debs under repo_root/pool_rel in the first component, the others empty), empty
+    Translation-en files, and a signed InRelease listing them; a flat repo when components is ()."""
+    packages = _run(["dpkg-scanpackages", "--multiversion", pool_rel, "/dev/null"], "dpkg-scanpackages",
+                    cwd=repo_root) if (repo_root / pool_rel).is_dir() else ""
+    files: dict[str, str] = {}
+    if not components:
+        files["Packages"] = packages
+    for i, component in enumerate(components):
+        files[f"{component}/binary-amd64/Packages"] = packages if i == 0 else ""
+        files[f"{component}/i18n/Translation-en"] = ""
+    # Origin and Label as the real archive's (apt refuses a repository whose Origin changes, and the
+    # userland's lists hold Debian's); the Description says whose index this is.
+    release = [f"Origin: {origin}", f"Label: {origin}", f"Suite: {suite}",
+               f"Codename: {suite}", "Architectures: amd64", f"Components: {' '.join(components)}".rstrip(),
+               "Description: lab stand-in index (toolkit lab mirror)",
+               # Now, not a fixed date: the userland's apt lists hold Debian's real Release files from
+               # debootstrap, and apt keeps the newer of two Releases.
+               f"Date: {email.utils.formatdate(usegmt=True)}", "SHA256:"]
+    for rel, text in files.items():
+        (dist_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dist_dir / rel).write_text(text)
+        release.append(f" {hashlib.sha256(text.encode()).hexdigest()} {len(text.encode())} {rel}")
+    (dist_dir / "Release").write_text("\n".join(release) + "\n")
+    _run(["gpg", "--batch", "--yes", "--clearsign", "-o", str(dist_dir / "InRelease"), str(dist_dir / "Release")],
+         "gpg --clearsign", {"GNUPGHOME": str(gnupg)})
+
+
+def build(cache_dir: Path, rootfs: Path, flavour: plan.Flavour, installers: list[Path]) -> tuple[Path, bytes]:
+    """The mirror's tree (cached by everything that goes into it) and the key pve1 must trust."""
+    gnupg, pubkey = _sign_key(cache_dir)
+    debian = debian_debs(cache_dir, rootfs)
+    h = hashlib.sha256()
+    for part in (MIRROR_REVISION, debian.name, repr(flavour), _standin("dkms"), _standin("nv-fabricmanager"),
+                 *(i.name for i in installers), *(str(i.stat().st_mtime_ns) for i in installers)):
+        h.update(part.encode())
+    out = cache_dir / f"mirror-{h.hexdigest()[:12]}"
+    if (out / ".complete").is_file():
+        return out, pubkey
+    tmp = out.with_name(out.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    suite = flavour.debian_suite
+    # deb.debian.org/debian: Debian's debs (bookworm main); -updates and security.debian.org: empty.
+    pool = tmp / "deb.debian.org/debian/pool/main"
+    pool.mkdir(parents=True)
+    for deb in debian.glob("*.deb"):
+        os.link(deb, pool / deb.name)
+    root = tmp / "deb.debian.org/debian"
+    _index(root, root / f"dists/{suite}", "pool", suite, ("main", "contrib"), gnupg)
+    _index(root, root / f"dists/{suite}-updates", "pool-none", f"{suite}-updates", ("main", "contrib"), gnupg)
+    sec = tmp / "security.debian.org/debian-security"
+    sec.mkdir(parents=True)
+    _index(sec, sec / f"dists/{suite}-security", "pool-none", f"{suite}-security", ("main", "contrib"), gnupg)
+    # download.proxmox.com/debian/pve <suite> pve-no-subscription: the stand-in Proxmox packages.
+    pve = tmp / "download.proxmox.com/debian/pve"
+    standin_debs(pve / "pool", flavour, tuple(i.name.split("-")[-1].removesuffix(".run") for i in installers))
+    fm = list((pve / "pool").glob("nvidia-fabricmanager-*.deb"))
+    # NVIDIA's CUDA repository (flat, "/"): Fabric Manager lives there on a real host.
+    cuda = tmp / f"developer.download.nvidia.com/compute/cuda/repos/{flavour.cuda_repo}/x86_64"
+    cuda.mkdir(parents=True)
+    for deb in fm:
+        os.replace(deb, cuda / deb.name)
+    _index(cuda, cuda, ".", "/", (), gnupg, origin="NVIDIA")
+    _index(pve, pve / f"dists/{suite}", "pool", suite, ("pve-no-subscription",), gnupg, origin="Proxmox")
+    for inst in installers:
+        version = inst.name.split("-")[-1].removesuffix(".run")
+        dest = tmp / f"us.download.nvidia.com/XFree86/Linux-x86_64/{version}/{inst.name}"
+        dest.parent.mkdir(parents=True)
+        shutil.copy2(inst, dest)
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, "GNUPGHOME": str(gnupg)}, check=False)
+    (tmp / ".complete").write_text(h.hexdigest() + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out, pubkey
