@@ -20,35 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from toolkit.adapters.timeline_thread import TimelineThread
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.bench import redact_argv  # noqa: F401  (kept importable from here)
 from toolkit.core.probe.sampler import GpuSampler, Row
 from toolkit.core.probe.trace import COLUMNS, format_row, header_line
 
 STDERR_TAIL_CHARS = 4000
-SECRET_FLAG_WORDS = ("key", "token", "secret", "password", "passwd")
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command as it may be stored: values of flags that look like secrets are replaced."""
-    out: list[str] = []
-    hide_next = False
-    for a in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if a.startswith("-") and any(w in a.lower() for w in SECRET_FLAG_WORDS):
-            flag, eq, _ = a.partition("=")
-            if eq:
-                out.append(flag + "=***")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(a)
-    return out
-
-
 def read_bench_jsonl(path: Path) -> dict[str, Any] | None:
     """The last JSON object line of bench_serving's --output-file (it appends one line per run)."""
     if not path.exists():
@@ -133,8 +111,13 @@ def run_sampled(
     trace_meta: dict[str, str],
     env: dict[str, str] | None = None,
     on_tick: Callable[[str, float, list[Row]], None] | None = None,
+    side: Sequence[TimelineThread] = (),
+    on_bench_pid: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Sample idle_s of baseline, then run argv while sampling, until it exits (or Ctrl-C)."""
+    """Sample idle_s of baseline, then run argv while sampling, until it exits (or Ctrl-C).
+
+    `side` timelines (server scrape, host CPU) run in their own threads on the same clock from t0 to the end;
+    `on_bench_pid` learns the benchmark's pid as soon as it is started (the host timeline's `bench` root)."""
     period = 1.0 / sample_hz
     result = RunResult(gpus=gpus)
     partial = out_dir / "trace.csv.partial"
@@ -143,6 +126,8 @@ def run_sampled(
     t0 = time.monotonic()
     env = dict(env if env is not None else os.environ, TOOLKIT_PROBE_T0_MONOTONIC=repr(t0))
     cost = result.cost
+    for tl in side:
+        tl.start(t0)
     cpu0 = _process_cpu_s()
     with partial.open("w", buffering=1 << 16) as trace_f, stdout_path.open("wb") as so, stderr_path.open("wb") as se:
         trace_f.write(header_line(trace_meta))
@@ -162,6 +147,8 @@ def run_sampled(
                     except OSError as err:
                         raise ToolkitError.of(f"cannot start the benchmark: {err}", field="command",
                                               fix="check the command after `--` (is it installed, on PATH?)") from None
+                    if on_bench_pid is not None:
+                        on_bench_pid(proc.pid)
                 target = k * period
                 if target > now:
                     time.sleep(target - now)
@@ -206,10 +193,12 @@ def run_sampled(
                 cost.gpu_samples += len(rows)
                 _write_rows(trace_f, rows)
             cost.loop_wall_s = time.monotonic() - t0
-            cost.process_cpu_s = _process_cpu_s() - cpu0
+            cost.process_cpu_s = _process_cpu_s() - cpu0  # the side timelines' threads included
             sampler_cost = getattr(sampler, "cost", None)
             if sampler_cost is not None:
                 cost.sampler_thread = sampler_cost()
+            for tl in side:
+                tl.stop()
     result.stderr_tail = tail(stderr_path)
     return result
 

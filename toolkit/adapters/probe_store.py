@@ -16,6 +16,8 @@ from typing import Any
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.host_trace import HostTrace, read_host_trace
+from toolkit.core.probe.server_trace import ServerTrace, read_server_trace
 from toolkit.core.probe.steady import SteadyParams
 from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION, summarize
 from toolkit.core.probe.trace import Trace, parse_trace
@@ -81,6 +83,16 @@ class ProbeRun:
     topology: dict[str, Any]
     summary: dict[str, Any] | None
     verdict: dict[str, Any] | None
+    server: ServerTrace | None = None  # server_trace.csv; None for runs without one (old, or no server)
+    host: HostTrace | None = None  # host_trace.csv
+
+
+def _side(d: Path, name: str) -> str | None:
+    """A side timeline's text: the final file, or the .partial an interrupted run left; None when absent."""
+    for p in (d / name, d / (name + ".partial")):
+        if p.exists():
+            return p.read_text(errors="replace")
+    return None
 
 
 def load_run(run_dir: str | Path) -> ProbeRun:
@@ -103,12 +115,14 @@ def load_run(run_dir: str | Path) -> ProbeRun:
         topology=read_json(d / "topology.json", required=False) or {},
         summary=read_json(d / "summary.json", required=False),
         verdict=read_json(d / "verdict.json", required=False),
+        server=read_server_trace(t, str(d / "server_trace.csv")) if (t := _side(d, "server_trace.csv")) else None,
+        host=read_host_trace(t, str(d / "host_trace.csv")) if (t := _side(d, "host_trace.csv")) else None,
     )
 
 
 def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
     summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
-                        SteadyParams.of_manifest(run.manifest))
+                        SteadyParams.of_manifest(run.manifest), server=run.server, host=run.host)
     verdict = judge(summary, run.topology, run.manifest.get("target") or {})
     return summary, verdict

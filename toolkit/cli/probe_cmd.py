@@ -38,15 +38,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--base-url", default="http://127.0.0.1:30000", help="server URL for the profile's bench")
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
+    run.add_argument("--simulated-gpus", default=None, metavar="URL",
+                     help="lab only: read SIMULATED GPUs from the lab stand-in's /lab/gpus at URL (its engine "
+                     "model) instead of NVML; labelled simulated in every artifact")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
     run.add_argument("--energy-interval-s", type=float, default=None,
                      help="read the energy counter this often besides the benchmark's start and end (default 20; "
                      "one read costs ~3 ms of CPU on an H200; energy between reads comes from 20 ms power samples)")
+    run.add_argument("--host-hz", type=float, default=2.0,
+                     help="host timeline (CPU of the benchmark's and the server's processes, /proc) samples per "
+                     "second (default 2; 0 = off)")
+    run.add_argument("--server-url", default=None, metavar="URL",
+                     help="scrape this SGLang server's /metrics and /v1/loads into server_trace.csv (default: the "
+                     "--profile's server host and port; none without a profile)")
+    run.add_argument("--server-hz", type=float, default=None,
+                     help="server scrapes per second (default: the profile's probe.server_scrape_hz, or 2)")
+    run.add_argument("--server-pid", type=int, default=None, metavar="PID",
+                     help="the serving process (its tree goes into host_trace.csv as role server)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
     run.add_argument("--server-unit", default=None, metavar="UNIT",
-                     help="systemd unit of the server under test: a failed benchmark's verdict carries "
-                     "its journal tail")
+                     help="systemd unit of the server under test: its MainPID's process tree goes into "
+                     "host_trace.csv (role server), and a failed benchmark's verdict carries its journal tail")
     run.add_argument("--record", action="store_true",
                      help="write the results entry into the --profile's file (toolkit results record; issue #4)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
@@ -94,8 +107,11 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path) -> dict[str, Any]
     # Suggest only variants that exist beside this profile (e.g. glm5-tp8 -> glm5-tp4-pp2, glm5-ep8).
     known = set(store.names())
     target["variants"] = [v for v in fewer_tp_variants({"profile": resolved.name}) if v in known]
+    host = "127.0.0.1" if spec.server.host in ("0.0.0.0", "::") else spec.server.host
     return {
         "argv": render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl), python=sys.executable),
+        "server_url": f"http://{host}:{spec.server.port}",
+        "server_scrape_hz": float(spec.probe.server_scrape_hz),
         "idle_s": float(spec.probe.idle_s),
         "sample_hz": float(spec.probe.sample_hz),
         "steady_state": spec.probe.steady_state.model_dump(),
@@ -156,7 +172,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     bench_jsonl = out / "bench.jsonl"
-    plan: dict[str, Any] = {"argv": command, "idle_s": 10.0, "sample_hz": 10.0, "steady_state": {}, "target": {}}
+    plan: dict[str, Any] = {"argv": command, "idle_s": 10.0, "sample_hz": 10.0, "steady_state": {}, "target": {},
+                            "server_url": None, "server_scrape_hz": 2.0}
     if args.profile:
         plan = {**plan, **_profile_plan(args.profile, args.base_url, bench_jsonl.resolve())}
         if command:
@@ -174,10 +191,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ToolkitError.of(f"--hz {hz} is out of range", field="--hz", fix="use 1 to 100 samples per second")
     if idle_s < 0:
         raise ToolkitError.of("--idle-s must be >= 0", field="--idle-s", fix="e.g. --idle-s 10")
+    if args.host_hz < 0 or args.host_hz > 20:
+        raise ToolkitError.of(f"--host-hz {args.host_hz} is out of range", field="--host-hz",
+                              fix="use 0 (off) to 20 samples per second")
+    server_url = args.server_url or plan["server_url"]
+    server_hz = args.server_hz if args.server_hz is not None else plan["server_scrape_hz"]
+    if server_hz <= 0 or server_hz > 20:
+        raise ToolkitError.of(f"--server-hz {server_hz} is out of range", field="--server-hz",
+                              fix="use 0.1 to 20 scrapes per second (AIPerf scrapes at 3)")
+    server_pid = args.server_pid
+    if server_pid is None and args.server_unit:
+        from toolkit.adapters.host_sampler import server_pid_of_unit
+
+        server_pid = server_pid_of_unit(args.server_unit)
+    if server_pid is not None and not Path(f"/proc/{server_pid}").exists():
+        raise ToolkitError.of(f"no process {server_pid}", field="--server-pid",
+                              fix="give the pid of the running server (systemctl show -p MainPID --value UNIT)")
 
     # The sampler opens BEFORE anything starts: no driver or no GPU is exit 2 with nothing run.
     sampler: Any
-    if args.replay_gpu_trace:
+    if args.replay_gpu_trace and args.simulated_gpus:
+        raise ToolkitError.of("--replay-gpu-trace and --simulated-gpus both replace NVML", field="--simulated-gpus",
+                              fix="give one of them")
+    if args.simulated_gpus:
+        from toolkit.adapters.simulated_gpus import SIMULATED_LABEL, SimulatedSampler
+
+        sampler = SimulatedSampler(args.simulated_gpus)
+        data_source = SIMULATED_LABEL
+    elif args.replay_gpu_trace:
         from toolkit.core.probe.sampler import RecordedSampler
 
         recorded = read_trace(args.replay_gpu_trace)
@@ -195,7 +236,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         data_source = "measured (NVML)"
     gpus = sampler.open(gpus_wanted)
     try:
-        result, summary, verdict = _sampled_run(args, sampler, gpus, plan, out, bench_jsonl, data_source, idle_s, hz)
+        result, summary, verdict = _sampled_run(args, sampler, gpus, plan, out, bench_jsonl, data_source, idle_s, hz,
+                                                (server_pid, server_url, server_hz))
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -209,9 +251,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: dict[str, Any], out: Path,
-                 bench_jsonl: Path, data_source: str, idle_s: float, hz: float) -> tuple[Any, dict[str, Any],
-                                                                                          dict[str, Any]]:
-    """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict)."""
+                 bench_jsonl: Path, data_source: str, idle_s: float, hz: float,
+                 side_cfg: tuple[int | None, str | None, float]) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict).
+    side_cfg: (server pid, server URL, scrape Hz) for the host and server timelines."""
     from toolkit.adapters.bench_process import read_bench_jsonl, redact_argv, run_sampled, server_log_tail
     from toolkit.adapters.probe_store import write_json_atomic
     from toolkit.core.probe.bench import failed_requests, normalize_bench_result, requests_sent
@@ -246,13 +289,15 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
         live, on_tick = _live_view(live_on, len(gpus))
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
                       "gpus": ";".join(map(str, gpus))}
+        server_pid, server_url, server_hz = side_cfg
+        side, on_bench_pid, side_info = _side_timelines(out, args.host_hz, server_pid, server_url, server_hz)
+        kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
+                              "side": side, "on_bench_pid": on_bench_pid}
         if live is not None:
             with live:
-                result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
-                                     trace_meta=trace_meta, env=env, on_tick=on_tick)
+                result = run_sampled(sampler, plan["argv"], out, on_tick=on_tick, **kw)
         else:
-            result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
-                                 trace_meta=trace_meta, env=env)
+            result = run_sampled(sampler, plan["argv"], out, **kw)
     finally:
         sampler.close()
     os.replace(out / "trace.csv.partial", out / "trace.csv")
@@ -275,11 +320,60 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
         if args.server_unit and (result.exit_code != 0 or result.interrupted or lost) else "",
         "sampler_cost": result.cost.to_dict(),
         "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
-                  "summary.json", "verdict.json"],
+                  "summary.json", "verdict.json", *(tl.path.name for tl in side)],
+        **{k: f() for k, f in side_info.items()},
     })
     write_json_atomic(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
     return result, summary, verdict
+
+
+def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,
+                    server_hz: float) -> tuple[list[Any], Any, dict[str, Any]]:
+    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop.
+
+    Returns (threads, the callback that learns the benchmark's pid, run.json sections to fill in at the end)."""
+    from toolkit.adapters.timeline_thread import TimelineThread
+
+    side: list[Any] = []
+    info: dict[str, Any] = {}
+    on_bench_pid = None
+    if server_url:
+        from toolkit.adapters import sglang_metrics
+
+        if sglang_metrics.available():
+            scraper = sglang_metrics.ServerScraper(server_url, server_hz)
+            stl = TimelineThread(out / "server_trace.csv", scraper.header(), server_hz, scraper.tick, "server")
+            side.append(stl)
+
+            def server_info() -> dict[str, Any]:
+                return {**scraper.info(), "cost": stl.cost()}
+
+            info["server"] = server_info
+        else:
+            why = "the Python package prometheus-client is not installed (pip install prometheus-client)"
+            print(f"probe: server timeline skipped: {why}", file=sys.stderr)
+            info["server"] = lambda: {"url": server_url, "scrape_hz": server_hz, "metrics_enabled": None,
+                                      "rows": 0, "gaps": 0, "resets": 0, "skipped": why,
+                                      "what_was_not_seen": [f"the whole server timeline: {why}"]}
+    if host_hz > 0 and Path("/proc/self/stat").exists():
+        from toolkit.adapters.host_sampler import HostSampler
+
+        host = HostSampler()
+        if server_pid is not None:
+            host.set_root("server", server_pid)
+        tl = TimelineThread(out / "host_trace.csv", host.header(host_hz), host_hz, host.tick, "host")
+        side.append(tl)
+
+        def on_bench_pid(pid: int) -> None:
+            host.set_root("bench", pid)
+
+        def host_info() -> dict[str, Any]:
+            return {"sample_hz": host_hz, "server_pid": server_pid, "rows": host.rows, "source": "proc",
+                    "cost": tl.cost()}
+
+        info["host"] = host_info
+    return side, on_bench_pid, info
 
 
 def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) -> None:
@@ -295,12 +389,13 @@ def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) ->
 
 def _disk_full(out: Path, err: OSError) -> ToolkitError:
     """The run directory's disk filled up mid-run. Files written whole (JSON: temp file + rename) are complete or
-    absent; the streamed ones (trace.csv.partial, bench.*.log) may be cut mid-line, so they go, which also gives
-    back the space to mark run.json as failed."""
+    absent; the streamed ones (trace.csv.partial, bench.*.log, the side timelines) may be cut mid-line, so they go,
+    which also gives back the space to mark run.json as failed."""
     from toolkit.adapters.probe_store import read_json, write_json_atomic
 
     removed = []
-    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl"):
+    for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
+                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv"):
         path = out / name
         if path.exists():
             path.unlink()
@@ -360,7 +455,7 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
 
     con = Console()
     src = summary["data_source"]
-    if "recorded" in src or "lab data" in src or replay:
+    if "recorded" in src or "lab data" in src or "simulated" in src or replay:
         con.print(f"[yellow]data: {src}{' (replayed from ' + str(out) + ')' if replay else ''}[/yellow]")
     tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
                f"{summary['steady']['start_s']}-{summary['steady']['end_s']} s)")

@@ -102,6 +102,9 @@ class DeployInputs:
     nnodes: int = 1
     bench_argv: list[str] = field(default_factory=list)
     service_name: str = "sglang"
+    server_scrape_hz: float = 2.0  # the profile's probe.server_scrape_hz
+    # The profile's target, for the lab stand-in's engine model (its simulated GPUs); unused on real hosts.
+    target_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,19 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
         api_key_secret=secret,
         api_key_env_file=f"/etc/sglang/{resolved.name}.env" if secret else None,
         nnodes=spec.server.nnodes,
+        server_scrape_hz=float(spec.probe.server_scrape_hz),
+        target_env=standin_target_env(spec.target.model_dump()),
     )
+
+
+def standin_target_env(target: Mapping[str, Any]) -> dict[str, str]:
+    """SGLANG_STANDIN_GPU_* for the lab stand-in: the hardware its engine model simulates (set fields only)."""
+    keys = {"gpu_model": "SGLANG_STANDIN_GPU_NAME", "gpu_memory_gib": "SGLANG_STANDIN_GPU_MEMORY_GIB",
+            "gpu_power_limit_w": "SGLANG_STANDIN_GPU_POWER_LIMIT_W", "interconnect": "SGLANG_STANDIN_INTERCONNECT"}
+    out = {env: str(target[k]) for k, env in keys.items() if target.get(k) not in (None, "")}
+    if target.get("p2p") is not None:
+        out["SGLANG_STANDIN_P2P"] = "1" if target["p2p"] else "0"
+    return dict(sorted(out.items()))
 
 
 def per_node(resolved: ResolvedProfile, hosts: Sequence[str]) -> dict[str, tuple[list[str], str]]:
@@ -308,6 +323,9 @@ def build_extravars(
         "sglang_service_fetch_dir": fetch_dir,
         "sglang_service_standin": lab.standin_server,
         "sglang_service_standin_src": standin_server_src,
+        "sglang_service_standin_extra_src": [str(Path(standin_server_src).with_name("engine_model.py"))]
+        if lab.standin_server else [],
+        "sglang_service_standin_env": inputs.target_env if lab.standin_server else {},
         "sglang_service_standin_exec": systemd_exec_line(standin) if standin else "",
         # Multi-node: per host, the argv and unit with that host's --node-rank (empty for one node).
         "sglang_service_argv_by_host": {h: a for h, (a, _) in (nodes or {}).items()},
@@ -319,7 +337,10 @@ def build_extravars(
         "sglang_service_standin_fail_health": lab.standin_fail_health,
         "sglang_service_standin_nan_log": lab.standin_nan_log,
         "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
-        "bench_probe_probe_args": list(probe_args),
+        # The probe scrapes the deployed server's /metrics (the server timeline); apply adds --server-unit (its
+        # tree goes into host_trace.csv, its journal into a failed run's verdict); the caller's options come after.
+        "bench_probe_probe_args": ["--server-url", base_url, "--server-hz", f"{inputs.server_scrape_hz:g}",
+                                   *probe_args],
         "bench_probe_hf_home": inputs.env.get("HF_HOME", DEFAULT_HF_HOME),
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_wheelhouse_src": wheelhouse_dir,
