@@ -110,5 +110,5 @@ def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
     summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
                         SteadyParams.of_manifest(run.manifest))
-    verdict = judge(summary, run.topology, run.manifest.get("target") or {})
+    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace)
     return summary, verdict
