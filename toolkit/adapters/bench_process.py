@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from toolkit.adapters.timeline_thread import TimelineThread
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.sampler import GpuSampler, Row
 from toolkit.core.probe.trace import COLUMNS, format_row, header_line
@@ -124,8 +125,13 @@ def run_sampled(
     trace_meta: dict[str, str],
     env: dict[str, str] | None = None,
     on_tick: Callable[[str, float, list[Row]], None] | None = None,
+    side: Sequence[TimelineThread] = (),
+    on_bench_pid: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Sample idle_s of baseline, then run argv while sampling, until it exits (or Ctrl-C)."""
+    """Sample idle_s of baseline, then run argv while sampling, until it exits (or Ctrl-C).
+
+    `side` timelines (server scrape, host CPU) run in their own threads on the same clock from t0 to the end;
+    `on_bench_pid` learns the benchmark's pid as soon as it is started (the host timeline's `bench` root)."""
     period = 1.0 / sample_hz
     result = RunResult(gpus=gpus)
     partial = out_dir / "trace.csv.partial"
@@ -134,6 +140,8 @@ def run_sampled(
     t0 = time.monotonic()
     env = dict(env if env is not None else os.environ, TOOLKIT_PROBE_T0_MONOTONIC=repr(t0))
     cost = result.cost
+    for tl in side:
+        tl.start(t0)
     with partial.open("w", buffering=1 << 16) as trace_f, stdout_path.open("wb") as so, stderr_path.open("wb") as se:
         trace_f.write(header_line(trace_meta))
         trace_f.write(",".join(COLUMNS) + "\n")
@@ -152,6 +160,8 @@ def run_sampled(
                     except OSError as err:
                         raise ToolkitError.of(f"cannot start the benchmark: {err}", field="command",
                                               fix="check the command after `--` (is it installed, on PATH?)") from None
+                    if on_bench_pid is not None:
+                        on_bench_pid(proc.pid)
                 target = k * period
                 if target > now:
                     time.sleep(target - now)
@@ -189,6 +199,8 @@ def run_sampled(
             result.exit_code = proc.returncode if proc is not None else None
         finally:
             cost.loop_wall_s = time.monotonic() - t0
+            for tl in side:
+                tl.stop()
     result.stderr_tail = tail(stderr_path)
     return result
 

@@ -41,6 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--energy-interval-s", type=float, default=5.0,
                      help="read the energy counter at most this often (default 5; 0 = every sample; "
                      "one read costs ~3 ms of CPU on an H200)")
+    run.add_argument("--host-hz", type=float, default=2.0,
+                     help="host timeline (CPU of the benchmark's and the server's processes, /proc) samples per "
+                     "second (default 2; 0 = off)")
+    run.add_argument("--server-pid", type=int, default=None, metavar="PID",
+                     help="the serving process (its tree goes into host_trace.csv as role server)")
+    run.add_argument("--server-unit", default=None, metavar="UNIT",
+                     help="systemd unit of the server: its MainPID is the server's process (e.g. on the container)")
     run.add_argument("--live", choices=("auto", "on", "off"), default="auto", help="live view (auto: on a TTY)")
     run.add_argument("--json", action="store_true", help="print the verdict as JSON")
     run.add_argument("--record", action="store_true",
@@ -171,6 +178,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ToolkitError.of(f"--hz {hz} is out of range", field="--hz", fix="use 1 to 100 samples per second")
     if idle_s < 0:
         raise ToolkitError.of("--idle-s must be >= 0", field="--idle-s", fix="e.g. --idle-s 10")
+    if args.host_hz < 0 or args.host_hz > 20:
+        raise ToolkitError.of(f"--host-hz {args.host_hz} is out of range", field="--host-hz",
+                              fix="use 0 (off) to 20 samples per second")
+    server_pid = args.server_pid
+    if server_pid is None and args.server_unit:
+        from toolkit.adapters.host_sampler import server_pid_of_unit
+
+        server_pid = server_pid_of_unit(args.server_unit)
+    if server_pid is not None and not Path(f"/proc/{server_pid}").exists():
+        raise ToolkitError.of(f"no process {server_pid}", field="--server-pid",
+                              fix="give the pid of the running server (systemctl show -p MainPID --value UNIT)")
 
     # The sampler opens BEFORE anything starts: no driver or no GPU is exit 2 with nothing run.
     sampler: Any
@@ -217,13 +235,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
         live, on_tick = _live_view(live_on, len(gpus))
         trace_meta = {"sample_hz": str(hz), "source": sampler.source, "gpus": ";".join(map(str, gpus))}
+        side, on_bench_pid, side_info = _side_timelines(out, args.host_hz, server_pid)
+        kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
+                              "side": side, "on_bench_pid": on_bench_pid}
         if live is not None:
             with live:
-                result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
-                                     trace_meta=trace_meta, env=env, on_tick=on_tick)
+                result = run_sampled(sampler, plan["argv"], out, on_tick=on_tick, **kw)
         else:
-            result = run_sampled(sampler, plan["argv"], out, gpus=gpus, sample_hz=hz, idle_s=idle_s,
-                                 trace_meta=trace_meta, env=env)
+            result = run_sampled(sampler, plan["argv"], out, **kw)
     finally:
         sampler.close()
     os.replace(out / "trace.csv.partial", out / "trace.csv")
@@ -238,7 +257,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         "stderr_tail": result.stderr_tail,
         "sampler_cost": result.cost.to_dict(),
         "files": ["run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
-                  "summary.json", "verdict.json"],
+                  "summary.json", "verdict.json", *(tl.path.name for tl in side)],
+        **{k: f() for k, f in side_info.items()},
     })
     write_json_atomic(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
@@ -248,6 +268,36 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.record:
         _record(out, args.profile, verdict, quiet=args.json)
     return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+
+
+def _side_timelines(out: Path, host_hz: float, server_pid: int | None
+                    ) -> tuple[list[Any], Any, dict[str, Any]]:
+    """The host timeline (and, where a server is known, its scrape): threads beside the GPU loop.
+
+    Returns (threads, the callback that learns the benchmark's pid, run.json sections to fill in at the end)."""
+    from toolkit.adapters.timeline_thread import TimelineThread
+
+    side: list[Any] = []
+    info: dict[str, Any] = {}
+    on_bench_pid = None
+    if host_hz > 0 and Path("/proc/self/stat").exists():
+        from toolkit.adapters.host_sampler import HostSampler
+
+        host = HostSampler()
+        if server_pid is not None:
+            host.set_root("server", server_pid)
+        tl = TimelineThread(out / "host_trace.csv", host.header(host_hz), host_hz, host.tick, "host")
+        side.append(tl)
+
+        def on_bench_pid(pid: int) -> None:
+            host.set_root("bench", pid)
+
+        def host_info() -> dict[str, Any]:
+            return {"sample_hz": host_hz, "server_pid": server_pid, "rows": host.rows, "source": "proc",
+                    "cost": tl.cost()}
+
+        info["host"] = host_info
+    return side, on_bench_pid, info
 
 
 def _record(out: Path, profile: str, verdict: dict[str, Any], *, quiet: bool) -> None:
