@@ -16,6 +16,8 @@ from typing import Any
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.host_trace import HostTrace, read_host_trace
+from toolkit.core.probe.server_trace import ServerTrace, read_server_trace
 from toolkit.core.probe.steady import SteadyParams
 from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION, summarize
 from toolkit.core.probe.trace import Trace, parse_trace
@@ -81,6 +83,13 @@ class ProbeRun:
     topology: dict[str, Any]
     summary: dict[str, Any] | None
     verdict: dict[str, Any] | None
+    server_trace: ServerTrace | None = None  # server_trace.csv, when the run scraped a server
+    host_trace: HostTrace | None = None  # host_trace.csv, when the run sampled /proc
+
+
+def _read_timeline(path: Path, reader: Any) -> Any:
+    """A side timeline (SPEC-timelines.md) or None when the run did not record it (older runs, no server)."""
+    return reader(path.read_text(errors="replace"), str(path)) if path.exists() else None
 
 
 def load_run(run_dir: str | Path) -> ProbeRun:
@@ -103,6 +112,8 @@ def load_run(run_dir: str | Path) -> ProbeRun:
         topology=read_json(d / "topology.json", required=False) or {},
         summary=read_json(d / "summary.json", required=False),
         verdict=read_json(d / "verdict.json", required=False),
+        server_trace=_read_timeline(d / "server_trace.csv", read_server_trace),
+        host_trace=_read_timeline(d / "host_trace.csv", read_host_trace),
     )
 
 
@@ -110,5 +121,6 @@ def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
     summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
                         SteadyParams.of_manifest(run.manifest))
-    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace)
+    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace,
+                    server=run.server_trace, host=run.host_trace)
     return summary, verdict

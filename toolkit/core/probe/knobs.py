@@ -130,9 +130,9 @@ def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus:
                 v *= 2
             vals = vals or [int(hi)]
             steps.append(k.step("server.max_running_requests", vals,
-                                f"running sat at the cap ({srv.get('running')} of {cap}) with {srv.get('queue')} "
-                                f"queued and KV usage {srv.get('token_usage')}: the request-slot cap binds, not "
-                                f"memory (up to {demand:.0f} requests wanted a slot)",
+                                f"running sat at the cap ({srv.get('running'):.0f} of {cap}) with "
+                                f"{srv.get('queue'):.0f} queued and KV usage {srv.get('token_usage')}: "
+                                f"the request-slot cap binds, not memory (up to {demand:.0f} requests wanted a slot)",
                                 {"server": srv, "held": held}, server_key="max_running_requests"))
             graph_bs = k.values.get("server.cuda_graph_max_bs")
             top = _num(vals[-1]) or 0.0

@@ -167,19 +167,27 @@ def next_steps(cls: str, power_capped: bool | None, topology: dict[str, Any], ta
     return ["No dominant bottleneck: compare against a variant (`toolkit sweep`) rather than tuning one knob."]
 
 
+def _n(v: Any) -> str:
+    """A figure for a sentence: whole numbers without '.0', others to 2 significant decimals."""
+    if isinstance(v, float):
+        return f"{v:.0f}" if v.is_integer() or abs(v) >= 100 else f"{v:.2g}" if abs(v) < 1 else f"{v:.1f}"
+    return "?" if v is None else str(v)
+
+
 def _timeline_steps(cls: str, ev: dict[str, Any]) -> list[str]:
-    srv = ev.get("server") or {}
+    srv = {k: _n(v) for k, v in (ev.get("server") or {}).items()}
     if cls == HOST:
         t = ev.get("busiest_thread") or {}
         who = t.get("name", "a thread")
         if t.get("role") == "bench":
-            return [f"{who} runs at {t.get('cpu_pct')} % of a core while the GPU is underused "
-                    f"(util {ev.get('util_gpu_pct')} %): the benchmark's own CPU work limits the run, so it measures "
-                    "the client. Move Python work off the path between kernels (or spread the client over more "
-                    "processes) before tuning the server or the GPU."]
-        return [f"{who} runs at {t.get('cpu_pct')} % of a core with requests queued while the GPU is underused: the "
-                "server's host side (scheduler, tokenizer or launch loop) limits the run; fewer host steps per token "
-                "help (CUDA graphs where the profile allows them, --num-continuous-decode-steps), GPU kernels won't."]
+            return [f"{who} runs at {_n(t.get('cpu_pct'))} % of a core while the GPU is underused "
+                    f"(util {_n(ev.get('util_gpu_pct'))} %): the benchmark's own CPU work limits the run, so it "
+                    "measures the client. Move Python work off the path between kernels (or spread the client over "
+                    "more processes) before tuning the server or the GPU."]
+        return [f"{who} runs at {_n(t.get('cpu_pct'))} % of a core with requests queued while the GPU is "
+                "underused: the server's host side (scheduler, tokenizer or launch loop) limits the run; fewer host "
+                "steps per token help (CUDA graphs where the profile allows them, --num-continuous-decode-steps), "
+                "GPU kernels won't."]
     if cls == INTERMITTENT:
         lp = ev.get("load_phases") or {}
         return [f"The load comes in phases (busy {lp.get('busy_phase_median_s')} s, idle "
@@ -327,7 +335,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     else:
         lead = tl.lead
         power_capped = bool(lead.power_capped) if cls == COMPUTE and lead is not None else None
-        headline = tl.headline + (f" — {lead.why}" if lead is not None and cls != INTERMITTENT else "")
+        headline = tl.headline + (f" — {lead.why}" if lead is not None and cls not in (INTERMITTENT, MIXED) else "")
         if cls == MIXED:
             steps = [f"No state dominates ({tl.evidence['mix']}): read the phases, then compare variants "
                      "(`toolkit sweep`) rather than tuning one knob."]
