@@ -88,6 +88,9 @@ H200_SHAPES: dict[str, dict[str, float]] = {
              "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
     "launch": {"power_w": 120.0, "util_gpu_pct": 13.0, "gpm_sm_util_pct": 0.5, "gpm_tensor_util_pct": 0.0,
                "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
+    # the sample on each phase edge: NVML's util window (~0.2 s) straddles it
+    "edge": {"power_w": 400.0, "util_gpu_pct": 45.0, "gpm_sm_util_pct": 50.0, "gpm_tensor_util_pct": 45.0,
+             "gpm_dram_bw_util_pct": 8.0, "sm_clock_mhz": 1700.0, "clock_reasons": 0},
     "idle": {"power_w": 80.0, "util_gpu_pct": 0.0, "gpm_sm_util_pct": 0.0, "gpm_tensor_util_pct": 0.0,
              "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
 }
@@ -117,8 +120,16 @@ def timeline_trace(shape_at: Any, seconds: float, *, gpus: int = 1, hz: float = 
 
 
 def alternating(on_s: float, off_s: float, busy: str = "compute") -> Any:
-    """busy for on_s, idle for off_s, repeating (an intermittent load)."""
-    return lambda t: busy if (t % (on_s + off_s)) < on_s else "idle"
+    """busy for on_s, idle for off_s, repeating (an intermittent load); the first sample of each phase is an edge."""
+    on_k, cycle_k = round(on_s * 10), round((on_s + off_s) * 10)  # in 0.1 s ticks: no float modulo drift
+
+    def shape(t: float) -> str:
+        x = round(t * 10) % cycle_k
+        if x in (0, on_k):
+            return "edge"
+        return busy if x < on_k else "idle"
+
+    return shape
 
 
 SERVER_COLUMNS = ("t_s", "ok", "error", "num_running_reqs", "num_queue_reqs", "token_usage", "num_used_tokens",

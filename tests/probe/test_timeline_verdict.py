@@ -31,8 +31,8 @@ def test_alternating_saturated_and_idle_phases_are_intermittent_load_not_launch_
     # the window's mean alone reads a half-busy GPU (the old verdict's mistake for the short phases)
     assert v.window_mean is not None and v.window_mean["class"] != "intermittent-load"
     lp = v.evidence["over_time"]["load_phases"]
-    assert lp["busy_phase_median_s"] == pytest.approx(on_s, abs=0.15)
-    assert lp["idle_phase_median_s"] == pytest.approx(on_s, abs=0.15)
+    assert lp["busy_phase_median_s"] == pytest.approx(on_s, abs=0.25)
+    assert lp["idle_phase_median_s"] == pytest.approx(on_s, abs=0.25)
     steps = " ".join(v.next_steps)
     assert "concurrency or request rate" in steps and "won't help" in steps
     assert "enable CUDA graphs" not in steps and not any(k.knob == "server.cuda_graph" for k in v.knob_steps)
@@ -55,7 +55,7 @@ def test_short_phases_read_as_on_off_intervals_long_phases_as_phases_with_their_
 def test_fine_grained_gaps_stay_launch_bound() -> None:
     v = _verdict(lambda t: "launch")
     assert v.cls == "launch-bound"
-    assert v.evidence["over_time"]["load_phases"]["partial_share"] > 0.9
+    assert v.evidence["over_time"]["load_phases"]["gappy_share"] > 0.9
 
 
 def test_one_long_idle_stretch_is_a_phase_and_a_mix_not_intermittent() -> None:

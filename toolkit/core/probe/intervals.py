@@ -408,19 +408,25 @@ def _gpu_text(iv: Interval) -> str:
 
 @dataclass(frozen=True)
 class Segment:
-    """A run of consecutive samples at one load level: busy (util >= 80 %), idle (<= 3 %) or partial."""
+    """A run of consecutive samples on one side of SPLIT_UTIL_PCT (mean util over the GPUs at each tick): `high`
+    or `low`, with the median util of its samples (a saturated phase reads ~100, an idle one 0, fine-grained
+    gaps in between)."""
 
     level: str
     start_s: float
     end_s: float
+    median_util_pct: float
 
     @property
     def duration_s(self) -> float:
         return self.end_s - self.start_s
 
 
+SPLIT_UTIL_PCT = 50.0  # a phase edge falls in one or two samples (NVML's util window, ~0.2 s on the H200)
+
+
 def load_segments(trace: Trace, start_s: float, end_s: float) -> list[Segment]:
-    """The window's samples as runs of one level (mean util over the GPUs at each tick; rows align by index, as in
+    """The window's samples as runs above and below SPLIT_UTIL_PCT (rows align by index across GPUs, as in
     steady.activity_series). A run ends where the next begins, so the durations add up to the window."""
     series = list(trace.gpus.values())
     if not series:
@@ -428,18 +434,19 @@ def load_segments(trace: Trace, start_s: float, end_s: float) -> list[Segment]:
     n = min(len(s) for s in series)
     t = series[0].t_s[:n]
     lo, hi = bisect.bisect_left(t, start_s), bisect.bisect_right(t, end_s)
-    levels: list[tuple[float, str]] = []
+    ticks: list[tuple[float, float]] = []
     for i in range(lo, hi):
         us = [u for s in series if (u := s.values["util_gpu_pct"][i]) is not None]
-        if not us:
-            continue
-        u = sum(us) / len(us)
-        levels.append((t[i], "busy" if u >= BUSY_UTIL_PCT else "idle" if u <= IDLE_SAMPLE_UTIL_PCT else "partial"))
-    out: list[Segment] = []
-    for k, (ti, level) in enumerate(levels):
-        nxt = levels[k + 1][0] if k + 1 < len(levels) else min(end_s, ti + (ti - levels[k - 1][0] if k else 0.0))
-        if out and out[-1].level == level:
-            out[-1] = Segment(level, out[-1].start_s, nxt)
+        if us:
+            ticks.append((t[i], sum(us) / len(us)))
+    runs: list[tuple[str, float, float, list[float]]] = []
+    for k, (ti, u) in enumerate(ticks):
+        level = "high" if u >= SPLIT_UTIL_PCT else "low"
+        nxt = ticks[k + 1][0] if k + 1 < len(ticks) else min(end_s, ti + (ti - ticks[k - 1][0] if k else 0.0))
+        if runs and runs[-1][0] == level:
+            runs[-1][3].append(u)
+            runs[-1] = (level, runs[-1][1], nxt, runs[-1][3])
         else:
-            out.append(Segment(level, ti, nxt))
-    return out
+            runs.append((level, ti, nxt, [u]))
+    # the lower median: an edge sample beside one idle sample does not make the run look busy
+    return [Segment(level, a, b, sorted(us)[(len(us) - 1) // 2]) for level, a, b, us in runs]

@@ -6,9 +6,11 @@ Rules, in order (thresholds below; docs/probe.md has the table):
    least OVERLOAD_GROWTH_MIN requests or a quarter of its peak, and still near its peak at the end): the offered
    load exceeds capacity, there is no steady state, and latency figures are not comparable between runs.
 2. intermittent-load: the samples (mean util over GPUs, at the sampling rate) hold busy phases (util >= 80 %) and
-   idle phases (util <= 3 %) of at least MIN_GAP_S, at least two of each, each level >= INTERMITTENT_SHARE of
-   the time and the samples in between (partial) <= PARTIAL_MAX: the load, not the GPU, is the limiter. Fine-
-   grained gaps inside busy intervals read as partial samples instead, and stay launch-bound (or host-bound).
+   idle phases (util <= 3 %) of at least MIN_GAP_S, at least two of each, each >= INTERMITTENT_SHARE of the time
+   and stretches of fine-grained gaps (below 50 % util but not idle) <= GAPPY_MAX: the load, not the GPU, is the
+   limiter. (Phases are runs of samples on one side of 50 % util; a run is busy or idle by its median sample, so
+   the one or two samples of each edge don't count.) Fine-grained gaps read as runs of 5-60 % util instead, and
+   stay launch-bound (or host-bound).
    Not when the server's own limits (scheduler-capped, kv-bound) hold half the window or more.
 3. The dominant state: one interval state holds >= DOMINANT_SHARE of the window's time.
 4. Otherwise mixed, with the mix ("58 % compute-bound (power-capped), 42 % idle").
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.core.probe.gpu_rules import (
+    BUSY_UTIL_PCT,
     CLIENT,
     COMPUTE,
     HOST,
@@ -38,13 +41,13 @@ from toolkit.core.probe.gpu_rules import (
     SCHEDULER_CAPPED,
     WAITING,
 )
-from toolkit.core.probe.intervals import Interval, Segment
+from toolkit.core.probe.intervals import IDLE_SAMPLE_UTIL_PCT, Interval, Segment
 
 DOMINANT_SHARE = 0.6
 MIN_PHASE_S = 2.0
 MIN_GAP_S = 0.3  # shorter idle runs are a sample or two of noise at 10 Hz
 INTERMITTENT_SHARE = 0.15
-PARTIAL_MAX = 0.35
+GAPPY_MAX = 0.35
 OVERLOAD_GROWTH_MIN = 4.0
 MIN_OVERLOAD_INTERVALS = 6
 DISAGREEMENT_PENALTY = 0.15
@@ -137,28 +140,31 @@ def _median(xs: list[float]) -> float:
 
 
 def intermittency(segments: list[Segment]) -> dict[str, Any] | None:
-    """Busy and idle phases of the load (sample level), or None when the window has no samples."""
+    """The load's phases at the sampling rate: busy runs (util above the split, saturated inside) and idle runs
+    (below it, idle inside), or None when the window has no samples."""
     total = sum(s.duration_s for s in segments)
     if total <= 0:
         return None
-    by: dict[str, float] = defaultdict(float)
-    for s in segments:
-        by[s.level] += s.duration_s
-    busy = [s.duration_s for s in segments if s.level == "busy" and s.duration_s >= MIN_GAP_S]
-    idle = [s.duration_s for s in segments if s.level == "idle" and s.duration_s >= MIN_GAP_S]
+    busy = [s for s in segments if s.level == "high" and s.median_util_pct >= BUSY_UTIL_PCT]
+    idle = [s for s in segments if s.level == "low" and s.median_util_pct <= IDLE_SAMPLE_UTIL_PCT]
+    low_busy = [s for s in segments if s.level == "low" and s.median_util_pct > IDLE_SAMPLE_UTIL_PCT]
+    long_busy = [s.duration_s for s in busy if s.duration_s >= MIN_GAP_S]
+    long_idle = [s.duration_s for s in idle if s.duration_s >= MIN_GAP_S]
     return {
-        "busy_share": round(by["busy"] / total, 3), "idle_share": round(by["idle"] / total, 3),
-        "partial_share": round(by["partial"] / total, 3),
-        "busy_phases": len(busy), "idle_phases": len(idle),
-        "busy_phase_median_s": round(_median(busy), 2) if busy else None,
-        "idle_phase_median_s": round(_median(idle), 2) if idle else None,
+        "busy_share": round(sum(s.duration_s for s in busy) / total, 3),
+        "idle_share": round(sum(s.duration_s for s in idle) / total, 3),
+        # below the split but not idle: kernels with fine-grained gaps between them
+        "gappy_share": round(sum(s.duration_s for s in low_busy) / total, 3),
+        "busy_phases": len(long_busy), "idle_phases": len(long_idle),
+        "busy_phase_median_s": round(_median(long_busy), 2) if long_busy else None,
+        "idle_phase_median_s": round(_median(long_idle), 2) if long_idle else None,
     }
 
 
 def is_intermittent(stats: dict[str, Any] | None) -> bool:
     return bool(stats and stats["busy_phases"] >= 2 and stats["idle_phases"] >= 2
                 and stats["busy_share"] >= INTERMITTENT_SHARE and stats["idle_share"] >= INTERMITTENT_SHARE
-                and stats["partial_share"] <= PARTIAL_MAX)
+                and stats["gappy_share"] <= GAPPY_MAX)
 
 
 def overload(ivs: list[Interval]) -> dict[str, Any] | None:
@@ -287,7 +293,7 @@ def judge_timeline(ivs: list[Interval], segments: list[Segment], *, has_server: 
                     f"{inter['idle_phase_median_s']} s (medians; busy {inter['busy_share']:.0%}, idle "
                     f"{inter['idle_share']:.0%} of the time): the load, not the GPU, is the limiter — "
                     f"{mix_text(mix)}")
-        base_conf = 0.85 * (1.0 - inter["partial_share"])
+        base_conf = 0.85 * (1.0 - inter["gappy_share"])
     else:
         top = mix[0]
         top_state = next(iv.state for iv in ivs if label(iv) == top["state"])
