@@ -12,6 +12,7 @@ into run.json by `toolkit probe run --profile` or `--target-json`), else from wh
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,3 +221,40 @@ def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus:
                                 "memory-bandwidth-bound: an fp8 KV cache halves the bytes attention reads",
                                 {"held": held}))
     return steps
+
+
+def target_knobs(resolved: dict[str, Any]) -> dict[str, Any]:
+    """`knobs` and `why` for a run's target, from a resolved profile (a plain mapping): every scalar under
+    server and bench as a dotted path (what a step's `current` is read from), and the profile's reasons for them."""
+    knobs: dict[str, Any] = {}
+    for section in ("server", "bench"):
+        for key, value in sorted((resolved.get(section) or {}).items()):
+            if value is None or isinstance(value, bool | int | float | str):
+                knobs[f"{section}.{key}"] = value
+    why = {path: str((w or {}).get("reason", "")).strip() for path, w in (resolved.get("why") or {}).items()
+           if path in knobs}
+    return {"knobs": knobs, "why": why}
+
+
+def fewer_tp_variants(target: dict[str, Any]) -> list[str]:
+    if target.get("variants"):
+        return [str(v) for v in target["variants"]]
+    name = str(target.get("profile", ""))
+    m = re.search(r"tp(\d+)", name)
+    if not m or int(m.group(1)) < 2:
+        return []
+    n = int(m.group(1))
+    return [name.replace(m.group(0), f"tp{n // 2}-pp2"), name.replace(m.group(0), f"ep{n}")]
+
+
+def run_target(name: str, resolved: dict[str, Any], known_profiles: set[str]) -> dict[str, Any]:
+    """run.json's `target` for a resolved profile (a plain mapping): the hardware target, the parallel layout,
+    the existing variant profiles a verdict may name (glm5-tp8 -> glm5-tp4-pp2, glm5-ep8), and the knobs."""
+    target: dict[str, Any] = {"profile": name, **(resolved.get("target") or {})}
+    server = resolved.get("server") or {}
+    for attr in ("tp_size", "pp_size", "ep_size", "dp_size"):
+        if server.get(attr) is not None:
+            target[attr] = server[attr]
+    target["variants"] = [v for v in fewer_tp_variants({"profile": name}) if v in known_profiles]
+    target.update(target_knobs(resolved))
+    return target

@@ -9,7 +9,6 @@ also kept beside the timeline's verdict (`window_mean`). The per-GPU rules are g
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,7 @@ from toolkit.core.probe.gpu_rules import (
     work_of,
 )
 from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments
-from toolkit.core.probe.knobs import KnobStep, propose
+from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
 from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
 from toolkit.core.probe.trace import Trace
 
@@ -94,17 +93,6 @@ class Verdict:
             },
             "data_source": self.data_source,
         }
-
-
-def fewer_tp_variants(target: dict[str, Any]) -> list[str]:
-    if target.get("variants"):
-        return [str(v) for v in target["variants"]]
-    name = str(target.get("profile", ""))
-    m = re.search(r"tp(\d+)", name)
-    if not m or int(m.group(1)) < 2:
-        return []
-    n = int(m.group(1))
-    return [name.replace(m.group(0), f"tp{n // 2}-pp2"), name.replace(m.group(0), f"ep{n}")]
 
 
 def _no_p2p(topology: dict[str, Any]) -> bool | None:
