@@ -7,9 +7,9 @@ manylinux x86_64: Debian 12), not the controller's.
 
 What goes in: the pinned `sglang` wheel itself (without its dependencies), SGLang's serving-side
 Python imports that install without a GPU (toolkit.core.deploy.SERVING_REQUIREMENTS, with SGLang's
-own pins), and the toolkit's probe (its wheel, plus rich and nvidia-ml-py). What SGLang requires
-and is left out (torch, flashinfer, sgl-kernel, ...) is written to LEFT_OUT.txt, so the closing note
-can say exactly which.
+own pins), and the toolkit's probe (its wheel, plus rich, nvidia-ml-py, pyyaml and prometheus-client).
+What SGLang requires and is left out (torch, flashinfer, sgl-kernel, ...) is written to LEFT_OUT.txt, so the
+closing note can say exactly which.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ TARGET_PYTHON = "3.11"
 # Debian 12 has glibc 2.36: every manylinux tag up to 2_36 installs there.
 PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "linux_x86_64")
-PROBE_REQUIREMENTS = ("rich", "nvidia-ml-py", "pyyaml")
+# prometheus-client: the probe's server timeline parses SGLang's /metrics with it (adapters/sglang_metrics.py).
+PROBE_REQUIREMENTS = ("rich", "nvidia-ml-py", "pyyaml", "prometheus-client")
 STAMP = ".complete"
 
 

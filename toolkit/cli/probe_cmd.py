@@ -47,6 +47,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--host-hz", type=float, default=2.0,
                      help="host timeline (CPU of the benchmark's and the server's processes, /proc) samples per "
                      "second (default 2; 0 = off)")
+    run.add_argument("--server-url", default=None, metavar="URL",
+                     help="scrape this SGLang server's /metrics and /v1/loads into server_trace.csv (default: the "
+                     "--profile's server host and port; none without a profile)")
+    run.add_argument("--server-hz", type=float, default=None,
+                     help="server scrapes per second (default: the profile's probe.server_scrape_hz, or 2)")
     run.add_argument("--server-pid", type=int, default=None, metavar="PID",
                      help="the serving process (its tree goes into host_trace.csv as role server)")
     run.add_argument("--server-unit", default=None, metavar="UNIT",
@@ -93,8 +98,11 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path) -> dict[str, Any]
 
     # Next steps name only variants that exist beside this profile, and the knobs' current values.
     target = run_target(resolved.name, spec.model_dump(mode="json"), set(store.names()))
+    host = "127.0.0.1" if spec.server.host in ("0.0.0.0", "::") else spec.server.host
     return {
         "argv": render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl), python=sys.executable),
+        "server_url": f"http://{host}:{spec.server.port}",
+        "server_scrape_hz": float(spec.probe.server_scrape_hz),
         "idle_s": float(spec.probe.idle_s),
         "sample_hz": float(spec.probe.sample_hz),
         "steady_state": spec.probe.steady_state.model_dump(),
@@ -156,7 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     bench_jsonl = out / "bench.jsonl"
-    plan: dict[str, Any] = {"argv": command, "idle_s": 10.0, "sample_hz": 10.0, "steady_state": {}, "target": {}}
+    plan: dict[str, Any] = {"argv": command, "idle_s": 10.0, "sample_hz": 10.0, "steady_state": {}, "target": {},
+                            "server_url": None, "server_scrape_hz": 2.0}
     if args.profile:
         plan = {**plan, **_profile_plan(args.profile, args.base_url, bench_jsonl.resolve())}
         if command:
@@ -187,6 +196,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.host_hz < 0 or args.host_hz > 20:
         raise ToolkitError.of(f"--host-hz {args.host_hz} is out of range", field="--host-hz",
                               fix="use 0 (off) to 20 samples per second")
+    server_url = args.server_url or plan["server_url"]
+    server_hz = args.server_hz if args.server_hz is not None else plan["server_scrape_hz"]
+    if server_hz <= 0 or server_hz > 20:
+        raise ToolkitError.of(f"--server-hz {server_hz} is out of range", field="--server-hz",
+                              fix="use 0.1 to 20 scrapes per second (AIPerf scrapes at 3)")
     server_pid = args.server_pid
     if server_pid is None and args.server_unit:
         from toolkit.adapters.host_sampler import server_pid_of_unit
@@ -241,7 +255,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
         live, on_tick = _live_view(live_on, len(gpus))
         trace_meta = {"sample_hz": str(hz), "source": sampler.source, "gpus": ";".join(map(str, gpus))}
-        side, on_bench_pid, side_info = _side_timelines(out, args.host_hz, server_pid)
+        side, on_bench_pid, side_info = _side_timelines(out, args.host_hz, server_pid, server_url, server_hz)
         kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
                               "side": side, "on_bench_pid": on_bench_pid}
         if live is not None:
@@ -276,9 +290,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
 
 
-def _side_timelines(out: Path, host_hz: float, server_pid: int | None
-                    ) -> tuple[list[Any], Any, dict[str, Any]]:
-    """The host timeline (and, where a server is known, its scrape): threads beside the GPU loop.
+def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,
+                    server_hz: float) -> tuple[list[Any], Any, dict[str, Any]]:
+    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop.
 
     Returns (threads, the callback that learns the benchmark's pid, run.json sections to fill in at the end)."""
     from toolkit.adapters.timeline_thread import TimelineThread
@@ -286,6 +300,24 @@ def _side_timelines(out: Path, host_hz: float, server_pid: int | None
     side: list[Any] = []
     info: dict[str, Any] = {}
     on_bench_pid = None
+    if server_url:
+        from toolkit.adapters import sglang_metrics
+
+        if sglang_metrics.available():
+            scraper = sglang_metrics.ServerScraper(server_url, server_hz)
+            stl = TimelineThread(out / "server_trace.csv", scraper.header(), server_hz, scraper.tick, "server")
+            side.append(stl)
+
+            def server_info() -> dict[str, Any]:
+                return {**scraper.info(), "cost": stl.cost()}
+
+            info["server"] = server_info
+        else:
+            why = "the Python package prometheus-client is not installed (pip install prometheus-client)"
+            print(f"probe: server timeline skipped: {why}", file=sys.stderr)
+            info["server"] = lambda: {"url": server_url, "scrape_hz": server_hz, "metrics_enabled": None,
+                                      "rows": 0, "gaps": 0, "resets": 0, "skipped": why,
+                                      "what_was_not_seen": [f"the whole server timeline: {why}"]}
     if host_hz > 0 and Path("/proc/self/stat").exists():
         from toolkit.adapters.host_sampler import HostSampler
 

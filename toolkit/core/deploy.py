@@ -101,6 +101,7 @@ class DeployInputs:
     nnodes: int = 1
     bench_argv: list[str] = field(default_factory=list)
     service_name: str = "sglang"
+    server_scrape_hz: float = 2.0  # the profile's probe.server_scrape_hz
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
         api_key_secret=secret,
         api_key_env_file=f"/etc/sglang/{resolved.name}.env" if secret else None,
         nnodes=spec.server.nnodes,
+        server_scrape_hz=float(spec.probe.server_scrape_hz),
     )
 
 
@@ -317,7 +319,10 @@ def build_extravars(
         "sglang_service_standin_fail_health": lab.standin_fail_health,
         "sglang_service_standin_nan_log": lab.standin_nan_log,
         "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
-        "bench_probe_probe_args": list(probe_args),
+        # The probe scrapes the deployed server's /metrics and follows its unit's process tree (server and host
+        # timelines); the caller's options (the lab's) come after and win.
+        "bench_probe_probe_args": ["--server-url", base_url, "--server-unit", f"{inputs.service_name}.service",
+                                   "--server-hz", f"{inputs.server_scrape_hz:g}", *probe_args],
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_wheelhouse_src": wheelhouse_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,

@@ -146,6 +146,10 @@ class Bench(_Strict):
 class Probe(_Strict):
     idle_s: float = Field(default=10, ge=0)
     sample_hz: float = Field(default=10, gt=0, le=100)
+    # SGLang's /metrics and /v1/loads scrapes per second (server_trace.csv). Its gauges change at most at each
+    # prefill batch and every decode_log_interval (40) decode steps, so faster only repeats values; AIPerf
+    # scrapes at 3 Hz.
+    server_scrape_hz: float = Field(default=2.0, gt=0, le=20)
     steady_state: SteadyState = Field(default_factory=SteadyState)
 
 
