@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -84,6 +85,13 @@ class HostTimeline(Protocol):
     busiest_thread_cpu_pct: list[float | None]
 
 
+def thread_name(t: dict[str, Any]) -> str:
+    """`bench process 'python3' (pid 824), thread 'python3' (tid 824)` from a ThreadLoad.to_dict()."""
+    tid = t.get("tid")
+    thread = f"thread {t.get('thread')!r}" + (f" (tid {tid})" if tid is not None else "")
+    return f"{t.get('role')} process {t.get('process')!r} (pid {t.get('pid')}), {thread}"
+
+
 @dataclass(frozen=True)
 class ThreadLoad:
     """The busiest thread of one role (bench or server) over an interval, in % of one core."""
@@ -97,8 +105,7 @@ class ThreadLoad:
 
     @property
     def name(self) -> str:
-        thread = f"thread {self.thread!r}" + (f" (tid {self.tid})" if self.tid is not None else "")
-        return f"{self.role} process {self.process!r} (pid {self.pid}), {thread}"
+        return thread_name(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "pid": self.pid, "process": self.process, "tid": self.tid, "thread": self.thread,
@@ -191,17 +198,30 @@ class _Prefix:
 
     def __init__(self, col: list[float | None]) -> None:
         self.counts: list[int] | None = None  # None: every value present, so a count is hi - lo
-        self.sums: list[float] = list(itertools.accumulate((0.0 if x is None else x for x in col), initial=0.0))
-        if None not in col:
+        if None not in col:  # most columns: C-level all the way
+            self.sums: list[float] = list(itertools.accumulate(col, initial=0.0))  # type: ignore[arg-type]
             return
-        self.counts = list(itertools.accumulate((x is not None for x in col), initial=0))
+        present = list(map(operator.is_not, col, itertools.repeat(None)))
+        self.sums = list(itertools.accumulate(itertools.compress(col, present), initial=0.0))  # type: ignore[arg-type]
+        # sums is indexed by present values: map a row index to the number of present values before it
+        self.counts = list(itertools.accumulate(present, initial=0))
 
     def count(self, lo: int, hi: int) -> int:
         return hi - lo if self.counts is None else self.counts[hi] - self.counts[lo]
 
     def mean(self, lo: int, hi: int) -> float | None:
-        n = self.count(lo, hi)
-        return (self.sums[hi] - self.sums[lo]) / n if n else None
+        c = self.counts
+        if c is None:
+            return (self.sums[hi] - self.sums[lo]) / (hi - lo) if hi > lo else None
+        a, b = c[lo], c[hi]
+        return (self.sums[b] - self.sums[a]) / (b - a) if b > a else None
+
+
+def _flags(col: list[float | None], test: Any) -> list[float | None]:
+    """1.0 where test(value), 0.0 where not, None where the value is missing."""
+    if None not in col:
+        return list(map(float, map(test, col)))
+    return [None if x is None else float(test(x)) for x in col]
 
 
 GPM_COLUMNS = {"sm_util_pct": "gpm_sm_util_pct", "tensor_util_pct": "gpm_tensor_util_pct",
@@ -216,8 +236,8 @@ class _GpuColumns:
         empty: list[float | None] = [None] * len(s)
         self.util = _Prefix(v["util_gpu_pct"])
         util = v["util_gpu_pct"]
-        self.busy = _Prefix([None if u is None else float(u >= BUSY_UTIL_PCT) for u in util])
-        self.idle = _Prefix([None if u is None else float(u <= IDLE_SAMPLE_UTIL_PCT) for u in util])
+        self.busy = _Prefix(_flags(util, BUSY_UTIL_PCT.__le__))
+        self.idle = _Prefix(_flags(util, IDLE_SAMPLE_UTIL_PCT.__ge__))
         self.power_instant = _Prefix(v.get("power_instant_w", empty))
         self.power = _Prefix(v["power_w"])
         self.limit = _Prefix(v["power_limit_w"])

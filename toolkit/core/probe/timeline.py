@@ -231,8 +231,7 @@ def deciding_numbers(ivs: list[Interval]) -> dict[str, Any]:
     if loads:
         key = max(loads, key=lambda k: (len(loads[k]), sum(loads[k])))
         t = names[key]
-        out["busiest_thread"] = {**t.to_dict(), "cpu_pct": round(sum(loads[key]) / len(loads[key]), 1),
-                                 "name": t.name}
+        out["busiest_thread"] = {**t.to_dict(), "cpu_pct": round(sum(loads[key]) / len(loads[key]), 1)}
     return out
 
 

@@ -35,7 +35,7 @@ from toolkit.core.probe.gpu_rules import (
     judge_gpu,
     work_of,
 )
-from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments
+from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments, thread_name
 from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
 from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
 from toolkit.core.probe.trace import Trace
@@ -166,7 +166,7 @@ def _timeline_steps(cls: str, ev: dict[str, Any]) -> list[str]:
     srv = {k: _n(v) for k, v in (ev.get("server") or {}).items()}
     if cls == HOST:
         t = ev.get("busiest_thread") or {}
-        who = t.get("name", "a thread")
+        who = thread_name(t) if t else "a thread"
         if t.get("role") == "bench":
             return [f"{who} runs at {_n(t.get('cpu_pct'))} % of a core while the GPU is underused "
                     f"(util {_n(ev.get('util_gpu_pct'))} %): the benchmark's own CPU work limits the run, so it "
