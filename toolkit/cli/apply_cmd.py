@@ -21,12 +21,10 @@ from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitErr
 LAB_INVENTORY = Path("inventory/lab.yml")
 LAB_TOKENIZER_DIR = "/opt/sglang/standin/lab-tokenizer"
 LAB_DATASET_PATH = "/opt/sglang/standin/lab-sharegpt.json"
-# 1024 prompts (the seed's count) against the stand-in would only measure Python; 160 keep a lab run to
-# seconds while every code path (streaming, concurrency, the JSONL) is exercised. The stand-in shares a fixed
-# decode rate among its running requests (SGLANG_STANDIN_OUTPUT_TOK_PER_S, 1500 tok/s), so 160 x 128 output
-# tokens (fewer: bench_serving's random lengths) last about 10 s at any concurrency (9.9 s in the demo):
-# the replayed trace's 3 s ramp plus the steady-state rule's 5 s plateau fit (the demo's steady window: 7.3 s).
-# A loaded machine only makes the benchmark longer, and the replay follows it (RecordedSampler).
+# 1024 prompts (the seed's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
+# time at the seed's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
+# glm5-baseline (64 running, the rest queued for most of it) and 7 s for glm5-tp8 (all 160 at once), long
+# enough for the steady-state rule's 5 s plateau. The lab says so in its notes and in the results entry.
 LAB_NUM_PROMPTS = 160
 LAB_HEALTH_TIMEOUT_S = 20  # the stand-in answers within about a second of its start
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
@@ -136,16 +134,6 @@ def _inventory_hosts(inventory: Path, limit: str | None, group: str = "gpu_conta
     return list((data.get(group) or {}).get("hosts") or [])
 
 
-def _gpu_trace_for_lab(repo_root: Path, gpus: int) -> str:
-    """A recorded GPU trace the lab's probe replays (every output then says "lab data").
-
-    The probe's committed fixtures first (tests/fixtures/probe/), then the results' synthetic
-    seed-shaped 8-GPU run (tests/results/fixtures/run-synthetic-tp8/, made by make_run.py)."""
-    candidates = sorted((repo_root / "tests" / "fixtures" / "probe").glob(f"*{gpus}*gpu*/trace.csv"))
-    candidates += sorted((repo_root / "tests" / "results" / "fixtures").glob("run-synthetic-tp8/trace.csv"))
-    return str(candidates[0]) if candidates else ""
-
-
 @dataclass
 class ApplyPlan:
     """Everything one apply runs with; benchmarks/bench_apply.py runs the same plan through plain ansible-playbook."""
@@ -202,22 +190,10 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         python=inputs.venv_path.rstrip("/") + "/bin/python",
     )
     probe_args: list[str] = []
-    gpu_trace = ""
     if is_lab:
-        gpu_trace = _gpu_trace_for_lab(repo_root, resolved.spec.target.gpu_count or 8)
-        if args.probe and not gpu_trace:
-            raise ToolkitError.of(
-                "the lab has no GPU and no recorded GPU trace was found to replay",
-                field="--probe",
-                fix="run from a checkout that has tests/results/fixtures/run-synthetic-tp8/ (or probe fixtures)",
-            )
-        # The replayed trace's idle phase is 10 s (the probe's default idle baseline), so the bench
-        # window lines up with its load phase; no live view in a log.
-        probe_args = ["--live", "off"]
-        if gpu_trace:
-            # The trace's directory travels whole: the replay reads topology.json next to it.
-            trace = Path(gpu_trace)
-            probe_args += ["--replay-gpu-trace", f"/var/lib/toolkit/lab/{trace.parent.name}/{trace.name}"]
+        # The lab has no GPU: the probe reads the SIMULATED GPUs of the stand-in's engine model (its lab-only
+        # /lab/gpus), which follow this profile's tp, running cap and memory; no live view in a log.
+        probe_args = ["--live", "off", "--simulated-gpus", f"http://127.0.0.1:{inputs.port}"]
 
     if args.probe:
         from toolkit.core.probe.knobs import run_target
@@ -246,7 +222,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         nodes=nodes,
     )
     extravars["deploy_probe"] = bool(args.probe)
-    extravars["bench_probe_gpu_trace_src"] = str(Path(gpu_trace).parent) if gpu_trace else ""
+    extravars["bench_probe_gpu_trace_src"] = ""  # recorded traces are the probe's tests' now, not the lab's
     extravars["bench_probe_bench_data_src"] = str(SERVER_PATH.with_name("make_bench_data.py"))
     if is_lab:
         extravars["sglang_service_health_timeout_s"] = LAB_HEALTH_TIMEOUT_S

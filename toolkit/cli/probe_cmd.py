@@ -40,6 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "--profile's; `toolkit apply --probe` passes the deployed profile's this way")
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
+    run.add_argument("--simulated-gpus", default=None, metavar="URL",
+                     help="lab only: read SIMULATED GPUs from the lab stand-in's /lab/gpus at URL (its engine "
+                     "model) instead of NVML; labelled simulated in every artifact")
     run.add_argument("--no-gpm", action="store_true", help="do not sample GPM metrics (judge without them)")
     run.add_argument("--energy-interval-s", type=float, default=5.0,
                      help="read the energy counter at most this often (default 5; 0 = every sample; "
@@ -212,7 +215,15 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # The sampler opens BEFORE anything starts: no driver or no GPU is exit 2 with nothing run.
     sampler: Any
-    if args.replay_gpu_trace:
+    if args.replay_gpu_trace and args.simulated_gpus:
+        raise ToolkitError.of("--replay-gpu-trace and --simulated-gpus both replace NVML", field="--simulated-gpus",
+                              fix="give one of them")
+    if args.simulated_gpus:
+        from toolkit.adapters.simulated_gpus import SIMULATED_LABEL, SimulatedSampler
+
+        sampler = SimulatedSampler(args.simulated_gpus)
+        data_source = SIMULATED_LABEL
+    elif args.replay_gpu_trace:
         from toolkit.core.probe.sampler import RecordedSampler
 
         recorded = read_trace(args.replay_gpu_trace)
@@ -386,7 +397,7 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
 
     con = Console()
     src = summary["data_source"]
-    if "recorded" in src or "lab data" in src or replay:
+    if "recorded" in src or "lab data" in src or "simulated" in src or replay:
         con.print(f"[yellow]data: {src}{' (replayed from ' + str(out) + ')' if replay else ''}[/yellow]")
     tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
                f"{summary['steady']['start_s']}-{summary['steady']['end_s']} s)")

@@ -102,6 +102,8 @@ class DeployInputs:
     bench_argv: list[str] = field(default_factory=list)
     service_name: str = "sglang"
     server_scrape_hz: float = 2.0  # the profile's probe.server_scrape_hz
+    # The profile's target, for the lab stand-in's engine model (its simulated GPUs); unused on real hosts.
+    target_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,18 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
         api_key_env_file=f"/etc/sglang/{resolved.name}.env" if secret else None,
         nnodes=spec.server.nnodes,
         server_scrape_hz=float(spec.probe.server_scrape_hz),
+        target_env=standin_target_env(spec.target.model_dump()),
     )
+
+
+def standin_target_env(target: Mapping[str, Any]) -> dict[str, str]:
+    """SGLANG_STANDIN_GPU_* for the lab stand-in: the hardware its engine model simulates (set fields only)."""
+    keys = {"gpu_model": "SGLANG_STANDIN_GPU_NAME", "gpu_memory_gib": "SGLANG_STANDIN_GPU_MEMORY_GIB",
+            "gpu_power_limit_w": "SGLANG_STANDIN_GPU_POWER_LIMIT_W", "interconnect": "SGLANG_STANDIN_INTERCONNECT"}
+    out = {env: str(target[k]) for k, env in keys.items() if target.get(k) not in (None, "")}
+    if target.get("p2p") is not None:
+        out["SGLANG_STANDIN_P2P"] = "1" if target["p2p"] else "0"
+    return dict(sorted(out.items()))
 
 
 def per_node(resolved: ResolvedProfile, hosts: Sequence[str]) -> dict[str, tuple[list[str], str]]:
@@ -308,6 +321,9 @@ def build_extravars(
         "sglang_service_fetch_dir": fetch_dir,
         "sglang_service_standin": lab.standin_server,
         "sglang_service_standin_src": standin_server_src,
+        "sglang_service_standin_extra_src": [str(Path(standin_server_src).with_name("engine_model.py"))]
+        if lab.standin_server else [],
+        "sglang_service_standin_env": inputs.target_env if lab.standin_server else {},
         "sglang_service_standin_exec": systemd_exec_line(standin) if standin else "",
         # Multi-node: per host, the argv and unit with that host's --node-rank (empty for one node).
         "sglang_service_argv_by_host": {h: a for h, (a, _) in (nodes or {}).items()},

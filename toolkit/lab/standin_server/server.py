@@ -13,18 +13,25 @@ and answers what SGLang's clients and the toolkit use:
   GET  /v1/models                         the served model
   POST /v1/completions, /v1/chat/completions   OpenAI format, `stream: true` as server-sent events
   POST /flush_cache                       200 (bench_serving calls it before a run)
+  GET  /metrics                           with --enable-metrics: SGLang 0.5.9's names, types and update cadence
+                                          (404 without it, as SGLang); no API key needed, as in SGLang
+  GET  /v1/loads                          live per-rank load, `max_running_requests` included (always mounted)
+  GET  /lab/gpus                          LAB ONLY, not SGLang's: each simulated GPU's power, utilisation and
+                                          energy now, and their topology (the lab probe's GPU sampler reads it)
+
+Requests are served by one engine loop (engine_model.py, beside this file): at most --max-running-requests
+run, the rest queue; the KV pool follows --mem-fraction-static and the target GPU's memory; a full pool
+retracts; every prefill batch and decode step takes the model's time for this --tp-size and batch. Everything
+it reports is SIMULATED and labelled so.
 
 Behaviour switches, read from the environment (set by the role's lab drop-in, visible in the unit):
   SGLANG_STANDIN_FAIL_HEALTH=1   /health answers 503 forever (the deploy must fail, naming the service)
   SGLANG_STANDIN_NAN_LOG=1       after the first generation, log the line SGLang's sampler raises on
                                  NaN logits (the deploy must fail with that line)
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
-  SGLANG_STANDIN_TOKEN_DELAY_S   seconds between streamed tokens of a lone request (default 0.004)
-  SGLANG_STANDIN_OUTPUT_TOK_PER_S  the whole server's decode rate, shared by the running requests (default
-                                 1500): with N running, each waits max(TOKEN_DELAY_S, N / rate) per token, so a
-                                 lab benchmark lasts about total output tokens / rate (160 prompts of up to 128: ~10 s)
-                                 whatever its concurrency, long enough for the probe's 5 s steady window
-  SGLANG_STANDIN_TTFT_S          seconds before the first token (default 0.02)
+  SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
+                                 the profile's target (the engine model's hardware; defaults: the seed's
+                                 RTX PRO 6000 Blackwell, 96 GiB, 600 W, 87 W idle, PCIe without P2P)
 
 Standard library only: it runs with the container's python3 or the SGLang venv's python, with no
 toolkit installed there.
@@ -33,16 +40,22 @@ toolkit installed there.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# engine_model.py is copied beside this file into the container, where no toolkit package exists; in the checkout
+# the same file is imported through the package.
+if __package__:
+    from toolkit.lab.standin_server import engine_model as em
+else:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import engine_model as em  # type: ignore[import-not-found,no-redef]
 
 STANDIN = "lab stand-in"
 STANDIN_VERSION = "1"
@@ -76,7 +89,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     parser.add_argument("--max-running-requests", type=int, default=None)
+    parser.add_argument("--mem-fraction-static", type=float, default=None)
+    parser.add_argument("--chunked-prefill-size", type=int, default=None)
+    parser.add_argument("--decode-log-interval", type=int, default=em.DEFAULT_DECODE_LOG_INTERVAL)
+    parser.add_argument("--enable-metrics", action="store_true")
     return parser
+
+
+def hardware_from_env(env: dict[str, str]) -> em.Hardware:
+    """The profile's target, passed by the role's lab drop-in (the engine model's GPUs)."""
+    d = em.Hardware()
+
+    def f(key: str, default: float) -> float:
+        v = env.get(key, "")
+        return float(v) if v else default
+
+    return em.Hardware(
+        gpu_name=env.get("SGLANG_STANDIN_GPU_NAME") or d.gpu_name,
+        gpu_memory_gib=f("SGLANG_STANDIN_GPU_MEMORY_GIB", d.gpu_memory_gib),
+        power_limit_w=f("SGLANG_STANDIN_GPU_POWER_LIMIT_W", d.power_limit_w),
+        idle_power_w=f("SGLANG_STANDIN_GPU_IDLE_W", d.idle_power_w),
+        p2p=env.get("SGLANG_STANDIN_P2P", "0") not in ("", "0", "false", "False"),
+        interconnect=env.get("SGLANG_STANDIN_INTERCONNECT") or d.interconnect,
+    )
 
 
 def _parse_rest(rest: list[str]) -> dict[str, Any]:
@@ -107,15 +142,18 @@ class State:
         self.fail_health = os.environ.get("SGLANG_STANDIN_FAIL_HEALTH", "") not in ("", "0")
         self.nan_log = os.environ.get("SGLANG_STANDIN_NAN_LOG", "") not in ("", "0")
         self.startup_s = float(os.environ.get("SGLANG_STANDIN_STARTUP_S", "1"))
-        self.token_delay_s = float(os.environ.get("SGLANG_STANDIN_TOKEN_DELAY_S", "0.004"))
-        self.ttft_s = float(os.environ.get("SGLANG_STANDIN_TTFT_S", "0.02"))
-        self.output_tok_per_s = float(os.environ.get("SGLANG_STANDIN_OUTPUT_TOK_PER_S", "1500"))
-        # Like SGLang's scheduler, at most --max-running-requests decode at once; the rest wait their turn.
-        mrr = args.max_running_requests
-        self.slots = threading.BoundedSemaphore(mrr) if mrr and mrr > 0 else None
-        self.running = 0
         self.served_model = args.served_model_name or args.model_path
+        self.hardware = hardware_from_env(dict(os.environ))
+        # Raises em.NotEnoughMemory (SGLang's message) when the weights leave no KV pool: main() exits with it.
+        self.engine = em.Engine(em.EngineConfig(
+            tp_size=args.tp_size, max_running_requests=args.max_running_requests,
+            mem_fraction_static=args.mem_fraction_static, chunked_prefill_size=args.chunked_prefill_size,
+            decode_log_interval=args.decode_log_interval, model_name=self.served_model), self.hardware,
+            em.facts_for(args.model_path))
+        self.t0 = time.monotonic()
+        # One lock for the engine; the condition wakes the streams when a forward ends or a request arrives.
         self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.requests_served = 0
         self.nan_logged = False
 
@@ -131,7 +169,11 @@ class State:
             "tp_size": self.args.tp_size,
             "max_running_requests": self.args.max_running_requests,
             "api_key_set": self.args.api_key is not None,
-            "internal_states": [],
+            "enable_metrics": self.args.enable_metrics,
+            "simulated": em.MODEL_NOTE,
+            "internal_states": [{"effective_max_running_requests_per_dp": self.engine.max_running_requests,
+                                 "memory_usage": {"token_capacity": self.engine.max_total_num_tokens},
+                                 "last_gen_throughput": self.engine.gauges.gen_throughput}],
         }
         info.update(self.extra)
         return info
@@ -139,6 +181,26 @@ class State:
 
 def log(msg: str) -> None:
     print(f"[{STANDIN}] {msg}", flush=True)
+
+
+def engine_loop(state: State) -> None:
+    """The scheduler's loop in real time: decide a forward under the lock, take its modelled time outside it
+    (so /metrics and new requests are served meanwhile), then apply it and wake the streams."""
+    eng = state.engine
+    while True:
+        with state.cond:
+            fwd = eng.next_forward(time.monotonic() - state.t0)
+            if fwd is None:
+                state.cond.wait(timeout=1.0)  # a new request, or the idle refresh's clock
+                continue
+        time.sleep(fwd.duration_s)
+        with state.cond:
+            eng.finish_forward(time.monotonic() - state.t0)
+            lines, eng.log_lines = eng.log_lines, []
+            state.cond.notify_all()
+        for line in lines:
+            if line.startswith("KV cache pool is full") or "Decode batch" in line:
+                print(f"[{STANDIN} (simulated)] {line}", flush=True)
 
 
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
@@ -167,8 +229,33 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self._send_json(401, {"error": "Unauthorized"})
             return False
 
+        def _send_text(self, code: int, text: str) -> None:
+            data = text.encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("X-Lab-Standin", STANDIN)
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                # SGLang mounts /metrics only with --enable-metrics, and lets it through without the API key.
+                if not state.args.enable_metrics:
+                    self._send_json(404, {"detail": "Not Found"})
+                    return
+                with state.lock:
+                    text = state.engine.exposition()
+                self._send_text(200, text)
+                return
+            if path == "/lab/gpus":
+                with state.lock:
+                    now = time.monotonic() - state.t0
+                    body = {"simulated": em.MODEL_NOTE, "t_s": round(now, 4), "gpus": state.engine.gpu_rows(now),
+                            "topology": state.engine.topology()}
+                self._send_json(200, body)
+                return
             if path in ("/health", "/health_generate"):
                 starting = time.monotonic() - state.started_at < state.startup_s
                 if state.fail_health or starting:
@@ -197,6 +284,11 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         ],
                     },
                 )
+            elif path == "/v1/loads":
+                with state.lock:
+                    loads = state.engine.loads()
+                self._send_json(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                      "version": _sglang_version(), **loads})
             elif path == "/get_model_info":
                 self._send_json(200, {"model_path": state.args.model_path, "is_generation": True})
             else:
@@ -220,29 +312,22 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send_json(404, {"error": f"not found: {path}"})
 
-        def _token_delay_s(self) -> float:
-            with state.lock:
-                running = state.running
-            rate = state.output_tok_per_s
-            return max(state.token_delay_s, running / rate if rate > 0 else 0.0)
+        def _submit(self, prompt_tokens: int, max_tokens: int) -> em.Req:
+            req = em.Req(uuid.uuid4().hex, prompt_tokens, max_tokens, time.monotonic() - state.t0)
+            with state.cond:
+                state.engine.add_request(req)
+                state.cond.notify_all()
+            return req
 
-        @contextlib.contextmanager
-        def _decoding(self) -> Iterator[None]:
-            """One running request: a --max-running-requests slot held, counted in the shared decode rate."""
-            if state.slots is not None:
-                state.slots.acquire()
-            with state.lock:
-                state.running += 1
-            try:
-                yield
-            finally:
-                with state.lock:
-                    state.running -= 1
-                if state.slots is not None:
-                    state.slots.release()
+        def _wait_tokens(self, req: em.Req, sent: int) -> int:
+            """Block until the engine has generated more than `sent` tokens of req (or finished it)."""
+            with state.cond:
+                while req.generated <= sent and req.finished_s is None:
+                    state.cond.wait(timeout=5.0)
+                return req.generated
 
         def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
-            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+            max_tokens = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
             if chat:
                 messages = body.get("messages") or []
                 prompt_text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
@@ -250,7 +335,6 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 prompt = body.get("prompt", "")
                 prompt_text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
             prompt_tokens = max(1, len(prompt_text.split()))
-            tokens = [WORDS[i % len(WORDS)] + " " for i in range(max_tokens)]
             rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:16]
             created = int(time.time())
             model = body.get("model") or state.served_model
@@ -260,17 +344,19 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 "total_tokens": prompt_tokens + max_tokens,
             }
             obj = "chat.completion" if chat else "text_completion"
-            with self._decoding():
-                time.sleep(state.ttft_s)
-                if body.get("stream"):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.send_header("Cache-Control", "no-cache")
-                    self.send_header("X-Lab-Standin", STANDIN)
-                    self.end_headers()
-                    for i, tok in enumerate(tokens):
-                        if i:
-                            time.sleep(self._token_delay_s())
+            # bench_serving sets ignore_eos: every request generates exactly max_tokens, as the engine model does.
+            req = self._submit(prompt_tokens, max_tokens)
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("X-Lab-Standin", STANDIN)
+                self.end_headers()
+                sent = 0
+                while sent < max_tokens:
+                    upto = min(max_tokens, self._wait_tokens(req, sent))
+                    for i in range(sent, upto):
+                        tok = WORDS[i % len(WORDS)] + " "
                         choice: dict[str, Any] = {"index": 0, "finish_reason": None, "logprobs": None}
                         if chat:
                             choice["delta"] = {"role": "assistant", "content": tok} if i == 0 else {"content": tok}
@@ -280,27 +366,30 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                                  "model": model, "choices": [choice], "system_fingerprint": STANDIN,
                                  "lab_standin": True, "usage": None}
                         self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-                        self.wfile.flush()
-                    last: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
-                    if chat:
-                        last["delta"] = {}
-                    else:
-                        last["text"] = ""
-                    final = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model,
-                             "choices": [last], "system_fingerprint": STANDIN, "lab_standin": True, "usage": usage}
-                    self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
-                    self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
+                    sent = upto
+                last: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
+                if chat:
+                    last["delta"] = {}
                 else:
-                    time.sleep(self._token_delay_s() * max(0, len(tokens) - 1))
-                    text = "".join(tokens)
-                    choice = {"index": 0, "finish_reason": "length", "logprobs": None}
-                    if chat:
-                        choice["message"] = {"role": "assistant", "content": text}
-                    else:
-                        choice["text"] = text
-                    self._send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
-                                          "choices": [choice], "usage": usage, "system_fingerprint": STANDIN})
+                    last["text"] = ""
+                final = {"id": rid, "object": obj + ".chunk" if chat else obj, "created": created, "model": model,
+                         "choices": [last], "system_fingerprint": STANDIN, "lab_standin": True, "usage": usage}
+                self.wfile.write(b"data: " + json.dumps(final).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            else:
+                sent = 0
+                while sent < max_tokens:
+                    sent = self._wait_tokens(req, sent)
+                text = "".join(WORDS[i % len(WORDS)] + " " for i in range(max_tokens))
+                choice = {"index": 0, "finish_reason": "length", "logprobs": None}
+                if chat:
+                    choice["message"] = {"role": "assistant", "content": text}
+                else:
+                    choice["text"] = text
+                self._send_json(200, {"id": rid, "object": obj, "created": created, "model": model,
+                                      "choices": [choice], "usage": usage, "system_fingerprint": STANDIN})
             with state.lock:
                 state.requests_served += 1
                 served = state.requests_served
@@ -325,12 +414,23 @@ class _Server(ThreadingHTTPServer):
 
 def main(argv: list[str] | None = None) -> int:
     args, rest = build_parser().parse_known_args(argv)
-    state = State(args, rest)
+    try:
+        state = State(args, rest)
+    except em.NotEnoughMemory as err:
+        # What SGLang's model_runner raises at start when the weights leave no room for the KV pool.
+        print(f"[{STANDIN} (simulated)] RuntimeError: {err}", file=sys.stderr, flush=True)
+        return 1
+    threading.Thread(target=engine_loop, args=(state,), name="engine", daemon=True).start()
     server = _Server((args.host, args.port), make_handler(state))
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "
         f"on {args.host}:{args.port}; flags not interpreted: {sorted(state.extra)}"
     )
+    eng = state.engine
+    hw = state.hardware
+    log(f"simulated engine: {eng.facts.name}, tp {eng.tp} on {hw.gpu_name} ({hw.gpu_memory_gib:g} GiB), "
+        f"max_total_num_tokens={eng.max_total_num_tokens}, chunked_prefill_size={eng.chunked_prefill_size}, "
+        f"max_running_requests={eng.max_running_requests}, metrics {'on' if args.enable_metrics else 'off'}")
     if state.fail_health:
         log("told to fail its health check (SGLANG_STANDIN_FAIL_HEALTH=1): /health will answer 503")
     try:
