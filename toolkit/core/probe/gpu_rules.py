@@ -108,6 +108,13 @@ def judge_gpu(g: dict[str, Any]) -> GpuJudgement:
         if (util or 0.0) >= BUSY_UTIL_PCT and sm < GPM_SM_WAITING_PCT:
             return GpuJudgement(WAITING, basis, 0.85, ev,
                                 note=f"util {util:.0f} % but SMs busy only {sm:.1f} %: kernels wait")
+        if ((util or 0.0) >= BUSY_UTIL_PCT and pol is not None and pol < WAITING_POWER_OF_LIMIT
+                and (above is None or above < WAITING_ABOVE_IDLE)):
+            # SMs partly active, no resource near its peak, and the power says little work is done: the kernels
+            # mostly wait (the seed's TP8 over PCIe: 100 % util at 42 % of the limit); less certain than SM < 20 %.
+            return GpuJudgement(WAITING, basis, 0.7, ev,
+                                note=f"util {util:.0f} %, SMs busy {sm:.0f} %, at {pol:.0%} of the power limit: "
+                                "kernels mostly wait")
         return GpuJudgement(MIXED, basis, 0.4, ev, note="busy, moderate SM activity, no dominant resource")
     # Without GPM: decide from power against the limit, utilization and clocks (lower confidence).
     if capped_share >= POWER_CAP_SHARE or (pol is not None and pol >= POWER_CAPPED_OF_LIMIT):

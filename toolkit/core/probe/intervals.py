@@ -9,9 +9,11 @@ judgement from the mix of states is timeline.py's.
 Rules of one interval, first match wins (thresholds below, documented in docs/probe.md):
 
 1. throttled: a GPU's clocks were cut (gpu_rules).
-2. kv-bound: token_usage >= KV_FULL with requests queued or retracted (SGLang's KV pool binds admission).
-3. scheduler-capped: running >= RUNNING_AT_CAP of max_running_requests with requests queued and token_usage
-   under KV_WELL_BELOW (the request-slot cap binds, not memory; research sglang-metrics.md section 6).
+2. kv-bound: token_usage >= KV_FULL with requests queued or retracted, or >= KV_RESERVED with requests queued
+   while running stays below its cap (SGLang's KV pool, with its decode reservation, binds admission).
+3. scheduler-capped: running reached RUNNING_AT_CAP of max_running_requests (within SERVER_LOOKAROUND_S: the
+   gauges are stale between SGLang's logs) with requests queued and token_usage under KV_WELL_BELOW (the
+   request-slot cap binds, not memory; research sglang-metrics.md section 6).
 4. The GPU underused (idle, on-off, launch-bound or util < 60 %):
    a. host-bound: a benchmark thread at >= HOST_FULL_CORE_PCT of one core; or a server thread, unless the server
       has nothing queued (SGLang's scheduler polls in a busy loop when idle, so its thread at a full core with an
@@ -57,8 +59,18 @@ ON_OFF_SHARE = 0.2
 HOST_FULL_CORE_PCT = 85.0  # "near a full core": a Python thread that never waits (GIL-bound work) reads 95-100
 KV_FULL = 0.9  # research sglang-metrics.md section 6: token_usage >= ~0.9 with a queue
 KV_WELL_BELOW = 0.8
+# SGLang admits a request only while the pool holds its prompt plus the decode tokens reserved for every running
+# request (new_token_ratio, 0.7 at start, x schedule_conservativeness: srt/managers/schedule_policy.py's
+# PrefillAdder), so admission stops with the pool well short of full: a queue that waits with running far below
+# the cap and the pool this full is waiting on KV.
+KV_RESERVED = 0.7
 RUNNING_AT_CAP = 0.95
 QUEUED_MIN = 1.0  # mean queued requests over the interval
+# SGLang writes its gauges at prefill batches and every decode_log_interval (40) decode steps, about a second apart
+# under load, and a prefill batch's log reports the running batch from before its admissions (research
+# sglang-metrics.md section 1.4): a gauge read in one interval can be a second old. So whether running reached
+# the cap is looked for over the interval and SERVER_LOOKAROUND_S on either side.
+SERVER_LOOKAROUND_S = 1.0
 CLIENT_RUNNING_OF_CAP = 0.5
 CLIENT_QUEUE_MAX = 0.5
 UNDERUSED_STATES = (IDLE, ON_OFF, LAUNCH)
@@ -122,6 +134,7 @@ class ServerSlice:
     token_usage: float | None
     max_running_requests: float | None
     retracted: float  # requests retracted inside the interval (counter delta, or the gauge's sum)
+    running_max_near: float | None = None  # the highest running count within SERVER_LOOKAROUND_S of the interval
 
 
 @dataclass
@@ -317,9 +330,14 @@ def _server_slice(server: ServerTimeline, start_s: float, end_s: float) -> Serve
     gauge = [x for i in rows if (x := gauge_col[i]) is not None] if gauge_col is not None else []
     if not retracted and gauge:
         retracted = float(sum(gauge))
+    near_lo = bisect.bisect_left(server.t_s, start_s - SERVER_LOOKAROUND_S)
+    near_hi = bisect.bisect_left(server.t_s, end_s + SERVER_LOOKAROUND_S)
+    running_col = col.get("num_running_reqs")
+    near = [x for i in range(near_lo, near_hi) if server.ok[i] and (x := running_col[i]) is not None] \
+        if running_col is not None else []
     return ServerSlice(rows=len(rows), running=mean("num_running_reqs"), queue=mean("num_queue_reqs"),
                        token_usage=mean("token_usage"), max_running_requests=max(caps) if caps else None,
-                       retracted=retracted)
+                       retracted=retracted, running_max_near=max(near) if near else None)
 
 
 class _HostIndex:
@@ -403,26 +421,30 @@ def classify(iv: Interval, gpu_confidence: float, *, has_server: bool) -> None:
     if iv.gpu_state == THROTTLED:
         iv.state, iv.confidence, iv.why = THROTTLED, gpu_confidence, gpu_text
         return
-    if sv is not None and sv.token_usage is not None and sv.token_usage >= KV_FULL and (
-            (sv.queue or 0.0) >= QUEUED_MIN or sv.retracted > 0):
-        iv.state, iv.confidence = KV_BOUND, 0.85
-        iv.why = (f"token usage {sv.token_usage:.2f} >= {KV_FULL} with {sv.queue or 0:.0f} queued"
-                  + (f", {sv.retracted:.0f} retracted" if sv.retracted else ""))
-        return
     cap = sv.max_running_requests if sv is not None else None
-    if (sv is not None and cap and sv.running is not None and (sv.queue or 0.0) >= QUEUED_MIN
-            and (sv.running >= RUNNING_AT_CAP * cap or cap - sv.running <= 1.0)
+    top = sv.running_max_near if sv is not None else None
+    queued = sv is not None and (sv.queue or 0.0) >= QUEUED_MIN
+    at_cap = bool(cap and top is not None and (top >= RUNNING_AT_CAP * cap or cap - top <= 1.0))
+    if sv is not None and sv.token_usage is not None and (
+            (sv.token_usage >= KV_FULL and (queued or sv.retracted > 0))
+            or (sv.token_usage >= KV_RESERVED and queued and not at_cap and cap is not None)):
+        iv.state, iv.confidence = KV_BOUND, 0.85 if sv.token_usage >= KV_FULL or sv.retracted else 0.7
+        iv.why = (f"token usage {sv.token_usage:.2f} with {sv.queue or 0:.0f} queued"
+                  + (f", {sv.retracted:.0f} retracted" if sv.retracted else "")
+                  + (f", running {sv.running:.0f} of {cap:.0f}" if cap and sv.running is not None else ""))
+        return
+    if (sv is not None and cap and top is not None and queued and at_cap
             and (sv.token_usage is None or sv.token_usage < KV_WELL_BELOW)):
         iv.state = SCHEDULER_CAPPED
         iv.confidence = 0.85 if sv.token_usage is not None else 0.65
         usage = f"token usage {sv.token_usage:.2f}" if sv.token_usage is not None else "token usage unknown"
-        iv.why = f"running {sv.running:.0f} of max_running_requests {cap:.0f}, {sv.queue:.0f} queued, {usage}"
+        iv.why = f"running up to {top:.0f} of max_running_requests {cap:.0f}, {sv.queue:.0f} queued, {usage}"
         return
     if iv.underused:
-        top = _limiting_thread(iv, has_server)
-        if top is not None:
+        thread = _limiting_thread(iv, has_server)
+        if thread is not None:
             iv.state, iv.confidence = HOST, 0.8
-            iv.why = f"{top.name} at {top.cpu_pct:.0f} % of a core while {gpu_text}"
+            iv.why = f"{thread.name} at {thread.cpu_pct:.0f} % of a core while {gpu_text}"
             return
         if (sv is not None and sv.running is not None and (sv.queue or 0.0) < CLIENT_QUEUE_MAX
                 and (cap is None or sv.running < CLIENT_RUNNING_OF_CAP * cap)):

@@ -131,7 +131,7 @@ def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus:
                 v *= 2
             vals = vals or [int(hi)]
             steps.append(k.step("server.max_running_requests", vals,
-                                f"running sat at the cap ({srv.get('running'):.0f} of {cap}) with "
+                                f"running reached the cap ({srv.get('running_max') or 0:.0f} of {cap}) with "
                                 f"{srv.get('queue'):.0f} queued and KV usage {srv.get('token_usage')}: "
                                 f"the request-slot cap binds, not memory (up to {demand:.0f} requests wanted a slot)",
                                 {"server": srv, "held": held}, server_key="max_running_requests"))

@@ -12,7 +12,8 @@ Rules, in order (thresholds below; docs/probe.md has the table):
    the one or two samples of each edge don't count.) Fine-grained gaps read as runs of 5-60 % util instead, and
    stay launch-bound (or host-bound).
    Not when the server's own limits (scheduler-capped, kv-bound) hold half the window or more.
-3. The dominant state: one interval state holds >= DOMINANT_SHARE of the window's time.
+3. The dominant state: one interval state holds >= DOMINANT_SHARE of the window's time (with a server timeline,
+   of the time before the benchmark's drain: see drain_start).
 4. Otherwise mixed, with the mix ("58 % compute-bound (power-capped), 42 % idle").
 
 Phases are runs of one state lasting >= MIN_PHASE_S (shorter runs are left out of the list, not of the mix).
@@ -41,7 +42,7 @@ from toolkit.core.probe.gpu_rules import (
     SCHEDULER_CAPPED,
     WAITING,
 )
-from toolkit.core.probe.intervals import IDLE_SAMPLE_UTIL_PCT, Interval, Segment
+from toolkit.core.probe.intervals import IDLE_SAMPLE_UTIL_PCT, QUEUED_MIN, Interval, Segment
 
 DOMINANT_SHARE = 0.6
 MIN_PHASE_S = 2.0
@@ -53,6 +54,7 @@ MIN_OVERLOAD_INTERVALS = 6
 DISAGREEMENT_PENALTY = 0.15
 MAX_PHASES_LISTED = 40
 MAX_RANGES = 10
+DRAIN_QUEUED_SHARE = 0.25
 
 
 @dataclass
@@ -191,6 +193,20 @@ def _slope(x: list[float], y: list[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(x, y, strict=True)) / den if den else 0.0
 
 
+def drain_start(ivs: list[Interval]) -> float | None:
+    """Where the benchmark's drain begins: after the last interval with requests queued, when queued intervals
+    cover >= DRAIN_QUEUED_SHARE of the window and some follow it. A closed benchmark (all its requests sent at
+    once, bench_serving's --request-rate inf) ends with the admitted requests finishing and nothing waiting: its
+    end, not a limit of the server, so it is left out of the dominant share (it stays in the mix and phases)."""
+    total = sum(iv.duration_s for iv in ivs) or 1.0
+    queued = [iv for iv in ivs if iv.server is not None and (iv.server.queue or 0.0) >= QUEUED_MIN]
+    if not queued or sum(iv.duration_s for iv in queued) / total < DRAIN_QUEUED_SHARE:
+        return None
+    last = queued[-1].end_s
+    tail = [iv for iv in ivs if iv.start_s >= last - 1e-6]
+    return tail[0].start_s if tail else None
+
+
 def _mean_of(ivs: list[Interval], get: Any) -> float | None:
     vals = [v for iv in ivs if (v := get(iv)) is not None]
     return sum(vals) / len(vals) if vals else None
@@ -214,6 +230,7 @@ def deciding_numbers(ivs: list[Interval]) -> dict[str, Any]:
 
         out["server"] = {
             "running": rnd(smean(lambda s: s.running)),
+            "running_max": rnd(max((r for s in srv if (r := s.running_max_near) is not None), default=None)),
             "queue": rnd(smean(lambda s: s.queue)),
             "token_usage": rnd(smean(lambda s: s.token_usage), 3),
             "max_running_requests": max((c for s in srv if (c := s.max_running_requests) is not None), default=None),
@@ -274,6 +291,7 @@ def judge_timeline(ivs: list[Interval], segments: list[Segment], *, has_server: 
     over = overload(ivs) if has_server else None
     server_share = sum(iv.duration_s for iv in ivs if iv.state in (SCHEDULER_CAPPED, KV_BOUND)) / total
     host_share = sum(iv.duration_s for iv in ivs if iv.state == HOST) / total
+    ivs_judged = ivs
     if over is not None:
         cls = OVERLOADED
         held_states = {iv.state for iv in ivs}
@@ -294,20 +312,26 @@ def judge_timeline(ivs: list[Interval], segments: list[Segment], *, has_server: 
                     f"{mix_text(mix)}")
         base_conf = 0.85 * (1.0 - inter["gappy_share"])
     else:
-        top = mix[0]
-        top_state = next(iv.state for iv in ivs if label(iv) == top["state"])
+        drain = drain_start(ivs) if has_server else None
+        judged = [iv for iv in ivs if drain is None or iv.start_s < drain]
+        jmix = mix_of(judged)
+        top_state = next(iv.state for iv in judged if label(iv) == jmix[0]["state"])
         # compute-bound with and without the cap are one class: they share the rule that decided them
-        share = sum(m["share"] for m in mix if m["state"].split(" (")[0] == top_state)
+        share = sum(m["share"] for m in jmix if m["state"].split(" (")[0] == top_state)
+        where = "of the window" if drain is None else f"of the window until the drain at {drain:.1f} s"
+        if drain is not None:
+            evidence["drain"] = [round(drain, 2), round(ivs[-1].end_s, 2)]
         if share >= DOMINANT_SHARE:
             cls = _run_class(top_state)
             held_states = {top_state}
-            headline = f"{cls}: {share:.0%} of the window" + (f" ({mix_text(mix)})" if share < 0.999 else "")
+            headline = f"{cls}: {share:.0%} {where}" + (f" ({mix_text(mix)})" if share < 0.999 else "")
         else:
             cls = MIXED
-            held_states = {iv.state for iv in ivs}
-            headline = f"mixed: {mix_text(mix)}"
+            held_states = {iv.state for iv in judged}
+            headline = f"mixed: {mix_text(jmix)}" + ("" if drain is None else f" until the drain at {drain:.1f} s")
         base_conf = 0.0
-    held = [iv for iv in ivs if iv.state in held_states]
+        ivs_judged = judged
+    held = [iv for iv in ivs_judged if iv.state in held_states]
     if base_conf == 0.0:
         conf = sum(iv.confidence * iv.duration_s for iv in held) / (sum(iv.duration_s for iv in held) or 1.0)
         if cls == MIXED:

@@ -183,8 +183,9 @@ def _timeline_steps(cls: str, ev: dict[str, Any]) -> list[str]:
                 "otherwise. Raise the client's concurrency or request rate (or overlap its pauses) so work is queued "
                 "during the idle phases; GPU-side tuning (CUDA graphs, kernels, batching knobs) won't help."]
     if cls == SCHEDULER_CAPPED:
-        return [f"The scheduler's running cap binds: {srv.get('running')} running of max_running_requests "
-                f"{srv.get('max_running_requests')}, {srv.get('queue')} queued, KV usage {srv.get('token_usage')}. "
+        return [f"The scheduler's running cap binds: up to {srv.get('running_max')} running of "
+                f"max_running_requests {srv.get('max_running_requests')} with {srv.get('queue')} queued on average, "
+                f"KV usage {srv.get('token_usage')}. "
                 "Raise the cap, then re-probe: once it no longer binds, the next limit shows (KV, compute or "
                 "communication)."]
     if cls == KV_BOUND:
