@@ -30,7 +30,7 @@ EXPECTED = {
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_each_load_gets_its_class_over_time(name: str) -> None:
     run = load_run(FIX / name)
-    assert run.manifest["data_source"] == "measured (NVML)" and run.host_trace is not None
+    assert run.manifest["data_source"] == "measured (NVML)" and run.host is not None
     _summary, v = judge_run(run)
     assert v.cls == EXPECTED[name], v.headline
     assert run.verdict is not None and run.verdict["class"] == v.cls  # made on the GPU machine by this code

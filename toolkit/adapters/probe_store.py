@@ -83,13 +83,16 @@ class ProbeRun:
     topology: dict[str, Any]
     summary: dict[str, Any] | None
     verdict: dict[str, Any] | None
-    server_trace: ServerTrace | None = None  # server_trace.csv, when the run scraped a server
-    host_trace: HostTrace | None = None  # host_trace.csv, when the run sampled /proc
+    server: ServerTrace | None = None  # server_trace.csv; None for runs without one (old, or no server)
+    host: HostTrace | None = None  # host_trace.csv
 
 
-def _read_timeline(path: Path, reader: Any) -> Any:
-    """A side timeline (SPEC-timelines.md) or None when the run did not record it (older runs, no server)."""
-    return reader(path.read_text(errors="replace"), str(path)) if path.exists() else None
+def _side(d: Path, name: str) -> str | None:
+    """A side timeline's text: the final file, or the .partial an interrupted run left; None when absent."""
+    for p in (d / name, d / (name + ".partial")):
+        if p.exists():
+            return p.read_text(errors="replace")
+    return None
 
 
 def load_run(run_dir: str | Path) -> ProbeRun:
@@ -112,8 +115,8 @@ def load_run(run_dir: str | Path) -> ProbeRun:
         topology=read_json(d / "topology.json", required=False) or {},
         summary=read_json(d / "summary.json", required=False),
         verdict=read_json(d / "verdict.json", required=False),
-        server_trace=_read_timeline(d / "server_trace.csv", read_server_trace),
-        host_trace=_read_timeline(d / "host_trace.csv", read_host_trace),
+        server=read_server_trace(t, str(d / "server_trace.csv")) if (t := _side(d, "server_trace.csv")) else None,
+        host=read_host_trace(t, str(d / "host_trace.csv")) if (t := _side(d, "host_trace.csv")) else None,
     )
 
 
@@ -122,5 +125,5 @@ def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
                         SteadyParams.of_manifest(run.manifest))
     verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace,
-                    server=run.server_trace, host=run.host_trace)
+                    server=run.server, host=run.host)
     return summary, verdict
