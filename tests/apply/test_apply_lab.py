@@ -85,8 +85,9 @@ def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
     return len(((data.get("results") or {}).get("entries")) or [])
 
 
-def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
-    return toolkit("apply", "profile", "glm5-tp8", "-i", str(inventory or lab.inventory_path),
+def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None,
+          profile: str = "glm5-tp8") -> tuple[int, dict[str, Any], str]:
+    return toolkit("apply", "profile", profile, "-i", str(inventory or lab.inventory_path),
                    "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
 
 
@@ -132,6 +133,14 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     assert json.loads(bench.splitlines()[-1])["completed"] == LAB_NUM_PROMPTS  # SGLang's own bench_serving wrote it
     # The replayed seed trace (100 % util at ~250 W of 600 W, no P2P) must come out as the seed's diagnosis.
     assert probe["verdict"]["class"] == "busy-but-waiting", probe["verdict"]
+    # Over time too (issue 16): the engine model's server never queues at 1024 slots, so not scheduler-capped;
+    # the next step halves the tensor-parallel group, naming the existing profile.
+    verdict = probe["verdict"]
+    assert verdict["signals"] == ["gpu", "server", "host"], verdict["signals"]
+    assert "scheduler-capped" not in {m["state"] for m in verdict["mix"]}
+    tp = next(k for k in verdict["knob_steps"] if k["knob"] == "server.tp_size")
+    assert (tp["current"], tp["proposed"], tp["together"]) == (8, [4], {"server.pp_size": 2})
+    assert tp["profiles"] == ["glm5-tp4-pp2"]
 
     record = summary.get("record") or {}
     if "skipped" not in record:
@@ -223,3 +232,45 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
     assert info["api_key_set"] is True
     rc, _, err = apply(provisioned, work)  # back to the profile without a key
     assert rc == 0, err[-4000:]
+
+
+# Issue 16: the verdict over time on the stand-in's engine model (GPU, server and host timelines together). These
+# run last: each leaves another profile deployed. Each is one apply with --probe (no record).
+SMALL_KV = """schema_version: 1
+name: glm5-tp8-small-kv
+extends: glm5-tp8
+description: Lab test variant of glm5-tp8 with a small KV pool, to check the verdict names the knob that binds.
+server:
+  mem_fraction_static: 0.54
+bench:
+  random_range_ratio: 1.0
+why:
+  server.mem_fraction_static:
+    reason: a small static fraction leaves the KV pool too small for 160 requests of 256 + 128 tokens.
+  bench.random_range_ratio:
+    reason: fixed lengths, so every request needs its full 384 tokens of KV.
+"""
+
+
+def test_baseline_is_scheduler_capped_naming_max_running_requests(provisioned: Target, work: Path) -> None:
+    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-baseline")
+    assert rc == 0, err[-4000:]
+    verdict = summary["probe"][provisioned.name]["verdict"]
+    assert verdict["class"] == "scheduler-capped", verdict["headline"]
+    step = verdict["knob_steps"][0]
+    assert (step["knob"], step["current"], step["current_source"]) == ("server.max_running_requests", 64, "profile")
+    assert min(step["proposed"]) > 64 and step["sweep_args"][0] == "--vary"
+    assert "server.max_running_requests: 64 -> " in " ".join(verdict["next_steps"])
+    server = verdict["evidence"]["over_time"]["server"]
+    assert server["max_running_requests"] == 64 and server["queue"] > 1 and server["token_usage"] < 0.8
+
+
+def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, work: Path) -> None:
+    (work / "profiles" / "glm5-tp8-small-kv.yaml").write_text(SMALL_KV)
+    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-tp8-small-kv")
+    assert rc == 0, err[-4000:]
+    verdict = summary["probe"][provisioned.name]["verdict"]
+    assert verdict["class"] == "kv-bound", verdict["headline"]
+    step = next(k for k in verdict["knob_steps"] if k["knob"] == "server.mem_fraction_static")
+    assert step["current"] == 0.54 and step["proposed"][0] > 0.54
+    assert verdict["evidence"]["over_time"]["server"]["token_usage"] >= 0.7
