@@ -183,3 +183,25 @@ def test_gpu_only_judgement_without_a_trace_is_the_window_mean() -> None:
     trace, run = timeline_trace(alternating(2.0, 2.0), SECONDS)
     v = judge(summarize(trace, run, {}))
     assert v.timeline is None and v.window_mean is None and v.cls != "intermittent-load"
+
+
+def test_knob_steps_are_variants_the_sweep_takes_as_they_are() -> None:
+    """Each step's sweep_args parse with the sweep's own --vary parser against the profile they name."""
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.probe.knobs import run_target
+    from toolkit.core.sweep.variants import expand, parse_vary
+
+    store = ProfileStore()
+    for name, shape, server in (("glm5-baseline", "spin", _capped), ("glm5-tp8", "spin", None)):
+        spec = store.resolve(name).spec.model_dump(mode="json")
+        target = run_target(name, spec, set(store.names()))
+        v = _verdict(lambda t, s=shape: s, server=server, target=target, gpus=8,
+                     topology={"links": [{"a": 0, "b": 1, "p2p_read_ok": False}]})
+        assert v.knob_steps, (name, v.headline)
+        for step in v.knob_steps:
+            args = step.sweep_args
+            axes = [parse_vary(args[i + 1], spec) for i in range(0, len(args), 2) if args[i] == "--vary"]
+            assert axes and axes[0].path == step.knob and list(axes[0].values) == list(step.proposed)
+            assert all(type(x) is type(step.current) for x in axes[0].values)  # typed like the profile's value
+            assert len(expand(axes)) == len(step.proposed)
+    assert target["knobs"]["server.max_running_requests"] == 1024 and "server.cuda_graph" in target["why"]
