@@ -205,3 +205,16 @@ def test_knob_steps_are_variants_the_sweep_takes_as_they_are() -> None:
             assert all(type(x) is type(step.current) for x in axes[0].values)  # typed like the profile's value
             assert len(expand(axes)) == len(step.proposed)
     assert target["knobs"]["server.max_running_requests"] == 1024 and "server.cuda_graph" in target["why"]
+
+
+def test_the_seeds_synthetic_eight_gpus_stay_busy_but_waiting_over_time() -> None:
+    from .synthetic import seed_run
+
+    trace, run, bench, topology = seed_run()
+    from toolkit.core.probe.bench import normalize_bench_result
+
+    v = judge(summarize(trace, run, normalize_bench_result(bench)), topology, run["target"], trace=trace)
+    assert v.cls == "busy-but-waiting" and v.timeline is not None and v.timeline.mix[0]["share"] == 1.0
+    assert "glm5-tp4-pp2" in v.next_steps[0] and "not more compute tuning" in v.next_steps[0]
+    tp = v.knob_steps[0]
+    assert (tp.knob, tp.current, tp.proposed, tp.together) == ("server.tp_size", 8, (4,), {"server.pp_size": 2})

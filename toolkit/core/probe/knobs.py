@@ -90,7 +90,10 @@ def _pow2_up(x: float) -> int:
 
 class _Knobs:
     def __init__(self, target: dict[str, Any], evidence: dict[str, Any]) -> None:
-        self.values: dict[str, Any] = dict(target.get("knobs") or {})
+        # run.json targets written before `knobs` existed carry the parallel layout at the top level
+        self.values: dict[str, Any] = {f"server.{k}": target[k] for k in ("tp_size", "pp_size", "ep_size", "dp_size")
+                                       if target.get(k) is not None}
+        self.values.update(target.get("knobs") or {})
         self.why: dict[str, str] = {k: str(v) for k, v in (target.get("why") or {}).items()}
         self.server = evidence.get("server") or {}
 
