@@ -218,3 +218,14 @@ def test_the_seeds_synthetic_eight_gpus_stay_busy_but_waiting_over_time() -> Non
     assert "glm5-tp4-pp2" in v.next_steps[0] and "not more compute tuning" in v.next_steps[0]
     tp = v.knob_steps[0]
     assert (tp.knob, tp.current, tp.proposed, tp.together) == ("server.tp_size", 8, (4,), {"server.pp_size": 2})
+
+
+def test_target_json_that_is_not_an_object_is_exit_2_before_anything_runs(tmp_path: Any,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from toolkit.cli.main import main
+
+    marker = tmp_path / "started"
+    for bad in ("{not json", "[1, 2]"):
+        rc = main(["probe", "run", "--target-json", bad, "--out", str(tmp_path / "r"), "--", "touch", str(marker)])
+        assert rc == 2 and not marker.exists() and not (tmp_path / "r").exists()
+        assert "--target-json" in capsys.readouterr().err

@@ -418,8 +418,14 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
               f"J/output token: full {_fmt(f['j_per_output_token'], 3)}")
     con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']} "
               f"{verdict['confidence_label']}, basis {verdict['basis']})")
+    for d in verdict.get("disagreements") or []:
+        con.print(f"  signals disagree: {d}", markup=False)
+    phases = verdict.get("phases") or []
+    if len(phases) > 1:
+        con.print("  phases: " + "; ".join(f"{p['state']} {p['start_s']:.1f}-{p['end_s']:.1f} s" for p in phases[:8])
+                  + (f"; {len(phases) - 8} more" if len(phases) > 8 else ""), markup=False)
     for step in verdict["next_steps"]:
-        con.print(f"  next: {step}")
+        con.print(f"  next: {step}", markup=False)
     if summary["benchmark"]["exit_code"] not in (0, None):
         con.print(f"[red]benchmark exit code {summary['benchmark']['exit_code']}; stderr tail:[/red]")
         con.print(summary["benchmark"]["stderr_tail"][-1500:], markup=False, highlight=False)
