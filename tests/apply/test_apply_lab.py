@@ -1,6 +1,7 @@
 """`toolkit apply profile glm5-tp8` against the lab, for real: Ansible over SSH into a real LXC container
 running systemd, the pinned SGLang installed from PyPI wheels, the real patch applied, the lab stand-in
-server behind the rendered unit, SGLang's own bench_serving, the probe replaying a recorded GPU trace.
+server behind the rendered unit (its engine model: SIMULATED GPUs), SGLang's own bench_serving, the probe
+scraping the stand-in's /metrics and sampling the simulated GPUs.
 
 The container is provisioned first with the provision playbooks (#6). Tests share one provisioned lab
 and run in file order: scratch deploy, no-change deploy, then the failure cases, each of which
@@ -131,7 +132,8 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     probe = summary["probe"][provisioned.name]
     bench = (Path(probe["run_dir"]) / "bench.jsonl").read_text()
     assert json.loads(bench.splitlines()[-1])["completed"] == LAB_NUM_PROMPTS  # SGLang's own bench_serving wrote it
-    # The replayed seed trace (100 % util at ~250 W of 600 W, no P2P) must come out as the seed's diagnosis.
+    # The simulated GPUs (100 % util, well under 600 W, no P2P: the engine model's tp8 over PCIe) must come out
+    # as the seed's diagnosis.
     assert probe["verdict"]["class"] == "busy-but-waiting", probe["verdict"]
     # Over time too (issue 16): the engine model's server never queues at 1024 slots, so not scheduler-capped;
     # the next step halves the tensor-parallel group, naming the existing profile.
@@ -145,12 +147,52 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     record = summary.get("record") or {}
     if "skipped" not in record:
         assert _entries(work / "profiles") == before + 1
+    server = _check_timelines_and_entry(Path(probe["run_dir"]), work / "profiles" / "glm5-tp8.yaml")
+    # tp8 with 1024 slots takes all 160 prompts at once: nothing waits in the steady window.
+    assert server["steady"]["num_queue_reqs"]["max"] == 0, server["steady"]
+    assert server["steady"]["max_running_requests"] == 1024
+
+
+def _check_timelines_and_entry(run_dir: Path, profile: Path) -> dict[str, Any]:
+    """What every lab probe run must carry: the server and host timelines, and a truthful results entry."""
+    from toolkit.core.probe.host_trace import read_host_trace
+    from toolkit.core.probe.server_trace import read_server_trace
+
+    tr = read_server_trace((run_dir / "server_trace.csv").read_text())
+    assert len(tr) > 10 and tr.gaps == 0 and tr.meta["source"].startswith("http://127.0.0.1:")
+    assert any(v is not None for v in tr.column("num_running_reqs"))
+    assert any(v is not None for v in tr.column("num_queue_reqs"))
+    host = read_host_trace((run_dir / "host_trace.csv").read_text())
+    assert {"bench", "server"} <= set(host.role)  # the unit's MainPID tree, found through systemd
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "simulated" in summary["data_source"]
+    assert summary["steady"]["throughput"]["source"].startswith("server counter")
+    entry = yaml.safe_load(profile.read_text())["results"]["entries"][-1]
+    completed = json.loads((run_dir / "bench.jsonl").read_text().splitlines()[-1])["completed"]
+    assert entry["bench"]["num_prompts"] == completed == LAB_NUM_PROMPTS
+    assert entry["bench"]["failed"] == 0 and entry["bench"]["profile_asked"] == {"num_prompts": 1024}
+    assert "--num-prompts" in entry["bench"]["argv"]
+    assert entry["throughput"]["steady_state"]["output_tok_per_s"] > 0
+    assert "simulated" in entry["lab"]["note"]
+    return dict(summary["server"])
 
 
 def test_second_apply_changes_nothing(provisioned: Target, work: Path) -> None:
     rc, summary, err = apply(provisioned, work)
     assert rc == 0, err[-4000:]
     assert summary["hosts"][provisioned.name]["changed"] == 0, summary
+
+
+def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work: Path) -> None:
+    """glm5-baseline's 64 slots bind: the server shows 64 running and the rest queued, as in the seed."""
+    rc, summary, err = apply(provisioned, work, "--probe", "--record", profile="glm5-baseline")
+    assert rc == 0, err[-4000:]
+    probe = summary["probe"][provisioned.name]
+    server = _check_timelines_and_entry(Path(probe["run_dir"]), work / "profiles" / "glm5-baseline.yaml")
+    steady = server["steady"]
+    assert steady["max_running_requests"] == 64 and steady["num_running_reqs"]["max"] == 64
+    assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
+    assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
 
 
 def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:

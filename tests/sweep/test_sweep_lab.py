@@ -2,7 +2,7 @@
 
 Every point is `toolkit apply profile VARIANT --probe` over real SSH into the lab's LXC container: the
 rendered unit changes with each variant's flags and the service restarts; the server is the lab's
-announced stand-in and the GPU trace is replayed (lab data), so the figures rank stand-in runs, not
+announced stand-in and the GPUs are its engine model's (simulated), so the figures rank stand-in runs, not
 GPUs. What this proves is the machinery: variants deployed, measured, failures recorded, a real
 SIGINT in the middle of a deploy, a resume that re-measures only what is left, and a promotion that
 validates and renders. The axes avoid the base's own values so that the winner always differs from
@@ -120,14 +120,14 @@ def test_lab_sweep_interrupted_resumed_promoted(inventory: str, tmp_path: Path) 
     assert sum(p["attempts"] for p in points) in (6, 7)
     done = [p for p in points if p["status"] == "done"]
     assert len(done) >= 3, [p["reason"] for p in points]
-    assert all(p["measurement"]["data_source"].startswith("lab data") for p in done)
+    assert all(p["measurement"]["data_source"].startswith("simulated") for p in done)
 
     ranking = json.loads((work / "sweeps" / run_id / "ranking.json").read_text())
     tputs = [r["steady_output_tok_per_s"] for r in ranking["by_throughput"]]
     assert tputs == sorted(tputs, reverse=True) and len(tputs) == len(done)
     assert ranking["pareto_front"]
     report = (work / "sweeps" / run_id / "report.md").read_text()
-    assert "lab data" in report
+    assert "simulated" in report
 
     promoted = work / "profiles" / "glm5-tp8-lab-swept.yaml"
     doc = yaml.safe_load(promoted.read_text())

@@ -22,34 +22,11 @@ from typing import IO, Any
 
 from toolkit.adapters.timeline_thread import TimelineThread
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.bench import redact_argv  # noqa: F401  (kept importable from here)
 from toolkit.core.probe.sampler import GpuSampler, Row
 from toolkit.core.probe.trace import COLUMNS, format_row, header_line
 
 STDERR_TAIL_CHARS = 4000
-SECRET_FLAG_WORDS = ("key", "token", "secret", "password", "passwd")
-
-
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command as it may be stored: values of flags that look like secrets are replaced."""
-    out: list[str] = []
-    hide_next = False
-    for a in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if a.startswith("-") and any(w in a.lower() for w in SECRET_FLAG_WORDS):
-            flag, eq, _ = a.partition("=")
-            if eq:
-                out.append(flag + "=***")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(a)
-    return out
-
-
 def read_bench_jsonl(path: Path) -> dict[str, Any] | None:
     """The last JSON object line of bench_serving's --output-file (it appends one line per run)."""
     if not path.exists():

@@ -32,6 +32,10 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
+def _nan(vs: list[float | None]) -> list[float]:
+    return [float("nan") if v is None else v for v in vs]
+
+
 def _windows(ax: Any, d: PlotData) -> None:
     if d.bench_window_s:
         ax.axvspan(*d.bench_window_s, color="0.92", zorder=0, label="benchmark")
@@ -61,6 +65,8 @@ def power_plot(d: PlotData) -> Plot:
     ax.grid(alpha=0.3)
     caption = ("Per-GPU board power (nvmlDeviceGetPowerUsage, a ~1 s average) against the enforced limit and the "
                "idle baseline measured before the load.")
+    if "simulated" in d.data_source:
+        caption = "SIMULATED GPUs (the lab's engine model, not a measurement). " + caption
     return Plot("power", "Power per GPU over time", caption, _png(fig))
 
 
@@ -109,8 +115,72 @@ def throughput_plot(d: PlotData) -> Plot:
                 _png(fig))
 
 
+def server_plot(d: PlotData) -> Plot:
+    """Under the power plot, same time axis: SGLang's running/queued against the cap, the KV pool's usage, the
+    counter's throughput, and the busiest threads' CPU (a host-bound process shows one thread near 100 %)."""
+    assert d.server is not None
+    sv = d.server
+    plt = _pyplot()
+    fig, axes = plt.subplots(4, 1, figsize=(_SIZE_IN[0], 7.5), sharex=True)
+    for ax in axes:
+        _windows(ax, d)
+        if d.time_range_s:
+            # The power plot's x axis: the GPU trace's range with matplotlib's default 5 % margins.
+            lo, hi = d.time_range_s
+            ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+        for t in sv.gaps_t_s:
+            ax.axvline(t, color="#c00000", lw=0.6, alpha=0.5)
+        ax.grid(alpha=0.3)
+    a0, a1, a2, a3 = axes
+    if sv.t_s:
+        a0.step(sv.t_s, _nan(sv.running), where="post", color="#1f77b4", lw=1.5, label="running")
+        a0.step(sv.t_s, _nan(sv.queued), where="post", color="#ff7f0e", lw=1.5, label="queued")
+        if any(v is not None for v in sv.running_cap):
+            a0.step(sv.t_s, _nan(sv.running_cap), where="post", color="#c00000", ls="--", lw=1.2,
+                    label="running cap (max_running_requests)")
+        a1.step(sv.t_s, _nan(sv.token_usage), where="post", color="#9467bd", lw=1.5, label="KV token usage")
+    else:
+        a0.text(0.5, 0.5, "no server timeline in this run", transform=a0.transAxes, ha="center", va="center")
+    a0.set_ylabel("requests")
+    a0.set_ylim(bottom=0)
+    a1.set_ylabel("token usage")
+    a1.set_ylim(0, 1.05)
+    if sv.counter_t_s:
+        a2.plot(sv.counter_t_s, sv.counter_tok_per_s, "-", color="#2ca02c", lw=1.4, label="output tok/s (counter)")
+    else:
+        a2.text(0.5, 0.5, "no realtime_tokens counter (server without --enable-metrics?)", transform=a2.transAxes,
+                ha="center", va="center", fontsize=9, color="#a05000")
+    a2.set_ylabel("tok/s")
+    a2.set_ylim(bottom=0)
+    if sv.server_thread_t_s:
+        a3.plot(sv.server_thread_t_s, sv.server_thread_cpu_pct, "-", color="#8c564b", lw=1.4,
+                label="server's busiest thread" + (f" ({sv.server_thread_name})" if sv.server_thread_name else ""))
+    if sv.bench_thread_t_s:
+        a3.plot(sv.bench_thread_t_s, sv.bench_thread_cpu_pct, ":", color="0.3", lw=1.2,
+                label="benchmark's busiest thread")
+    if not sv.server_thread_t_s and not sv.bench_thread_t_s:
+        a3.text(0.5, 0.5, "no host timeline in this run", transform=a3.transAxes, ha="center", va="center")
+    a3.set_ylabel("CPU % of a core")
+    a3.set_ylim(0, 110)
+    a3.set_xlabel("time since the probe started (s)")
+    for ax in axes:
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    caption = ("SGLang's gauges (written at each prefill batch and every decode_log_interval decode steps, so "
+               "they step), its running cap from /v1/loads, throughput between scrapes of its per-forward token "
+               "counter, and the busiest thread's CPU from /proc. Red lines: scrapes that got no answer.")
+    if sv.not_seen:
+        caption += " Not seen: " + "; ".join(sv.not_seen) + "."
+    if "simulated" in d.data_source:
+        caption = "SIMULATED (the lab's engine model). " + caption
+    return Plot("server", "Server and host over time", caption, _png(fig))
+
+
 def report_plots(d: PlotData) -> list[Plot]:
-    return [power_plot(d), util_gpm_plot(d), throughput_plot(d)]
+    plots = [power_plot(d)]
+    if d.server is not None:
+        plots.append(server_plot(d))  # under the power plot, on its time axis
+    return [*plots, util_gpm_plot(d), throughput_plot(d)]
 
 
 # --- sweep plots (issue #8: toolkit sweep); plain data in, PNG bytes out -------------------------------

@@ -145,8 +145,9 @@ def _live_view(enabled: bool, gpus_count: int) -> tuple[Any, Any]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from toolkit.adapters.bench_process import redact_argv, run_sampled
+    from toolkit.adapters.bench_process import run_sampled
     from toolkit.adapters.probe_store import read_json, read_trace, write_json_atomic
+    from toolkit.core.probe.bench import redact_argv
 
     command = list(args.command)
     if command and command[0] == "--":

@@ -79,7 +79,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         elif want_plots:
             from toolkit.adapters.plots import report_plots
 
-            report.plots = report_plots(plot_data(run.trace, run.summary, run.manifest, run.bench_raw))
+            report.plots = report_plots(plot_data(run.trace, run.summary, run.manifest, run.bench_raw,
+                                                  server=run.server, host=run.host))
     elif entry is not None and entry.source == "manual":
         report.notes.append("the latest entry is manual (imported figures): there is no trace to plot")
     elif run_dir is not None:

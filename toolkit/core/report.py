@@ -12,6 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.core.probe.host_trace import HostTrace
+from toolkit.core.probe.server_trace import ServerTrace, counter_series
 from toolkit.core.probe.trace import Trace
 from toolkit.core.results.model import ResultsEntry
 
@@ -42,6 +44,28 @@ class PlotData:
     data_source: str
     full_run_tok_per_s: float | None = None  # bench_serving's whole-run rate (ramp and drain included)
     steady_tok_per_s: float | None = None  # the rate over the steady window
+    time_range_s: tuple[float, float] | None = None  # every time plot's x axis, so they line up
+    server: ServerSeries | None = None  # the server and host panel under the power plot; None: not recorded
+
+
+@dataclass
+class ServerSeries:
+    """What the server panel draws (server_trace.csv, host_trace.csv), on the same clock as the GPU trace."""
+
+    t_s: list[float]
+    running: list[float | None]
+    queued: list[float | None]
+    running_cap: list[float | None]
+    token_usage: list[float | None]
+    counter_t_s: list[float]
+    counter_tok_per_s: list[float]
+    server_thread_t_s: list[float]
+    server_thread_cpu_pct: list[float]
+    server_thread_name: str | None
+    bench_thread_t_s: list[float]
+    bench_thread_cpu_pct: list[float]
+    gaps_t_s: list[float]
+    not_seen: list[str]
 
 
 def _median(vs: list[float]) -> float | None:
@@ -78,8 +102,36 @@ def throughput_series(timeline: Any, bench_start_s: float, bin_s: float = THROUG
     return ts, rates
 
 
-def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None
-              ) -> PlotData:
+def server_series(server: ServerTrace | None, host: HostTrace | None, summary: dict[str, Any]
+                  ) -> ServerSeries | None:
+    if server is None and host is None:
+        return None
+    ok = [i for i in range(len(server))] if server is not None else []
+
+    def col(name: str) -> list[float | None]:
+        assert server is not None
+        return [server.values[name][i] if server.ok[i] else None for i in ok]
+
+    ct, cr = counter_series(server, "realtime_decode_tokens_total") if server is not None else ([], [])
+    st, sc = host.series("server", "busiest_thread") if host is not None else ([], [])
+    bt, bc = host.series("bench", "busiest_thread") if host is not None else ([], [])
+    top = ((((summary.get("host") or {}).get("steady") or {}).get("server") or {}).get("busiest_thread") or {})
+    name = f"{top.get('process')}/{top.get('thread')} (pid {top.get('pid')})" if top else None
+    return ServerSeries(
+        t_s=[server.t_s[i] for i in ok] if server is not None else [],
+        running=col("num_running_reqs") if server is not None else [],
+        queued=col("num_queue_reqs") if server is not None else [],
+        running_cap=col("max_running_requests") if server is not None else [],
+        token_usage=col("token_usage") if server is not None else [],
+        counter_t_s=ct, counter_tok_per_s=cr, server_thread_t_s=st, server_thread_cpu_pct=sc,
+        server_thread_name=name, bench_thread_t_s=bt, bench_thread_cpu_pct=bc,
+        gaps_t_s=[server.t_s[i] for i in range(len(server)) if not server.ok[i]] if server is not None else [],
+        not_seen=list((summary.get("server") or {}).get("what_was_not_seen") or []),
+    )
+
+
+def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None,
+              server: ServerTrace | None = None, host: HostTrace | None = None) -> PlotData:
     def lines(column: str) -> list[GpuLine]:
         out = []
         for g, s in sorted(trace.gpus.items()):
@@ -99,7 +151,12 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
     ts, rates = throughput_series((bench_raw or {}).get("timeline"), bench[0] if bench else 0.0)
     full_avg = ((summary.get("full") or {}).get("throughput") or {}).get("output_tok_per_s")
     steady_avg = (steady.get("throughput") or {}).get("output_tok_per_s") if found else None
-    if ts:
+    srv = server_series(server, host, summary)
+    if srv is not None and len(srv.counter_t_s) >= 2:
+        ts, rates = srv.counter_t_s, srv.counter_tok_per_s
+        source = ("output tokens per second between scrapes of the server's sglang:realtime_tokens_total "
+                  "(decode), which moves on every forward pass")
+    elif ts:
         source = f"output tokens per {THROUGHPUT_BIN_S:g} s bin, from the benchmark's token timeline"
     else:
         full = (summary.get("full") or {}).get("throughput") or {}
@@ -124,7 +181,14 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
         data_source=str(summary.get("data_source") or run.get("data_source") or "measured"),
         full_run_tok_per_s=float(full_avg) if isinstance(full_avg, int | float) else None,
         steady_tok_per_s=float(steady_avg) if isinstance(steady_avg, int | float) else None,
+        time_range_s=_time_range(trace),
+        server=srv,
     )
+
+
+def _time_range(trace: Trace) -> tuple[float, float] | None:
+    ts = [t for s in trace.gpus.values() for t in (s.t_s[:1] + s.t_s[-1:])]
+    return (min(ts), max(ts)) if ts else None
 
 
 @dataclass

@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
+SECRET_FLAG_WORDS = ("key", "token", "secret", "password", "passwd")
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """The command as it may be stored: values of flags that look like secrets are replaced."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        if a.startswith("-") and any(w in a.lower() for w in SECRET_FLAG_WORDS):
+            flag, eq, _ = a.partition("=")
+            if eq:
+                out.append(flag + "=***")
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(a)
+    return out
+
+
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
 
 

@@ -215,6 +215,23 @@ def counter_rate(trace: ServerTrace, column: str, start_s: float, end_s: float) 
     return d[0] / d[1] if d is not None and d[1] > 0 else None
 
 
+def counter_series(trace: ServerTrace, column: str) -> tuple[list[float], list[float]]:
+    """Per-second rate between consecutive good rows (at their midpoint), restarts and gaps skipped."""
+    col = trace.values[column]
+    ts: list[float] = []
+    rates: list[float] = []
+    prev: tuple[float, float] | None = None
+    for i, t in enumerate(trace.t_s):
+        v = col[i]
+        if not trace.ok[i] or v is None:
+            continue
+        if prev is not None and not trace.counter_reset[i] and v >= prev[1] and t > prev[0]:
+            ts.append((t + prev[0]) / 2)
+            rates.append((v - prev[1]) / (t - prev[0]))
+        prev = (t, v)
+    return ts, rates
+
+
 def _stats(vals: list[float]) -> dict[str, float | None]:
     if not vals:
         return {"mean": None, "max": None}

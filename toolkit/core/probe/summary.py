@@ -12,6 +12,8 @@ from collections import Counter
 from typing import Any
 
 from toolkit.core.probe.energy import window_energy
+from toolkit.core.probe.host_trace import HostTrace, host_window
+from toolkit.core.probe.server_trace import ServerTrace, server_window
 from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
 from toolkit.core.probe.trace import REASON_BITS, GpuSeries, Trace
 
@@ -146,8 +148,10 @@ def _timeline_tokens(timeline: list[Any] | None, offset_s: float, start_s: float
 
 def window_summary(
     trace: Trace, start_s: float, end_s: float, idle: dict[int, float | None], bench: dict[str, Any],
-    bench_start_s: float, *, full_run: bool,
+    bench_start_s: float, *, full_run: bool, server: dict[str, Any] | None = None, steady_found: bool = True,
 ) -> dict[str, Any]:
+    """One window's figures. `server` is server_window() over the same window: its realtime_tokens counter
+    gives the steady window's throughput (it moves every forward pass; bench_serving's rates are whole-run)."""
     gpus = {str(g): gpu_window_stats(s, start_s, end_s, idle.get(g)) for g, s in trace.gpus.items()}
     energies = [g["energy_j"] for g in gpus.values()]
     total_j = sum(e for e in energies if e is not None) if any(e is not None for e in energies) else None
@@ -161,15 +165,28 @@ def window_summary(
         }
         out_tokens = bench.get("total_output_tokens")
     else:
-        offset = 0.0 if bench.get("timeline_origin") == "probe_run" else bench_start_s
-        out_tokens = _timeline_tokens(bench.get("timeline"), offset, start_s, end_s)
-        throughput = {
-            "output_tok_per_s": _r(out_tokens / duration) if out_tokens is not None and duration > 0 else None,
-            "total_tok_per_s": None,
-            "request_per_s": None,
-            "source": "benchmark timeline over the steady window" if out_tokens is not None
-            else "unavailable: the benchmark reports whole-run rates only",
-        }
+        where = "the steady window" if steady_found else "the whole benchmark window (no steady window found)"
+        server_rate = (server or {}).get("output_tok_per_s")
+        if server_rate is not None and duration > 0:
+            # Tokens over the window at the counter's rate: the scrapes inside cover slightly less than the
+            # window, the rate is the same.
+            out_tokens = server_rate * duration
+            throughput = {
+                "output_tok_per_s": _r(server_rate),
+                "total_tok_per_s": _r((server or {}).get("total_tok_per_s")),
+                "request_per_s": None,
+                "source": f"server counter sglang:realtime_tokens_total over {where}",
+            }
+        else:
+            offset = 0.0 if bench.get("timeline_origin") == "probe_run" else bench_start_s
+            out_tokens = _timeline_tokens(bench.get("timeline"), offset, start_s, end_s)
+            throughput = {
+                "output_tok_per_s": _r(out_tokens / duration) if out_tokens is not None and duration > 0 else None,
+                "total_tok_per_s": None,
+                "request_per_s": None,
+                "source": f"benchmark timeline over {where}" if out_tokens is not None
+                else "unavailable: the benchmark reports whole-run rates only and no server counter was scraped",
+            }
     power_total = [g["power_w"]["mean"] for g in gpus.values() if g["power_w"]["mean"] is not None]
     return {
         "start_s": _r(start_s, 3),
@@ -187,9 +204,11 @@ def window_summary(
 
 
 def summarize(
-    trace: Trace, run: dict[str, Any], bench: dict[str, Any], params: SteadyParams | None = None
+    trace: Trace, run: dict[str, Any], bench: dict[str, Any], params: SteadyParams | None = None,
+    server: ServerTrace | None = None, host: HostTrace | None = None,
 ) -> dict[str, Any]:
-    """run: the manifest's clock fields (idle_start_s, idle_end_s, bench_start_s, bench_end_s), exit code, tail."""
+    """run: the manifest's clock fields (idle_start_s, idle_end_s, bench_start_s, bench_end_s), exit code, tail.
+    server, host: the run's server_trace.csv and host_trace.csv when it has them (summary `server`, `host`)."""
     params = params or SteadyParams()
     idle = idle_power(trace, float(run.get("idle_start_s", 0.0)), float(run["idle_end_s"]))
     b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
@@ -198,6 +217,9 @@ def summarize(
         {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
         for g, s in trace.gpus.items() for i, e in enumerate(s.errors) if e
     ]
+    srv_full = server_window(server, b0, b1) if server is not None else None
+    srv_steady = server_window(server, steady.start_s, steady.end_s) if server is not None else None
+    run_server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "data_source": run.get("data_source", "measured"),
@@ -223,8 +245,16 @@ def summarize(
             "rule": {"plateau_fraction": params.plateau_fraction, "smooth_s": params.smooth_s,
                      "min_window_s": params.min_window_s},
         },
-        "full": window_summary(trace, b0, b1, idle, bench, b0, full_run=True),
-        "steady": window_summary(trace, steady.start_s, steady.end_s, idle, bench, b0, full_run=False),
+        "full": window_summary(trace, b0, b1, idle, bench, b0, full_run=True, server=srv_full),
+        "steady": window_summary(trace, steady.start_s, steady.end_s, idle, bench, b0, full_run=False,
+                                 server=srv_steady, steady_found=steady.found),
+        # SGLang's own view (server_trace.csv) and the host's CPU (host_trace.csv); None when not recorded.
+        "server": None if server is None else {
+            "source": server.meta.get("source"), "metrics_enabled": run_server.get("metrics_enabled"),
+            "what_was_not_seen": run_server.get("what_was_not_seen", []), "rows": len(server),
+            "gaps": server.gaps, "resets": server.resets, "full": srv_full, "steady": srv_steady},
+        "host": None if host is None else {
+            "full": host_window(host, b0, b1), "steady": host_window(host, steady.start_s, steady.end_s)},
         "gpu_errors": errors[:200],
         "gpu_error_count": len(errors),
     }

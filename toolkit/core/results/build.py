@@ -14,6 +14,7 @@ import math
 from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.bench import redact_argv
 from toolkit.core.results.model import (
     BenchSettings,
     Energy,
@@ -146,36 +147,104 @@ def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any]
         load_note = f"the load is not a served model ({backend or 'unknown benchmark'}): its tokens are {unit}"
     if source.startswith("measured"):
         return LabNote(kind="stand-in", note=f"GPU figures {source}; {load_note}") if load_note else None
-    stand_in = any(w in source for w in ("stand-in", "synthetic")) or load_note is not None
+    stand_in = any(w in source for w in ("stand-in", "synthetic", "simulated")) or load_note is not None
     replay = any(w in source for w in ("replay", "recorded")) and not stand_in
     return LabNote(kind="replay" if replay else "stand-in", note=source + (f"; {load_note}" if load_note else ""))
 
 
-def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | None) -> BenchSettings:
-    """bench_serving echoes its own settings into its JSON result: what ran wins over what the profile asked."""
-    b: dict[str, Any] = {**(profile_bench or {}), **{k: v for k, v in (bench_raw or {}).items() if v is not None}}
-    rate = b.get("request_rate")
-    rate_v: float | Literal["inf"] | None
+# bench_serving's flags and, where the command line leaves one out, its own default (sglang 0.5.9
+# bench_serving.py's argparse): what ran, when neither the result nor the command says more.
+BENCH_FLAGS: dict[str, tuple[str, str | int | float | None]] = {
+    "backend": ("--backend", "sglang"),
+    "dataset_name": ("--dataset-name", "sharegpt"),
+    "num_prompts": ("--num-prompts", 1000),
+    "random_input_len": ("--random-input-len", 1024),
+    "random_output_len": ("--random-output-len", 1024),
+    "random_range_ratio": ("--random-range-ratio", 0.0),
+    "request_rate": ("--request-rate", "inf"),
+    "max_concurrency": ("--max-concurrency", None),
+    "seed": ("--seed", 1),
+}
+
+
+def _argv_settings(argv: list[str] | None) -> dict[str, Any]:
+    """The settings a bench_serving command line ran with (defaults for flags it leaves out); {} for another
+    benchmark (a load script), whose own result is then all there is."""
+    argv = [a for a in (argv or []) if isinstance(a, str)]
+    if not any(a in ("sglang.bench_serving", "sglang.benchmark.serving") or a.endswith("bench_serving.py")
+               for a in argv):
+        return {}
+    out: dict[str, Any] = {}
+    for key, (flag, default) in BENCH_FLAGS.items():
+        value: Any = default
+        for i, tok in enumerate(argv):
+            if tok == flag and i + 1 < len(argv):
+                value = argv[i + 1]
+            elif tok.startswith(flag + "="):
+                value = tok.split("=", 1)[1]
+        out[key] = value
+    return out
+
+
+def _num_or_text(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            f = float(v)
+        except ValueError:
+            return v
+        return int(f) if f.is_integer() and "." not in v and "inf" not in v.lower() else f
+    return v
+
+
+def _rate(rate: Any) -> float | Literal["inf"] | None:
     if isinstance(rate, str) and rate.lower() in ("inf", "infinity"):
-        rate_v = "inf"
-    elif isinstance(rate, int | float) and not isinstance(rate, bool):
-        rate_v = "inf" if math.isinf(rate) else rnd(rate, 3)
-    else:
-        rate_v = None
+        return "inf"
+    if isinstance(rate, int | float) and not isinstance(rate, bool):
+        return "inf" if math.isinf(rate) else rnd(rate, 3)
+    return None
+
+
+def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | None,
+           argv: list[str] | None = None) -> BenchSettings:
+    """What ran: bench_serving's own echo of its settings first, then its command line (with its defaults); the
+    profile only in `profile_asked`, where it differs. num_prompts is what completed (failed counted apart)."""
+    raw = {k: v for k, v in (bench_raw or {}).items() if v is not None}
+    ran = {k: _num_or_text(v) for k, v in _argv_settings(argv).items()}
+    b: dict[str, Any] = {**ran, **raw}
 
     def first(*keys: str) -> Any:
         return next((b[k] for k in keys if b.get(k) is not None), None)
 
+    completed = _int(raw.get("completed"))
+    asked = _int(ran.get("num_prompts"))
+    failed = _int(raw.get("failed"))
+    if failed is None and completed is not None and asked is not None and asked >= completed:
+        failed = asked - completed
+    differs: dict[str, str | int | float | None] = {}
+    for key, want in sorted((profile_bench or {}).items()):
+        if key not in BENCH_FLAGS or want is None:
+            continue
+        got = ran.get(key) if key == "num_prompts" else first(key)
+        if key == "request_rate":
+            want_n: Any = _rate(want)
+            got = _rate(got)
+        else:
+            want_n = want
+        if got is None or _num_or_text(str(got)) != _num_or_text(str(want_n)):
+            differs[key] = want_n if isinstance(want_n, str | int | float) else str(want_n)
     return BenchSettings(
         backend=_str(b.get("backend")),
         dataset=_str(first("dataset_name", "dataset")),
-        num_prompts=_int(first("num_prompts")),
+        num_prompts=completed,
+        failed=failed,
         input_len=_int(first("random_input_len", "input_len")),
         output_len=_int(first("random_output_len", "output_len")),
         range_ratio=rnd(first("random_range_ratio", "range_ratio"), 3),
-        request_rate=rate_v,
+        request_rate=_rate(b.get("request_rate")),
         max_concurrency=_int(first("max_concurrency")),
         seed=_int(first("seed")),
+        argv=redact_argv([str(a) for a in argv]) if argv else None,  # again: run.json may be hand-edited
+        profile_asked=differs or None,
     )
 
 
@@ -258,11 +327,15 @@ def build_entry(
                               fix="give the run directory `toolkit probe run` wrote")
 
     steady_rates: SteadyRates | None = None
-    if steady_found and steady is not None:
+    steady_tps = rnd(_get(steady, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS)
+    # With no plateau found the summary's steady window is the whole benchmark window; a rate over it from the
+    # server's counter is still recorded (its source says which window), so every entry has one to rank on.
+    if steady is not None and (steady_found or steady_tps is not None):
         steady_rates = SteadyRates(
-            output_tok_per_s=rnd(_get(steady, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS),
+            output_tok_per_s=steady_tps,
             total_tok_per_s=rnd(_get(steady, "throughput", "total_tok_per_s"), TOK_PER_S_DIGITS),
             window_s=[rnd(steady.get("start_s"), S_DIGITS) or 0.0, rnd(steady.get("end_s"), S_DIGITS) or 0.0],
+            source=_str(_get(steady, "throughput", "source")),
         )
     throughput = Throughput(
         full_run=Rates(
@@ -288,7 +361,7 @@ def build_entry(
         sglang_version=_sglang_version(bench_raw),
         host=_str(run.get("host")),
         gpu=_gpu_stamp(topology or {}, summary),
-        bench=_bench(bench_raw, profile_bench),
+        bench=_bench(bench_raw, profile_bench, run.get("command") if isinstance(run.get("command"), list) else None),
         throughput=throughput,
         latency_ms=_latency(full.get("latency_ms")),
         power=_power(window, name, idle),

@@ -40,11 +40,13 @@ class GpuStamp(_Strict):
 
 
 class BenchSettings(_Strict):
-    """The bench_serving settings that make two runs comparable (never its raw command line: secrets)."""
+    """What the benchmark ran, from its own result and command line (never the profile's wish): the settings
+    that make two runs comparable. `argv` is the command as run.json stores it (secret flag values redacted)."""
 
     backend: str | None = None
     dataset: str | None = None
-    num_prompts: int | None = None
+    num_prompts: int | None = None  # requests completed; the failed ones are counted apart
+    failed: int | None = None
     input_len: int | None = None
     output_len: int | None = None
     range_ratio: float | None = None
@@ -52,6 +54,9 @@ class BenchSettings(_Strict):
     request_rate: float | Literal["inf"] | None = None
     max_concurrency: int | None = None
     seed: int | None = None
+    argv: list[str] | None = None
+    # The profile's bench values where the run differs (the lab's smaller prompt count, a command after --).
+    profile_asked: dict[str, str | int | float | None] | None = None
 
 
 class Rates(_Strict):
@@ -62,6 +67,9 @@ class Rates(_Strict):
 class SteadyRates(Rates):
     # The window [start, end] in seconds since the run's start over which the rates were taken.
     window_s: list[float] | None = None
+    # Where the rates come from: the server's per-iteration counter, or the benchmark's own timeline; and
+    # whether the window is the steady plateau or (none found) the whole benchmark window.
+    source: str | None = None
 
 
 class Throughput(_Strict):

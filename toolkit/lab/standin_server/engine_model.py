@@ -383,7 +383,9 @@ class Engine:
                 tput = self._decode_tokens_since_log / gap if gap else 0.0
                 self._decode_tokens_since_log = 0.0
                 self._last_decode_log_s = now
-                self._log_stats(now, gen_throughput=tput, decode=True)
+                # SGLang logs the batch that just ran (its finished requests are filtered out at the next
+                # step's get_next_batch_to_run), so a full batch reads max_running_requests.
+                self._log_stats(now, running=fwd.batch, gen_throughput=tput, decode=True)
         self.current = None
         return touched
 
@@ -416,7 +418,7 @@ class Engine:
         self.retracted_since_log = 0
         self._last_log_s = now
         if decode:
-            self.log_lines.append(f"Decode batch, #running-req: {len(self.running)}, #token: {g.num_used_tokens}, "
+            self.log_lines.append(f"Decode batch, #running-req: {g.num_running_reqs}, #token: {g.num_used_tokens}, "
                                   f"token usage: {g.token_usage:.2f}, cuda graph: False, gen throughput (token/s): "
                                   f"{g.gen_throughput:.2f}, #queue-req: {g.num_queue_reqs}")
         elif prefill is not None:
