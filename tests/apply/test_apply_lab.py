@@ -193,6 +193,15 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert steady["max_running_requests"] == 64 and steady["num_running_reqs"]["max"] == 64
     assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
     assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
+    # The verdict over time (issue 16) names the knob that binds, with its value from the profile.
+    verdict = probe["verdict"]
+    assert verdict["class"] == "scheduler-capped", verdict["headline"]
+    step = verdict["knob_steps"][0]
+    assert (step["knob"], step["current"], step["current_source"]) == ("server.max_running_requests", 64, "profile")
+    assert min(step["proposed"]) > 64 and step["sweep_args"][0] == "--vary"
+    assert "server.max_running_requests: 64 -> " in " ".join(verdict["next_steps"])
+    over = verdict["evidence"]["over_time"]["server"]
+    assert over["max_running_requests"] == 64 and over["queue"] > 1 and over["token_usage"] < 0.8
 
 
 def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:
@@ -276,8 +285,9 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
     assert rc == 0, err[-4000:]
 
 
-# Issue 16: the verdict over time on the stand-in's engine model (GPU, server and host timelines together). These
-# run last: each leaves another profile deployed. Each is one apply with --probe (no record).
+# Issue 16: the verdict over time on the stand-in's engine model (GPU, server and host timelines together); the
+# glm5-tp8 and glm5-baseline applies above carry its assertions. This one runs last: it leaves a test variant
+# deployed. One apply with --probe (no record).
 SMALL_KV = """schema_version: 1
 name: glm5-tp8-small-kv
 extends: glm5-tp8
@@ -292,19 +302,6 @@ why:
   bench.random_range_ratio:
     reason: fixed lengths, so every request needs its full 384 tokens of KV.
 """
-
-
-def test_baseline_is_scheduler_capped_naming_max_running_requests(provisioned: Target, work: Path) -> None:
-    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-baseline")
-    assert rc == 0, err[-4000:]
-    verdict = summary["probe"][provisioned.name]["verdict"]
-    assert verdict["class"] == "scheduler-capped", verdict["headline"]
-    step = verdict["knob_steps"][0]
-    assert (step["knob"], step["current"], step["current_source"]) == ("server.max_running_requests", 64, "profile")
-    assert min(step["proposed"]) > 64 and step["sweep_args"][0] == "--vary"
-    assert "server.max_running_requests: 64 -> " in " ".join(verdict["next_steps"])
-    server = verdict["evidence"]["over_time"]["server"]
-    assert server["max_running_requests"] == 64 and server["queue"] > 1 and server["token_usage"] < 0.8
 
 
 def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, work: Path) -> None:
