@@ -171,7 +171,7 @@ def _check_timelines_and_entry(run_dir: Path, profile: Path) -> dict[str, Any]:
     completed = json.loads((run_dir / "bench.jsonl").read_text().splitlines()[-1])["completed"]
     assert entry["bench"]["num_prompts"] == completed == LAB_NUM_PROMPTS
     assert entry["bench"]["failed"] == 0 and entry["bench"]["profile_asked"] == {"num_prompts": 1024}
-    assert "--num-prompts" in entry["bench"]["argv"]
+    assert "--num-prompts 160" in entry["bench"]["command"] and "--tokenizer /opt/sglang" in entry["bench"]["command"]
     assert entry["throughput"]["steady_state"]["output_tok_per_s"] > 0
     assert "simulated" in entry["lab"]["note"]
     return dict(summary["server"])
@@ -190,7 +190,9 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     probe = summary["probe"][provisioned.name]
     server = _check_timelines_and_entry(Path(probe["run_dir"]), work / "profiles" / "glm5-baseline.yaml")
     steady = server["steady"]
-    assert steady["max_running_requests"] == 64 and steady["num_running_reqs"]["max"] == 64
+    # At the cap: SGLang writes the gauge at each prefill batch with the running batch before the freed slots are
+    # refilled (62-63 of 64 here) and at decode logs with the full batch.
+    assert steady["max_running_requests"] == 64 and 61 <= steady["num_running_reqs"]["max"] <= 64, steady
     assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
     assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
     # The verdict over time (issue 16) names the knob that binds, with its value from the profile.

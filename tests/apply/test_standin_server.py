@@ -279,10 +279,10 @@ def test_metrics_only_with_enable_metrics_and_without_the_api_key() -> None:
 
 
 def test_weights_that_leave_no_kv_pool_fail_at_start_with_sglangs_message() -> None:
-    s = _start("--model-path", "lukealonso/GLM-5-NVFP4", "--tp-size", "1")
-    out = s.proc.communicate(timeout=10)[0]
-    assert s.proc.returncode == 1
-    assert "Not enough memory. Please try to increase --mem-fraction-static." in out
+    proc = subprocess.run([sys.executable, str(SERVER_PATH), "--port", str(_free_port()), "--model-path",
+                           "lukealonso/GLM-5-NVFP4", "--tp-size", "1"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert "Not enough memory. Please try to increase --mem-fraction-static." in proc.stderr
 
 
 def test_lab_gpus_follow_the_engine_and_say_simulated() -> None:

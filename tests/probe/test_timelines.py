@@ -127,13 +127,18 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
     try:
         host = HostSampler()
         host.set_root("bench", parent.pid)
+        t0 = time.monotonic()
+
+        def spinning(lines: list[str]) -> bool:  # the grandchild is there with its second thread started
+            rows = read_host_trace(host.header(2.0) + "".join(lines))
+            return any(p != parent.pid and (n or 0) >= 2 for p, n in zip(rows.pid, rows.threads, strict=True))
+
         lines = host.tick(0.0)
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline and len(lines) < 2:  # the grandchild appears a moment later
-            time.sleep(0.1)
-            lines = host.tick(time.monotonic() - deadline + 2)
+        while time.monotonic() - t0 < 3 and not spinning(lines):
+            time.sleep(0.05)
+            lines = host.tick(time.monotonic() - t0)  # every thread has its first sample from here on
         time.sleep(1.0)
-        t1 = time.monotonic() - deadline + 2 + 1.0
+        t1 = time.monotonic() - t0
         lines = host.tick(t1)
         tr = read_host_trace(host.header(2.0) + "".join(lines))
     finally:
@@ -143,8 +148,10 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
     assert tr.ppid[child] == parent.pid
     # The spinning thread (not the main one, which sleeps) is the busiest, and holds most of the process's CPU.
     assert tr.busiest_tid[child] != tr.pid[child]
-    assert (tr.busiest_thread_cpu_pct[child] or 0) > 20  # of one core; two shared cores on CI
-    assert (tr.cpu_pct[child] or 0) >= (tr.busiest_thread_cpu_pct[child] or 0) - 1
+    # On a loaded 2-core CI machine the spinner gets what the scheduler gives it; whatever that is, it is nearly
+    # all of its process's CPU (the main thread sleeps).
+    busiest, total = tr.busiest_thread_cpu_pct[child] or 0.0, tr.cpu_pct[child] or 0.0
+    assert busiest > 3 and busiest >= 0.7 * total and total >= busiest - 1
     win = host_window(tr, 0, t1 + 1)
     assert win["bench"]["busiest_thread"]["pid"] == tr.pid[child] and win["server"] is None
 

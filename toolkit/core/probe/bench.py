@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
-SECRET_FLAG_WORDS = ("key", "token", "secret", "password", "passwd")
+# A flag is secret-looking when one of its words (split at - and _) is one of these: --api-key, --hf-token,
+# --admin-api-key, --password. Whole words, so --tokenizer and --max-total-tokens stay readable.
+SECRET_FLAG_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd"})
+
+
+def _secret_flag(flag: str) -> bool:
+    words = flag.lstrip("-").lower().replace("_", "-").split("-")
+    return any(w in SECRET_FLAG_WORDS for w in words)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -18,7 +25,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             out.append("***")
             hide_next = False
             continue
-        if a.startswith("-") and any(w in a.lower() for w in SECRET_FLAG_WORDS):
+        if a.startswith("-") and _secret_flag(a.partition("=")[0]):
             flag, eq, _ = a.partition("=")
             if eq:
                 out.append(flag + "=***")

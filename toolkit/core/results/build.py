@@ -11,6 +11,7 @@ command line or the server's arguments (an `--api-key` would otherwise land in a
 from __future__ import annotations
 
 import math
+import shlex
 from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
@@ -243,7 +244,8 @@ def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | Non
         request_rate=_rate(b.get("request_rate")),
         max_concurrency=_int(first("max_concurrency")),
         seed=_int(first("seed")),
-        argv=redact_argv([str(a) for a in argv]) if argv else None,  # again: run.json may be hand-edited
+        # Redacted again: run.json's is, but it may have been edited by hand.
+        command=shlex.join(redact_argv([str(a) for a in argv])) if argv else None,
         profile_asked=differs or None,
     )
 

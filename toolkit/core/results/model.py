@@ -41,7 +41,8 @@ class GpuStamp(_Strict):
 
 class BenchSettings(_Strict):
     """What the benchmark ran, from its own result and command line (never the profile's wish): the settings
-    that make two runs comparable. `argv` is the command as run.json stores it (secret flag values redacted)."""
+    that make two runs comparable. `command` is the command line as run (shell-quoted; secret flag values
+    redacted)."""
 
     backend: str | None = None
     dataset: str | None = None
@@ -54,7 +55,7 @@ class BenchSettings(_Strict):
     request_rate: float | Literal["inf"] | None = None
     max_concurrency: int | None = None
     seed: int | None = None
-    argv: list[str] | None = None
+    command: str | None = None
     # The profile's bench values where the run differs (the lab's smaller prompt count, a command after --).
     profile_asked: dict[str, str | int | float | None] | None = None
 
