@@ -7,7 +7,12 @@ compute     bf16 8192^3 matmul loop                             compute-bound (p
 memory      2 GiB device-to-device copy loop                    memory-bandwidth-bound
 spin        torch.cuda._sleep spinning kernels                  busy-but-waiting (what a collective waiting
                                                                 on a slow link looks like: 100 % util, no work)
-launch      1-element kernels with a host sync after each one   launch-bound
+launch      1-element kernels with a host sync after each one   launch-bound (host-bound with the host timeline:
+                                                                its one Python thread launches and syncs at ~100 %)
+host        Python work (~2 ms of pure-Python arithmetic) between host-bound, naming the Python thread
+            4096^2 matmuls whose result the Python code reads
+alternate   the compute phase for --on-s, then nothing (sleep) for  intermittent-load (the load, not the GPU,
+            --off-s, repeated                                    limits), not launch-bound
 idle        nothing on the GPU (CUDA is not even initialised)   no-load
 
 Writes one JSON line (bench_serving-like keys) to --output-file, default $TOOLKIT_PROBE_BENCH_JSONL:
@@ -25,7 +30,15 @@ import os
 import sys
 import time
 
-PHASES = ("compute", "memory", "spin", "launch", "idle")
+PHASES = ("compute", "memory", "spin", "launch", "host", "alternate", "idle")
+
+
+def python_work(n: int) -> int:
+    """Pure-Python arithmetic: holds the GIL, never waits (one thread at a full core)."""
+    acc = 0
+    for i in range(n):
+        acc = (acc + i * i) % 1_000_003
+    return acc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--duration-s", type=float, default=20.0)
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--output-file", default=os.environ.get("TOOLKIT_PROBE_BENCH_JSONL"))
+    ap.add_argument("--on-s", type=float, default=2.0, help="alternate: seconds of compute per phase")
+    ap.add_argument("--off-s", type=float, default=2.0, help="alternate: seconds of idle per phase")
+    ap.add_argument("--work-n", type=int, default=40_000, help="host: Python loop iterations between kernels")
     args = ap.parse_args(argv)
 
     timeline: list[list[float]] = []
@@ -51,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 
         dev = torch.device("cuda", args.gpu)
         torch.cuda.set_device(dev)
-        if args.phase == "compute":
+        if args.phase in ("compute", "alternate"):
             a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
             b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
             c = torch.empty_like(a)
@@ -77,6 +93,17 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda._sleep(cycles)
 
             per_sync = 1
+        elif args.phase == "host":
+            ha = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+            hb = torch.randn(4096, 4096, device=dev, dtype=torch.bfloat16)
+
+            def step() -> None:
+                # ~0.2 ms of GPU work whose result the host reads (a sync), then ~2 ms of Python on it: the GPU
+                # waits for the host, and the host's one thread never waits for anything.
+                v = float((ha @ hb)[0, 0].item())
+                python_work(args.work_n + int(v) % 2)
+
+            per_sync = 1
         else:  # launch
             x = torch.zeros(1, device=dev)
 
@@ -89,7 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         t_start = time.monotonic()
         timeline.append([round(t_start - origin, 4), 0.0])
         last_mark = t_start
+        phase_start = t_start
         while True:
+            if args.phase == "alternate" and time.monotonic() - phase_start >= args.on_s:
+                torch.cuda.synchronize(dev)
+                time.sleep(args.off_s)  # the load pauses: nothing queued on the GPU, the thread asleep
+                phase_start = time.monotonic()
             for _ in range(per_sync):
                 step()
             iterations += per_sync
@@ -105,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "backend": "toolkit-gpu-phases",
         "phase": args.phase,
+        **({"on_s": args.on_s, "off_s": args.off_s} if args.phase == "alternate" else {}),
         "unit": "loop iteration (stands in for an output token)",
         "duration": round(duration, 4),
         "completed": iterations,

@@ -144,6 +144,14 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     # The simulated GPUs (100 % util, well under 600 W, no P2P: the engine model's tp8 over PCIe) must come out
     # as the seed's diagnosis.
     assert probe["verdict"]["class"] == "busy-but-waiting", probe["verdict"]
+    # Over time too (issue 16): the engine model's server never queues at 1024 slots, so not scheduler-capped;
+    # the next step halves the tensor-parallel group, naming the existing profile.
+    verdict = probe["verdict"]
+    assert verdict["signals"] == ["gpu", "server", "host"], verdict["signals"]
+    assert "scheduler-capped" not in {m["state"] for m in verdict["mix"]}
+    tp = next(k for k in verdict["knob_steps"] if k["knob"] == "server.tp_size")
+    assert (tp["current"], tp["proposed"], tp["together"]) == (8, [4], {"server.pp_size": 2})
+    assert tp["profiles"] == ["glm5-tp4-pp2"]
 
     record = summary.get("record") or {}
     if "skipped" not in record:
@@ -196,6 +204,15 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert steady["max_running_requests"] == 64 and 61 <= steady["num_running_reqs"]["max"] <= 64, steady
     assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
     assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
+    # The verdict over time (issue 16) names the knob that binds, with its value from the profile.
+    verdict = probe["verdict"]
+    assert verdict["class"] == "scheduler-capped", verdict["headline"]
+    step = verdict["knob_steps"][0]
+    assert (step["knob"], step["current"], step["current_source"]) == ("server.max_running_requests", 64, "profile")
+    assert min(step["proposed"]) > 64 and step["sweep_args"][0] == "--vary"
+    assert "server.max_running_requests: 64 -> " in " ".join(verdict["next_steps"])
+    over = verdict["evidence"]["over_time"]["server"]
+    assert over["max_running_requests"] == 64 and over["queue"] > 1 and over["token_usage"] < 0.8
 
 
 def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:
@@ -434,3 +451,33 @@ def test_fault_ctrl_c_during_the_probe_leaves_nothing_running(provisioned: Targe
         next_run="the host lock was free at once (taken with --no-wait)",
         area="apply",
     )
+
+
+# Issue 16: the verdict over time on the stand-in's engine model (GPU, server and host timelines together); the
+# glm5-tp8 and glm5-baseline applies above carry its assertions. This one runs last: it leaves a test variant
+# deployed. One apply with --probe (no record).
+SMALL_KV = """schema_version: 1
+name: glm5-tp8-small-kv
+extends: glm5-tp8
+description: Lab test variant of glm5-tp8 with a small KV pool, to check the verdict names the knob that binds.
+server:
+  mem_fraction_static: 0.54
+bench:
+  random_range_ratio: 1.0
+why:
+  server.mem_fraction_static:
+    reason: a small static fraction leaves the KV pool too small for 160 requests of 256 + 128 tokens.
+  bench.random_range_ratio:
+    reason: fixed lengths, so every request needs its full 384 tokens of KV.
+"""
+
+
+def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, work: Path) -> None:
+    (work / "profiles" / "glm5-tp8-small-kv.yaml").write_text(SMALL_KV)
+    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-tp8-small-kv")
+    assert rc == 0, err[-4000:]
+    verdict = summary["probe"][provisioned.name]["verdict"]
+    assert verdict["class"] == "kv-bound", verdict["headline"]
+    step = next(k for k in verdict["knob_steps"] if k["knob"] == "server.mem_fraction_static")
+    assert step["current"] == 0.54 and step["proposed"][0] > 0.54
+    assert verdict["evidence"]["over_time"]["server"]["token_usage"] >= 0.7

@@ -9,7 +9,7 @@ from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import trace_from_rows
 from toolkit.core.probe.verdict import judge
 
-from .synthetic import SEED_IDLE_W, SEED_POWER_W, seed_run
+from .synthetic import H200_SHAPES, SEED_IDLE_W, SEED_POWER_W, seed_run
 
 
 def test_seed_case_is_busy_but_waiting_and_says_fewer_tp_ranks() -> None:
@@ -57,12 +57,7 @@ def _flat(gpus: dict[int, dict[str, float]], seconds: float = 30.0, idle_w: floa
 
 
 H200_LIKE = {  # shapes of DOMAIN.md section 3 (earlier H200 readings), for the GPM path
-    "compute": {"power_w": 692.0, "util_gpu_pct": 99.0, "gpm_sm_util_pct": 96.0, "gpm_tensor_util_pct": 93.0,
-                "gpm_dram_bw_util_pct": 17.0, "sm_clock_mhz": 1470.0, "clock_reasons": 4},
-    "memory": {"power_w": 473.0, "util_gpu_pct": 99.0, "gpm_sm_util_pct": 99.0, "gpm_tensor_util_pct": 0.0,
-               "gpm_dram_bw_util_pct": 88.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
-    "spin": {"power_w": 123.0, "util_gpu_pct": 100.0, "gpm_sm_util_pct": 0.8, "gpm_tensor_util_pct": 0.0,
-             "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
+    **{k: H200_SHAPES[k] for k in ("compute", "memory", "spin")},
     "launch": {"power_w": 126.0, "util_gpu_pct": 29.0, "gpm_sm_util_pct": 2.0, "gpm_tensor_util_pct": 0.0,
                "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},
     "thermal": {"power_w": 500.0, "util_gpu_pct": 99.0, "gpm_sm_util_pct": 90.0, "gpm_tensor_util_pct": 80.0,

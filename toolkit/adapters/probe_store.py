@@ -124,5 +124,6 @@ def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
     summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
                         SteadyParams.of_manifest(run.manifest), server=run.server, host=run.host)
-    verdict = judge(summary, run.topology, run.manifest.get("target") or {})
+    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace,
+                    server=run.server, host=run.host)
     return summary, verdict

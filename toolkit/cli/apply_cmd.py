@@ -201,6 +201,15 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
     # A failed benchmark's verdict carries the server's journal since the probe started (killed, crashed).
     probe_args += ["--server-unit", inputs.service_name]
+
+    if args.probe:
+        from toolkit.core.probe.knobs import run_target
+
+        # The probe on the host has no profiles: the deployed profile's knobs travel with it, so the verdict's
+        # next steps name their current values (verdict.json knob_steps).
+        target = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(_store.names()))
+        probe_args = [*probe_args, "--target-json", json.dumps(target, sort_keys=True, separators=(",", ":"))]
+
     nodes = {}
     if resolved.spec.server.nnodes > 1:
         nodes = deploy.per_node(resolved, _inventory_hosts(inventory, args.limit))

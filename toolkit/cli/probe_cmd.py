@@ -36,6 +36,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, default=None, help="artifact directory (default runs/probe-<UTC time>)")
     run.add_argument("--profile", default=None, help="profile NAME: benchmark its bench section, judge its target")
     run.add_argument("--base-url", default="http://127.0.0.1:30000", help="server URL for the profile's bench")
+    run.add_argument("--target-json", default=None, metavar="JSON",
+                     help="the run's target as a JSON object (profile, knobs, why, variants...), merged over the "
+                     "--profile's; `toolkit apply --probe` passes the deployed profile's this way")
     run.add_argument("--replay-gpu-trace", type=Path, default=None, metavar="FILE",
                      help="play a recorded trace.csv instead of NVML (the lab: no GPU); labelled lab data")
     run.add_argument("--simulated-gpus", default=None, metavar="URL",
@@ -96,17 +99,10 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path) -> dict[str, Any]
     store = ProfileStore()
     resolved = store.resolve(name)
     spec = resolved.spec
-    target: dict[str, Any] = {"profile": resolved.name, **spec.target.model_dump()}
-    server = getattr(spec, "server", None)
-    for attr in ("tp_size", "pp_size", "ep_size", "dp_size"):
-        value = getattr(server, attr, None)
-        if value is not None:
-            target[attr] = value
-    from toolkit.core.probe.verdict import fewer_tp_variants
+    from toolkit.core.probe.knobs import run_target
 
-    # Suggest only variants that exist beside this profile (e.g. glm5-tp8 -> glm5-tp4-pp2, glm5-ep8).
-    known = set(store.names())
-    target["variants"] = [v for v in fewer_tp_variants({"profile": resolved.name}) if v in known]
+    # Next steps name only variants that exist beside this profile, and the knobs' current values.
+    target = run_target(resolved.name, spec.model_dump(mode="json"), set(store.names()))
     host = "127.0.0.1" if spec.server.host in ("0.0.0.0", "::") else spec.server.host
     return {
         "argv": render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl), python=sys.executable),
@@ -178,6 +174,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         plan = {**plan, **_profile_plan(args.profile, args.base_url, bench_jsonl.resolve())}
         if command:
             plan["argv"] = command  # an explicit command wins; the profile still gives target and probe settings
+    if args.target_json:
+        try:
+            extra = json.loads(args.target_json)
+        except json.JSONDecodeError as err:
+            raise ToolkitError.of(f"not valid JSON: {err.msg}", field="--target-json",
+                                  fix="give a JSON object, e.g. '{\"knobs\": {\"server.max_running_requests\": 64}}'"
+                                  ) from None
+        if not isinstance(extra, dict):
+            raise ToolkitError.of("expected a JSON object", field="--target-json", fix="give {...}")
+        plan["target"] = {**plan["target"], **extra}
     if not plan["argv"]:
         raise ToolkitError.of("no benchmark to run", field="command",
                               fix="give --profile NAME, or the benchmark after --: toolkit probe run -- CMD ...")
@@ -476,8 +482,14 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
               f"J/output token: full {_fmt(f['j_per_output_token'], 3)}")
     con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']} "
               f"{verdict['confidence_label']}, basis {verdict['basis']})")
+    for d in verdict.get("disagreements") or []:
+        con.print(f"  signals disagree: {d}", markup=False)
+    phases = verdict.get("phases") or []
+    if len(phases) > 1:
+        con.print("  phases: " + "; ".join(f"{p['state']} {p['start_s']:.1f}-{p['end_s']:.1f} s" for p in phases[:8])
+                  + (f"; {len(phases) - 8} more" if len(phases) > 8 else ""), markup=False)
     for step in verdict["next_steps"]:
-        con.print(f"  next: {step}")
+        con.print(f"  next: {step}", markup=False)
     if summary["benchmark"]["exit_code"] not in (0, None):
         con.print(f"[red]benchmark exit code {summary['benchmark']['exit_code']}; stderr tail:[/red]")
         con.print(summary["benchmark"]["stderr_tail"][-1500:], markup=False, highlight=False)

@@ -1,57 +1,49 @@
-"""The verdict: where the time goes, as a pure function of summary, topology and the profile's target.
+"""The verdict: where the time goes, as a pure function of summary, topology, the profile's target and, when
+given, the run's timelines (GPU trace, server trace, host trace).
 
-Judged on the steady window. The thresholds below are the documented rules (docs/probe.md); the figures
-that set them were measured on this project's H200 (DOMAIN.md section 3, re-measured in
-tests/fixtures/probe/h200-*) and taken from the seed (8 GPUs at 100 % util, ~250 W of 600 W, no P2P).
+With the trace, the run is judged over time (intervals.py, timeline.py): a state per ~1 s interval from the GPU,
+server and CPU timelines together, the run from the mix of states, and next steps that name the knob (knobs.py).
+Without it (or with too short a window), the steady window's means are judged: the window-mean fallback, which is
+also kept beside the timeline's verdict (`window_mean`). The per-GPU rules are gpu_rules.py's.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-VERDICT_SCHEMA_VERSION = 1
+from toolkit.core.probe.gpu_rules import (
+    CLIENT,
+    COMPUTE,
+    FAILED,
+    HOST,
+    IMBALANCE_RELATIVE,
+    IMBALANCE_SPREAD,
+    IMBALANCED,
+    INTERMITTENT,
+    KV_BOUND,
+    LAUNCH,
+    MEMORY,
+    MIXED,
+    NO_LOAD,
+    OVERLOADED,
+    SCHEDULER_CAPPED,
+    THROTTLED,
+    WAITING,
+    GpuJudgement,
+    judge_gpu,
+    work_of,
+)
+from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments, thread_name
+from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
+from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
+from toolkit.core.probe.trace import Trace
 
-COMPUTE = "compute-bound"
-MEMORY = "memory-bandwidth-bound"
-WAITING = "busy-but-waiting"
-LAUNCH = "launch-bound"
-THROTTLED = "throttled"
-IMBALANCED = "imbalanced"
-NO_LOAD = "no-load"
-FAILED = "benchmark-failed"
-MIXED = "mixed"
-CLASSES = (COMPUTE, MEMORY, WAITING, LAUNCH, THROTTLED, IMBALANCED, NO_LOAD, FAILED, MIXED)
-
-# Rules (percent unless named otherwise).
-NO_LOAD_UTIL_PCT = 5.0
-NO_LOAD_ABOVE_IDLE = 0.10  # (power - idle) / (limit - idle)
-THROTTLE_SHARE = 0.2  # share of steady samples with a thermal / slowdown / power-brake reason
-POWER_CAP_SHARE = 0.2  # share of steady samples with sw_power_cap
-LAUNCH_UTIL_PCT = 60.0  # below this, the GPU sits idle between kernels: gaps
-BUSY_UTIL_PCT = 80.0
-GPM_DRAM_BW_PCT = 60.0  # H200 copy loop: 88 %; bf16 matmul: 17 %
-GPM_TENSOR_PCT = 30.0  # H200 matmul: 93 %
-GPM_SM_BUSY_PCT = 60.0
-GPM_SM_WAITING_PCT = 20.0  # H200 spinning kernel: ~1 % at 100 % util
-POWER_CAPPED_OF_LIMIT = 0.85  # H200 matmul: 692 W of 700 W
-WAITING_POWER_OF_LIMIT = 0.5  # seed: 250 W of 600 W = 0.42; H200 spin: 123 of 700
-WAITING_ABOVE_IDLE = 0.4  # seed: (250-87)/(600-87) = 0.32
-IMBALANCE_SPREAD = 0.25  # absolute spread of the work metric (0..1) across GPUs
-IMBALANCE_RELATIVE = 0.3  # and relative to the busiest GPU
-THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
-
-
-@dataclass
-class GpuJudgement:
-    cls: str
-    basis: str  # "gpm" or "power+util+clocks"
-    confidence: float
-    evidence: dict[str, Any]
-    power_capped: bool = False
-    note: str = ""
+VERDICT_SCHEMA_VERSION = 1  # keys are only ever added (knob_steps, timeline, window_mean, signals)
+MIN_INTERVALS = 3  # a shorter window is judged by its means only
+# Classes only the timelines can show; the window mean (GPU counters) cannot contradict them.
+TIMELINE_ONLY = (HOST, INTERMITTENT, SCHEDULER_CAPPED, KV_BOUND, CLIENT, OVERLOADED)
 
 
 @dataclass
@@ -66,6 +58,14 @@ class Verdict:
     slow_gpu: int | None = None
     headline: str = ""
     data_source: str = "measured"
+    knob_steps: list[KnobStep] = field(default_factory=list)
+    timeline: TimelineJudgement | None = None
+    window_mean: dict[str, Any] | None = None  # the fallback's judgement, when the timeline decided
+    signals: list[str] = field(default_factory=lambda: ["gpu"])
+
+    @property
+    def disagreements(self) -> list[str]:
+        return self.timeline.disagreements if self.timeline is not None else []
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,10 +75,17 @@ class Verdict:
             "slow_gpu": self.slow_gpu,
             "confidence": round(self.confidence, 2),
             "confidence_label": "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low",
+            "disagreements": self.disagreements,
             "basis": self.basis,
+            "signals": self.signals,
             "headline": self.headline,
             "evidence": self.evidence,
             "next_steps": self.next_steps,
+            "knob_steps": [k.to_dict() for k in self.knob_steps],
+            "mix": self.timeline.mix if self.timeline is not None else None,
+            "phases": self.timeline.phases if self.timeline is not None else None,
+            "timeline": self.timeline.to_dict() if self.timeline is not None else None,
+            "window_mean": self.window_mean,
             "per_gpu": {
                 g: {"class": j.cls, "basis": j.basis, "confidence": round(j.confidence, 2),
                     "power_capped": j.power_capped, "evidence": j.evidence, "note": j.note}
@@ -86,87 +93,6 @@ class Verdict:
             },
             "data_source": self.data_source,
         }
-
-
-def _above_idle(g: dict[str, Any]) -> float | None:
-    p, lim, idle = g["power_w"]["mean"], g["power_limit_w"], g["idle_power_w"]
-    if p is None or lim is None or idle is None or lim <= idle:
-        return None
-    return max(0.0, (p - idle) / (lim - idle))
-
-
-def judge_gpu(g: dict[str, Any]) -> GpuJudgement:
-    """One GPU's steady-window statistics (summary['steady']['gpus'][i]) -> its class."""
-    util = g["util_gpu_pct"]
-    pol = g["power_of_limit"]
-    above = _above_idle(g)
-    reasons = g["clock_reasons_seen"]
-    gpm = g["gpm"]
-    ev: dict[str, Any] = {
-        "util_gpu_pct": util, "power_w_mean": g["power_w"]["mean"], "power_limit_w": g["power_limit_w"],
-        "power_of_limit": pol, "idle_power_w": g["idle_power_w"],
-        "above_idle_of_headroom": round(above, 3) if above is not None else None,
-        "sm_clock_of_max": g["sm_clock_of_max"], "clock_reasons_seen": reasons,
-    }
-    if gpm:
-        ev["gpm"] = {k: gpm.get(k) for k in ("sm_util_pct", "tensor_util_pct", "dram_bw_util_pct", "sm_occupancy_pct")}
-    basis = "gpm" if gpm and gpm.get("sm_util_pct") is not None else "power+util+clocks"
-    capped_share = reasons.get("sw_power_cap", 0.0)
-    capped = capped_share >= POWER_CAP_SHARE or (pol is not None and pol >= 0.95)
-    if util is None and pol is None:
-        return GpuJudgement(MIXED, basis, 0.1, ev, note="no utilization or power values in the window")
-    throttle = {r: reasons[r] for r in THROTTLE_REASONS if reasons.get(r, 0.0) >= THROTTLE_SHARE}
-    if throttle:
-        return GpuJudgement(THROTTLED, basis, 0.8, ev, note=f"clock-event reasons {throttle}")
-    if (util or 0.0) < NO_LOAD_UTIL_PCT and (above is None or above < NO_LOAD_ABOVE_IDLE):
-        return GpuJudgement(NO_LOAD, basis, 0.9, ev)
-    if util is not None and util < LAUNCH_UTIL_PCT:
-        conf = 0.8 if basis == "gpm" else 0.6
-        return GpuJudgement(LAUNCH, basis, conf, ev,
-                            note=f"kernels ran only {util:.0f} % of the time: gaps between them")
-    if basis == "gpm":
-        assert gpm is not None
-        sm, tensor, dram = gpm.get("sm_util_pct") or 0.0, gpm.get("tensor_util_pct"), gpm.get("dram_bw_util_pct")
-        if dram is not None and dram >= GPM_DRAM_BW_PCT:
-            return GpuJudgement(MEMORY, basis, 0.85, ev, note=f"DRAM bandwidth {dram:.0f} % of peak")
-        if (tensor is not None and tensor >= GPM_TENSOR_PCT) or sm >= GPM_SM_BUSY_PCT:
-            return GpuJudgement(COMPUTE, basis, 0.85, ev, power_capped=capped,
-                                note=f"SM {sm:.0f} %, tensor {tensor if tensor is not None else 'n/a'} %")
-        if (util or 0.0) >= BUSY_UTIL_PCT and sm < GPM_SM_WAITING_PCT:
-            return GpuJudgement(WAITING, basis, 0.85, ev,
-                                note=f"util {util:.0f} % but SMs busy only {sm:.1f} %: kernels wait")
-        return GpuJudgement(MIXED, basis, 0.4, ev, note="busy, moderate SM activity, no dominant resource")
-    # Without GPM: decide from power against the limit, utilization and clocks (lower confidence).
-    if capped_share >= POWER_CAP_SHARE or (pol is not None and pol >= POWER_CAPPED_OF_LIMIT):
-        return GpuJudgement(COMPUTE, basis, 0.6, ev, power_capped=True,
-                            note="at the power limit; without GPM, compute and memory pressure look alike here")
-    if ((util or 0.0) >= BUSY_UTIL_PCT and pol is not None and pol < WAITING_POWER_OF_LIMIT
-            and (above is None or above < WAITING_ABOVE_IDLE)):
-        return GpuJudgement(WAITING, basis, 0.55, ev,
-                            note=f"util {util:.0f} % at {pol:.0%} of the power limit: busy, not working")
-    if pol is not None and pol >= WAITING_POWER_OF_LIMIT:
-        return GpuJudgement(MEMORY, basis, 0.4, ev,
-                            note="busy at clocks near max, power well under the cap: memory-bound is likely; "
-                            "GPM would tell it apart from light compute")
-    return GpuJudgement(MIXED, basis, 0.3, ev)
-
-
-def _work(g: dict[str, Any]) -> float | None:
-    gpm = g["gpm"]
-    if gpm and gpm.get("sm_util_pct") is not None:
-        return float(gpm["sm_util_pct"]) / 100.0
-    return _above_idle(g)
-
-
-def fewer_tp_variants(target: dict[str, Any]) -> list[str]:
-    if target.get("variants"):
-        return [str(v) for v in target["variants"]]
-    name = str(target.get("profile", ""))
-    m = re.search(r"tp(\d+)", name)
-    if not m or int(m.group(1)) < 2:
-        return []
-    n = int(m.group(1))
-    return [name.replace(m.group(0), f"tp{n // 2}-pp2"), name.replace(m.group(0), f"ep{n}")]
 
 
 def _no_p2p(topology: dict[str, Any]) -> bool | None:
@@ -177,9 +103,12 @@ def _no_p2p(topology: dict[str, Any]) -> bool | None:
 
 
 def next_steps(cls: str, power_capped: bool | None, topology: dict[str, Any], target: dict[str, Any],
-               slow_gpu: int | None, summary: dict[str, Any]) -> list[str]:
+               slow_gpu: int | None, summary: dict[str, Any], evidence: dict[str, Any] | None = None) -> list[str]:
     ngpu = len(topology.get("gpus") or summary.get("gpus") or [])
     tp = int(target.get("tp_size") or ngpu or 1)
+    ev = evidence or {}
+    if cls in TIMELINE_ONLY:
+        return _timeline_steps(cls, ev)
     if cls == FAILED:
         return ["Fix the benchmark first: it exited non-zero (stderr tail in summary.json.benchmark.stderr_tail);"
                 " no verdict on the GPUs is possible from a failed run."]
@@ -220,13 +149,65 @@ def next_steps(cls: str, power_capped: bool | None, topology: dict[str, Any], ta
         return ["Memory-bandwidth-bound: raise arithmetic intensity with larger batches (--max-running-requests), "
                 "an fp8 KV cache (--kv-cache-dtype), or lower-precision weights."]
     if cls == LAUNCH:
-        return ["Launch/host-bound (gaps between kernels): enable CUDA graphs unless a profile note forbids them, "
-                "try --num-continuous-decode-steps, and raise concurrency so the GPU has work queued."]
+        return ["Launch/host-bound (fine-grained gaps between kernels inside busy intervals): enable CUDA graphs "
+                "unless a profile note forbids them, try --num-continuous-decode-steps, and raise concurrency so the "
+                "GPU has work queued."]
     return ["No dominant bottleneck: compare against a variant (`toolkit sweep`) rather than tuning one knob."]
 
 
-def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
-          target: dict[str, Any] | None = None) -> Verdict:
+def _n(v: Any) -> str:
+    """A figure for a sentence: whole numbers without '.0', others to 2 significant decimals."""
+    if isinstance(v, float):
+        return f"{v:.0f}" if v.is_integer() or abs(v) >= 100 else f"{v:.2g}" if abs(v) < 1 else f"{v:.1f}"
+    return "?" if v is None else str(v)
+
+
+def _timeline_steps(cls: str, ev: dict[str, Any]) -> list[str]:
+    srv = {k: _n(v) for k, v in (ev.get("server") or {}).items()}
+    if cls == HOST:
+        t = ev.get("busiest_thread") or {}
+        who = thread_name(t) if t else "a thread"
+        if t.get("role") == "bench":
+            return [f"{who} runs at {_n(t.get('cpu_pct'))} % of a core while the GPU is underused "
+                    f"(util {_n(ev.get('util_gpu_pct'))} %): the benchmark's own CPU work limits the run, so it "
+                    "measures the client. Move Python work off the path between kernels (or spread the client over "
+                    "more processes) before tuning the server or the GPU."]
+        return [f"{who} runs at {_n(t.get('cpu_pct'))} % of a core with requests queued while the GPU is "
+                "underused: the server's host side (scheduler, tokenizer or launch loop) limits the run; fewer host "
+                "steps per token help (CUDA graphs where the profile allows them, --num-continuous-decode-steps), "
+                "GPU kernels won't."]
+    if cls == INTERMITTENT:
+        lp = ev.get("load_phases") or {}
+        return [f"The load comes in phases (busy {lp.get('busy_phase_median_s')} s, idle "
+                f"{lp.get('idle_phase_median_s')} s): the GPU is saturated when it has work and waits for the load "
+                "otherwise. Raise the client's concurrency or request rate (or overlap its pauses) so work is queued "
+                "during the idle phases; GPU-side tuning (CUDA graphs, kernels, batching knobs) won't help."]
+    if cls == SCHEDULER_CAPPED:
+        return [f"The scheduler's running cap binds: up to {srv.get('running_max')} running of "
+                f"max_running_requests {srv.get('max_running_requests')} with {srv.get('queue')} queued on average, "
+                f"KV usage {srv.get('token_usage')}. "
+                "Raise the cap, then re-probe: once it no longer binds, the next limit shows (KV, compute or "
+                "communication)."]
+    if cls == KV_BOUND:
+        retracted = f", {srv.get('retracted')} requests retracted" if srv.get("retracted") else ""
+        return [f"The KV cache is full (token usage {srv.get('token_usage')}) with {srv.get('queue')} queued"
+                f"{retracted}: give the KV pool more memory (--mem-fraction-static), an fp8 KV cache, or shorter "
+                "requests; with retractions, --schedule-conservativeness > 1.0 admits fewer requests that would be "
+                "retracted later."]
+    if cls == CLIENT:
+        return [f"The server is not saturated: no queue, {srv.get('running')} running of "
+                f"{srv.get('max_running_requests')}: the client sends too little. Raise the benchmark's "
+                "--max-concurrency or --request-rate; no server knob will help at this load."]
+    q = ev.get("queue") or {}
+    return [f"No steady state: the queue grew from {q.get('queue_first')} to {q.get('queue_last')} over the whole "
+            "window, so the offered load exceeds capacity and this run's latency figures (TTFT, E2E) are not "
+            "comparable with other runs. Lower the client's request rate or concurrency to measure a steady state, "
+            "or add capacity."]
+
+
+def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None = None,
+                      target: dict[str, Any] | None = None) -> Verdict:
+    """The steady window's means, per GPU then across GPUs: the verdict when only those exist."""
     topology = topology or {}
     target = target or {}
     source = str(summary.get("data_source", "measured"))
@@ -262,7 +243,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None,
     slow_gpu: int | None = None
     cls = classes.most_common(1)[0][0]
     throttled = [g for g, j in per_gpu.items() if j.cls == THROTTLED]
-    works = {g: w for g, s in window["gpus"].items() if (w := _work(s)) is not None}
+    works = {g: w for g, s in window["gpus"].items() if (w := work_of(s)) is not None}
     evidence: dict[str, Any] = dict(window_ev)
     if throttled:
         cls = THROTTLED
@@ -325,3 +306,63 @@ def _not_seen(summary: dict[str, Any]) -> list[str]:
         f"({str(g['error']).split(';')[0][:80]})"
         for g in summary.get("gaps") or []
     ]
+
+
+def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, target: dict[str, Any] | None = None,
+          *, trace: Trace | None = None, server: ServerTimeline | None = None,
+          host: HostTimeline | None = None) -> Verdict:
+    """The run's verdict. With `trace` (and the server and host timelines where they were recorded), judged over
+    time; without it, or on a window shorter than MIN_INTERVALS intervals, by the window's means."""
+    topology = topology or {}
+    target = target or {}
+    base = judge_window_mean(summary, topology, target)
+    ngpu = len(topology.get("gpus") or summary.get("gpus") or [])
+    no_p2p = _no_p2p(topology)
+    variants = fewer_tp_variants(target)
+
+    def knobs(v: Verdict, evidence: dict[str, Any]) -> None:
+        v.knob_steps = propose(v.cls, evidence, target, gpus=ngpu, no_p2p=no_p2p, variants=variants,
+                               power_capped=v.power_capped)
+        v.next_steps = v.next_steps + [k.text() for k in v.knob_steps]
+
+    if trace is None or base.cls == FAILED or not base.per_gpu:
+        knobs(base, base.evidence)
+        return base
+    found = summary["steady_state"]["found"]
+    window = summary["steady"] if found else summary["full"]
+    start_s, end_s = float(window["start_s"]), float(window["end_s"])
+    idle = {int(g): w for g, w in (summary.get("idle", {}).get("power_w") or {}).items()}
+    ivs = build_intervals(trace, idle, start_s, end_s, server=server, host=host)
+    if len(ivs) < MIN_INTERVALS:
+        base.evidence["over_time"] = f"not judged: {len(ivs)} intervals in the window (fewer than {MIN_INTERVALS})"
+        knobs(base, base.evidence)
+        return base
+    tl = judge_timeline(ivs, load_segments(trace, start_s, end_s), has_server=server is not None)
+    cls = tl.cls
+    if base.cls in (THROTTLED, IMBALANCED) and cls not in TIMELINE_ONLY:
+        cls = base.cls  # a window-level finding the per-interval majority hides (one slow GPU, thermal events)
+    signals = ["gpu"] + (["server"] if server is not None else []) + (["host"] if host is not None else [])
+    window_mean = {"class": base.cls, "confidence": round(base.confidence, 2), "headline": base.headline}
+    evidence = {**base.evidence, "over_time": tl.evidence}
+    if cls == base.cls:
+        power_capped = base.power_capped
+        headline = f"{base.headline} ({tl.share:.0%} of the window)"
+        steps = list(base.next_steps)
+        confidence = tl.confidence if tl.cls == cls else base.confidence
+    else:
+        lead = tl.lead
+        power_capped = bool(lead.power_capped) if cls == COMPUTE and lead is not None else None
+        headline = tl.headline + (f" — {lead.why}" if lead is not None and cls not in (INTERMITTENT, MIXED) else "")
+        if cls == MIXED:
+            steps = [f"No state dominates ({tl.evidence['mix']}): read the phases, then compare variants "
+                     "(`toolkit sweep`) rather than tuning one knob."]
+        else:
+            steps = next_steps(cls, power_capped, topology, target, base.slow_gpu, summary, tl.evidence)
+        confidence = tl.confidence
+    if not found and cls != NO_LOAD:
+        confidence *= 0.8  # judged over ramp and drain too
+    v = Verdict(cls, confidence, base.basis, evidence, steps, base.per_gpu, power_capped,
+                base.slow_gpu if cls == IMBALANCED else None, headline, base.data_source,
+                timeline=tl, window_mean=window_mean, signals=signals)
+    knobs(v, {**base.evidence, **tl.evidence})
+    return v
