@@ -111,7 +111,7 @@ def _resolve(name: str, profiles_dir: str | None) -> Any:
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)  # nothing has touched a host yet
-    return resolved, [p for p in problems if p.severity == "warning"]
+    return resolved, [p for p in problems if p.severity == "warning"], store
 
 
 def _validate(resolved: Any) -> list[Any]:
@@ -168,7 +168,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
     if args.record and not args.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
-    resolved, warnings = _resolve(args.name, args.profiles_dir)
+    resolved, warnings, store = _resolve(args.name, args.profiles_dir)
 
     share = share_dir()
     inventory = _inventory_path(args)
@@ -207,7 +207,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
         # The probe on the host has no profiles: the deployed profile's knobs travel with it, so the verdict's
         # next steps name their current values (verdict.json knob_steps).
-        target = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(_store.names()))
+        target = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(store.names()))
         probe_args = [*probe_args, "--target-json", json.dumps(target, sort_keys=True, separators=(",", ":"))]
 
     nodes = {}
@@ -249,7 +249,7 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     from toolkit.adapters.host_lock import host_locks
 
     console = Console(stderr=True)
-    _, warnings = _resolve(args.name, args.profiles_dir)
+    _, warnings, _ = _resolve(args.name, args.profiles_dir)
 
     def say(message: str) -> None:
         console.print(f"[yellow]{escape(message)}[/]")
