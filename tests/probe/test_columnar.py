@@ -85,3 +85,34 @@ def test_error_cells_survive_the_numpy_parse(monkeypatch: pytest.MonkeyPatch) ->
     trace = parse_trace("\n".join(lines), "t.csv")
     assert isinstance(trace.gpus[0].values, columnar.ColumnValues)
     assert trace.gpus[0].errors[8] == "GPU is lost" and sum(map(bool, trace.gpus[0].errors)) == 1
+
+
+@pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
+def test_columns_empty_on_every_row_are_cut_not_parsed_with_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The seed-shaped synthetic trace has no GPM and no driver samples: its rows end in empty cells, which the
+    # numpy path cuts before parsing. Rows with more empty cells than the first, and a malformed row after the
+    # cut, must read as the list path reads them.
+    text = dump_trace(load_run(FIX / "seed-synthetic-8gpu").trace)
+    lines = text.split("\n")
+    body = [i for i, line in enumerate(lines) if line[:1].isdigit()]
+    assert lines[body[0]].endswith(",,,,")  # the case under test: empty columns at the end
+    cells = lines[body[5]].split(",")
+    k = len(cells) // 3
+    cells[-k:] = [""] * k  # a row emptier than the first: its last numbers are gone
+    lines[body[5]] = ",".join(cells)
+    edited = "\n".join(lines)
+    monkeypatch.setenv("TOOLKIT_PROBE_STDLIB", "1")
+    slow = parse_trace(edited, "t.csv")
+    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB")
+    fast = parse_trace(edited, "t.csv")
+    assert isinstance(fast.gpus[0].values, columnar.ColumnValues)  # the numpy path took it
+    for g, s in slow.gpus.items():
+        for c in s.values:
+            assert fast.gpus[g].values[c] == s.values[c], (g, c)
+    short = lines.copy()
+    short[body[7]] = short[body[7]][: short[body[7]].rindex(",", 0, short[body[7]].rstrip(",").rindex(","))] + ","
+    from toolkit.core.errors import ToolkitError
+
+    with pytest.raises(ToolkitError) as err:  # one cell short: the list path names the line
+        parse_trace("\n".join(short), "t.csv")
+    assert f"t.csv:{body[7] + 1}:" in str(err.value)

@@ -101,15 +101,30 @@ def parse_body(body: str, columns: tuple[str, ...], numeric_all: tuple[str, ...]
     errors: list[str] | None = None
     if body.count(",\n") != nrows:  # some row's last cell (error) is not empty
         errors = [line[line.rfind(",") + 1:] for line in body.split("\n")[:-1]]
-    # Empty cells become NaN for numpy's C reader (it has no missing-value support); two passes because
-    # replace() does not see overlapping ",,,". The error column is never converted (usecols).
+    # Columns empty on every row (a GPU without GPM, a sampler without driver samples; the error cell when no row
+    # has one) are not parsed at all: the first row's trailing empty cells, when every row ends with at least as
+    # many, are cut from every row in one pass and become unavailable columns (a third of the cells of a trace
+    # without GPM, and most of the "nan" the C reader would parse).
+    empty_tail = 0
+    if errors is None:
+        first = body[: body.index("\n")]
+        empty_tail = len(first) - len(first.rstrip(","))
+        if empty_tail > 1 and body.count("," * empty_tail + "\n") == nrows:
+            # Each row keeps one empty last cell (usecols skips it), so a row with more empty cells than the
+            # first still has its last kept cell between two commas, where the "nan" pass below finds it.
+            body = body.replace("," * empty_tail + "\n", ",\n")
+        else:
+            empty_tail = 1
+    parsed = ncol - max(empty_tail, 1)  # the cut cells and the last one (the error cell, or empty) are not parsed
+    # Empty cells left become NaN for numpy's C reader (it has no missing-value support); two passes because
+    # replace() does not see overlapping ",,,".
     text = body.replace(",,", ",nan,").replace(",,", ",nan,")
     try:
-        a = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.float64, usecols=range(ncol - 1), ndmin=2,
+        a = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.float64, usecols=range(parsed), ndmin=2,
                        comments=None)
     except ValueError:
         return None
-    if a.shape != (nrows, ncol - 1) or np.isnan(a[:, :2]).any():
+    if a.shape != (nrows, parsed) or parsed < 2 or np.isnan(a[:, :2]).any():
         return None
     gpu = a[:, 1]
     keys = np.unique(gpu)
@@ -128,7 +143,7 @@ def parse_body(body: str, columns: tuple[str, ...], numeric_all: tuple[str, ...]
         if len(t) > 1 and bool((t[1:] < t[:-1]).any()):
             return None
         n = len(t)
-        arrays = {c: cols[j + 2] for j, c in enumerate(numeric)}
+        arrays = {c: cols[j + 2] for j, c in enumerate(numeric[: parsed - 2])}
         nan = None
         for c in numeric_all:
             if c not in arrays:
