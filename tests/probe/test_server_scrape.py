@@ -161,7 +161,7 @@ def test_v1_loads_behind_an_api_key_is_named(sglang: FakeSGLang) -> None:
 
 
 def test_probe_run_records_the_server_timeline_through_a_server_dying_mid_run(sglang: FakeSGLang,
-                                                                              tmp_path: Path) -> None:
+                                                                              tmp_path: Path, reliability) -> None:
     out = tmp_path / "run"
     stopper = threading.Timer(1.2, sglang.stop)
     stopper.start()
@@ -177,6 +177,19 @@ def test_probe_run_records_the_server_timeline_through_a_server_dying_mid_run(sg
     run = json.loads((out / "run.json").read_text())
     assert run["server"]["rows"] == len(tr) and run["server"]["gaps"] == tr.gaps > 0
     assert run["server"]["metrics_enabled"] is True and "server_trace.csv" in run["files"]
+    verdict = json.loads((out / "verdict.json").read_text())
+    # The verdict says what it could not see: the server's side from its first failed scrape on.
+    assert any(n.startswith("server ") and "scrapes failed" in n for n in verdict["evidence"]["not_seen"])
+    assert "(not seen: server " in verdict["headline"]
+    first_gap = next(e for ok, e in zip(tr.ok, tr.error, strict=True) if not ok)
+    reliability(
+        fault="the server's /metrics endpoint gone mid-run (the server stops answering 1.2 s into a 2.2 s benchmark)",
+        user_saw=f"exit {rc}; verdict: {verdict['headline']}; the scrape went on: {run['server']['gaps']} of "
+        f"{run['server']['rows']} scrapes were gaps ({first_gap[:80]})",
+        recorded="server_trace.csv with a gap row per failed scrape (ok=0 and the error), run.json server.gaps",
+        next_run="nothing to undo: the probe run finished and judged what it had",
+        area="probe",
+    )
 
 
 def test_probe_run_without_prometheus_client_skips_the_server_timeline_saying_so(

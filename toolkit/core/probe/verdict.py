@@ -308,6 +308,26 @@ def _not_seen(summary: dict[str, Any]) -> list[str]:
     ]
 
 
+def _server_not_seen(server: ServerTimeline | None) -> list[str]:
+    """One line per run of failed scrapes of the server: when, how many, and the first error."""
+    if server is None:
+        return []
+    errors = list(getattr(server, "error", None) or [""] * len(server.t_s))
+    out, i, n = [], 0, len(server.t_s)
+    while i < n:
+        if server.ok[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and not server.ok[j + 1]:
+            j += 1
+        what = str(errors[i]).split(";")[0][:80]
+        out.append(f"server {server.t_s[i]:.1f}-{server.t_s[j]:.1f} s, {j - i + 1} of {n} scrapes failed"
+                   + (f" ({what})" if what else ""))
+        i = j + 1
+    return out
+
+
 def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, target: dict[str, Any] | None = None,
           *, trace: Trace | None = None, server: ServerTimeline | None = None,
           host: HostTimeline | None = None) -> Verdict:
@@ -320,14 +340,20 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     no_p2p = _no_p2p(topology)
     variants = fewer_tp_variants(target)
 
-    def knobs(v: Verdict, evidence: dict[str, Any]) -> None:
+    def knobs(v: Verdict, evidence: dict[str, Any]) -> Verdict:
         v.knob_steps = propose(v.cls, evidence, target, gpus=ngpu, no_p2p=no_p2p, variants=variants,
                                power_capped=v.power_capped)
         v.next_steps = v.next_steps + [k.text() for k in v.knob_steps]
+        server_gaps = _server_not_seen(server)
+        if server_gaps:
+            # The server's side was not read for a while: a GPU class stands on the GPU readings, but what the
+            # server did then (queue, running, KV) is unknown, and the verdict says so.
+            v.evidence["not_seen"] = list(v.evidence.get("not_seen") or []) + server_gaps
+            v.headline += f" (not seen: {'; '.join(server_gaps)})"
+        return v
 
     if trace is None or base.cls == FAILED or not base.per_gpu:
-        knobs(base, base.evidence)
-        return base
+        return knobs(base, base.evidence)
     found = summary["steady_state"]["found"]
     window = summary["steady"] if found else summary["full"]
     start_s, end_s = float(window["start_s"]), float(window["end_s"])
@@ -335,8 +361,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     ivs = build_intervals(trace, idle, start_s, end_s, server=server, host=host)
     if len(ivs) < MIN_INTERVALS:
         base.evidence["over_time"] = f"not judged: {len(ivs)} intervals in the window (fewer than {MIN_INTERVALS})"
-        knobs(base, base.evidence)
-        return base
+        return knobs(base, base.evidence)
     tl = judge_timeline(ivs, load_segments(trace, start_s, end_s), has_server=server is not None)
     cls = tl.cls
     if base.cls in (THROTTLED, IMBALANCED) and cls not in TIMELINE_ONLY:
@@ -364,5 +389,4 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     v = Verdict(cls, confidence, base.basis, evidence, steps, base.per_gpu, power_capped,
                 base.slow_gpu if cls == IMBALANCED else None, headline, base.data_source,
                 timeline=tl, window_mean=window_mean, signals=signals)
-    knobs(v, {**base.evidence, **tl.evidence})
-    return v
+    return knobs(v, {**base.evidence, **tl.evidence})
