@@ -273,6 +273,8 @@ def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
         energy_per_output_token_j=energy.j_per_output_tok if energy else None,
         power_w_total=round(power.mean_w * count, 1) if power and power.mean_w is not None else None,
         verdict=entry.verdict_class(),
-        data_source=f"lab data ({entry.lab.kind})" if lab and entry.lab else "measured",
+        # The entry's own lab note (simulated GPUs, a replayed trace): the report and a promoted profile's whys
+        # quote it, so no one reads lab figures as a GPU's.
+        data_source=f"lab data ({entry.lab.kind}): {entry.lab.note}" if lab and entry.lab else "measured",
         throughput_window=which,
     )
