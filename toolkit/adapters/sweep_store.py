@@ -140,6 +140,8 @@ class ApplyProbeRunner:
         inventory: str | None,
         lab: bool | None,
         timeout_s: float,
+        lab_num_prompts: int | None = None,
+        command: str = "sweep",
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -148,6 +150,10 @@ class ApplyProbeRunner:
         self.inventory = inventory
         self.lab = lab
         self.timeout_s = timeout_s
+        # The lab's bench runs 160 prompts (apply's LAB_NUM_PROMPTS); a tune that must see demand above 512
+        # running requests asks for more (`toolkit apply --lab-num-prompts`).
+        self.lab_num_prompts = lab_num_prompts
+        self.command = command
 
     def describe(self) -> str:
         where = self.inventory or "the lab inventory"
@@ -167,9 +173,9 @@ class ApplyProbeRunner:
             base=self.base,
             name=name,
             knobs=request.variant.knob_dict(),
-            description=f"sweep {self.run_id} variant {request.variant.id} ({request.variant.label})",
+            description=f"{self.command} {self.run_id} variant {request.variant.id} ({request.variant.label})",
             extra={"bench.max_concurrency": request.concurrency},
-            header=[f"Written by `toolkit sweep` for run {self.run_id}; deployed by `toolkit apply`."],
+            header=[f"Written by `toolkit {self.command}` for run {self.run_id}; deployed by `toolkit apply`."],
         )
         atomic_write_text(profiles / f"{name}.yaml", text)
         runs = self.store.run_dir(self.run_id) / request.artifacts
@@ -180,6 +186,8 @@ class ApplyProbeRunner:
             argv += ["-i", self.inventory]
         if self.lab is not None:
             argv.append("--lab" if self.lab else "--no-lab")
+        if self.lab_num_prompts is not None:
+            argv += ["--lab-num-prompts", str(self.lab_num_prompts)]
         log = runs / "apply.log"
         with log.open("w") as handle:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=handle, text=True)
@@ -254,7 +262,11 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
         topology=run.topology,
         bench_raw=run.bench_raw,
     )
-    return measurement_from_entry(entry, lab=entry.lab is not None)
+    m = measurement_from_entry(entry, lab=entry.lab is not None)
+    # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
+    m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
+    m.verdict_headline = verdict.get("headline")
+    return m
 
 
 def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
