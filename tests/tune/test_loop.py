@@ -37,18 +37,19 @@ def test_glm5_baseline_finds_the_running_cap_then_the_communication_limit(profil
     assert log is not None
     steps = log["steps"]
 
-    # Step 1: the base is scheduler-capped at its 64 slots; the candidates are exactly the values its verdict named.
+    # Step 1: the base is scheduler-capped at its 64 slots; the first candidate is the boldest value its verdict
+    # named, and as it beat the base the smaller ones are not measured.
     base_m = score(state.variant(1), "throughput")
     assert base_m is not None and base_m.measurement.verdict == "scheduler-capped"
     proposed = next(s for s in base_m.measurement.knob_steps if s["knob"] == MRR)["proposed"]
+    assert len(proposed) >= 2 and proposed == sorted(proposed)
     assert steps[1]["verdict"]["class"] == "scheduler-capped"
-    assert [c["change"][MRR] for c in steps[1]["candidates"]] == [[64, v] for v in proposed]
+    assert [c["change"][MRR] for c in steps[1]["candidates"]] == [[64, proposed[-1]]]
+    assert [s["value"] for s in steps[1]["skipped"]] == proposed[-2::-1]
+    assert all("already beat v01" in s["reason"] for s in steps[1]["skipped"])
     assert steps[1]["result"]["decision"] == "improved"
     best = state.variant(int(log["incumbent"]))
     assert dict(best.knobs)[MRR] >= 512
-    # The kept one is the best measured of the step, and every candidate beat the base by far more than the band.
-    measured = {c["id"]: c["value"] for c in steps[1]["candidates"]}
-    assert steps[1]["result"]["best"] == max(measured, key=lambda k: measured[k])
 
     # Step 2: at the new cap the GPUs wait on the allreduce: the verdict proposes the seed's next layouts.
     assert steps[2]["from"] == best.id and steps[2]["verdict"]["class"] == "busy-but-waiting"
@@ -69,7 +70,7 @@ def test_glm5_baseline_finds_the_running_cap_then_the_communication_limit(profil
     assert log["stop"]["kind"] == CONVERGED
 
     # Every measurement is a point of the sweep's state, each asked of the runner once; the base three times.
-    assert len(runner.calls) == len(state.finished_points()) == 3 + len(proposed) + 2
+    assert len(runner.calls) == len(state.finished_points()) == 3 + 1 + 2
     assert [c for c in runner.calls if c[0] == "v01"] == [("v01", 1024, 0), ("v01", 1024, 1), ("v01", 1024, 2)]
     noise = log["noise"]
     assert len(noise["values"]) == 3 and noise["spread_pct"] > 0
@@ -127,11 +128,14 @@ def test_a_gain_inside_the_base_spread_is_not_an_improvement(profiles: ProfileSt
     assert log is not None
     assert log["noise"]["median"] == 1000.0 and log["noise"]["spread_pct"] == pytest.approx(6.0)
     result = log["steps"][1]["result"]
-    assert result["best"] == "v03" and result["gain_pct"] == pytest.approx((best_tput / 1000 - 1) * 100)
+    assert result["best"] == "v02" and result["gain_pct"] == pytest.approx((best_tput / 1000 - 1) * 100)
     if kept:
-        assert result["decision"] == "improved" and log["incumbent"] == 3
-        assert log["stop"]["kind"] == NOTHING_NEW  # v03's verdict proposes nothing
+        assert result["decision"] == "improved" and log["incumbent"] == 2
+        assert [c["id"] for c in log["steps"][1]["candidates"]] == ["v02"]  # 256 paid: 128 is not measured
+        assert log["stop"]["kind"] == NOTHING_NEW  # v02's verdict proposes nothing
     else:
+        # 256 did not clear the band, so the ladder's next rung (128) was measured; neither counts.
+        assert [(c["id"], c["change"][MRR][1]) for c in log["steps"][1]["candidates"]] == [("v02", 256), ("v03", 128)]
         assert result["decision"] == "no-gain" and log["incumbent"] == 1
         assert "inside the noise band (6.00 %)" in result["text"] and log["stop"]["kind"] == CONVERGED
         assert "inside the noise band" in report.markdown(state)
@@ -170,7 +174,7 @@ def test_the_budget_trims_a_step_and_a_resume_raises_it(profiles: ProfileStore) 
     log = state.tune
     assert log is not None
     assert len(state.finished_points()) == 5 and log["stop"]["kind"] == BUDGET
-    assert [s["reason"] for s in log["steps"][1]["skipped"]] == ["over the budget (5 probe runs)"]
+    assert [s["reason"] for s in log["steps"][-1]["skipped"]] == ["over the budget (5 probe runs)"]
 
     resumed = saves.last()
     assert resumed.tune is not None
@@ -203,12 +207,32 @@ def test_interrupted_mid_step_then_resumed_takes_the_same_path(profiles: Profile
     state, spec = fresh(profiles)
     saves = Saves()
     with pytest.raises(KeyboardInterrupt):
-        tune(profiles, state, spec, Interrupting(engine(profiles), at_call=5), saves)  # v03, inside step 1
+        tune(profiles, state, spec, Interrupting(engine(profiles), at_call=6), saves)  # v04, inside step 2
     on_disk = saves.last()
-    assert on_disk.tune is not None and on_disk.tune["steps"][1]["result"] is None
-    assert [p.attempts for p in on_disk.variant(3).points] == [1] and on_disk.variant(3).points[0].status == "pending"
+    assert on_disk.tune is not None and on_disk.tune["steps"][2]["result"] is None
+    assert on_disk.variant(3).points[0].status == "failed"  # step 2's first candidate was already recorded
+    assert [p.attempts for p in on_disk.variant(4).points] == [1] and on_disk.variant(4).points[0].status == "pending"
 
     tune(profiles, on_disk, spec, engine(profiles))
     assert on_disk.tune == whole.tune
-    assert on_disk.variant(3).points[0].attempts == 2  # measured again, and said so
+    assert on_disk.variant(4).points[0].attempts == 2  # measured again, and said so
     assert [(v.id, v.knobs) for v in on_disk.variants] == [(v.id, v.knobs) for v in whole.variants]
+
+
+def test_a_bold_value_that_fails_climbs_down_its_ladder(profiles: ProfileStore) -> None:
+    runner = _table([
+        *_base([1000.0, 1005.0, 995.0]),
+        {"knobs": {MRR: 256}, "fail": "variant", "reason": "server never up: out of memory"},
+        _pt({MRR: 128}, 1400.0),
+    ])
+    state, spec = fresh(profiles)
+    tune(profiles, state, spec, runner)
+    log = state.tune
+    assert log is not None
+    step = log["steps"][1]
+    assert [(c["id"], c["change"][MRR][1], c["status"]) for c in step["candidates"]] == [
+        ("v02", 256, "failed"), ("v03", 128, "measured")]
+    assert step["result"]["decision"] == "improved" and log["incumbent"] == 3
+    # Kept for the later steps: no later verdict's proposal to raise the cap again is measured.
+    assert log["failed_directions"] == [{"knob": MRR, "direction": "up", "reason": "server never up: out of memory",
+                                         "variant": "v02"}]

@@ -13,12 +13,15 @@ Each round, in an order a resume can replay from the state alone:
 3. no improvement (or no candidate, or the budget spent) stops the tune; else the incumbent's verdict
    (`Measurement.knob_steps`) is turned into the next step's candidates: the incumbent's knobs plus one step's value
    (and the knobs that go with it), each validated like a sweep's variant; bench.* steps are not taken (every
-   variant is measured on the same workload).
+   variant is measured on the same workload). Each knob step is a ladder climbed from its boldest value down,
+   one rung at a time, until a rung beats the incumbent (`_climb`).
 
 The record (`state.tune`, schema 1): objective, repeats, min_gain_pct, budget_points, incumbent (variant index),
 noise {values, median, spread_pct, band_pct}, steps [{step, from, verdict {variant, class, headline, artifacts,
-concurrency}, candidates [{variant, knob, change {path: [old, new]}, why, profiles, status}], skipped [{knob,
-value, reason}], result {..}}], failed_directions [{knob, direction, reason, variant}], stop {reason, kind}.
+concurrency}, ladders [{knob, why, together, profiles, values (the rungs not tried yet)}], candidates [{variant,
+id, knob, ladder, change {path: [old, new]}, why, profiles, status, value, gain_pct}], skipped [{knob, value,
+reason}], result {..}}], failed_directions [{knob, direction, reason, variant}], budget_hit (a rung was left out
+for the budget), stop {reason, kind}.
 """
 
 from __future__ import annotations
@@ -247,19 +250,20 @@ def _propose(
     base_spec: Mapping[str, Any],
     validate: Callable[[Variant], Sequence[Problem]],
 ) -> dict[str, Any] | None:
-    """The next step from the incumbent's verdict, its variants added to the state; None when nothing is new."""
+    """The next step from the incumbent's verdict, its first variants added to the state; None when nothing is new.
+
+    Each knob step is a ladder: its values are tried one at a time from the boldest (the last the verdict
+    proposes: 64 -> 1024 before 512 and 256, as the seed's operator went), the next only when the one before did
+    not beat the incumbent (`_climb`). A verdict's range ends at what it saw wanted (the peak demand), so its
+    boldest value is the likeliest; the smaller ones are measured when it fails or does not pay."""
     incumbent = state.variant(int(log["incumbent"]))
     inc = score(incumbent, log["objective"])
     if inc is None:
         return None
     m = inc.measurement
     point = next((p for p in incumbent.points if p.measurement is m), None)
-    knobs = dict(incumbent.knobs)
-    seen = {_key(base_spec, dict(v.knobs)): v.id for v in state.variants}
-    failed = {(f["knob"], f["direction"]): f for f in log["failed_directions"]}
-    step_no = len(log["steps"])
     step: dict[str, Any] = {
-        "step": step_no,
+        "step": len(log["steps"]),
         "from": incumbent.id,
         "verdict": {
             "variant": incumbent.id,
@@ -270,20 +274,64 @@ def _propose(
         },
         "candidates": [],
         "skipped": [],
+        "ladders": [],
         "result": None,
     }
-    budget = log.get("budget_points")
-    levels = list(state.concurrency)
     for ks in m.knob_steps:
         path = str(ks.get("knob"))
+        values = list(ks.get("proposed") or [])
         if path.split(".", 1)[0] not in VARIABLE_SECTIONS:
-            for value in ks.get("proposed") or []:
+            for value in values:
                 step["skipped"].append({"knob": path, "value": value, "reason": "a bench knob: the tune measures every "
                                         "variant on the same workload (give --concurrency levels instead)"})
             continue
-        together = dict(ks.get("together") or {})
-        for value in ks.get("proposed") or []:
-            change = {path: value, **together}
+        step["ladders"].append({"knob": path, "why": ks.get("why"), "together": dict(ks.get("together") or {}),
+                                "profiles": list(ks.get("profiles") or []), "values": values[::-1]})
+    log["steps"].append(step)
+    _climb(state, log, step, base_spec, validate)
+    if not any(c["status"] == "planned" for c in step["candidates"]):
+        # Keep what was considered (invalid or skipped) in the record; nothing to measure.
+        step["result"] = {"decision": "nothing-new", "text": "the verdict proposes nothing new to measure"}
+        return None
+    return step
+
+
+def _climb(
+    state: SweepState,
+    log: dict[str, Any],
+    step: dict[str, Any],
+    base_spec: Mapping[str, Any],
+    validate: Callable[[Variant], Sequence[Problem]],
+) -> bool:
+    """Plan the next rung of every ladder whose last rung is measured and did not beat the incumbent (or of a
+    ladder not started); True when something new was planned. A rung that beat it ends its ladder."""
+    incumbent = state.variant(int(log["incumbent"]))
+    inc = score(incumbent, log["objective"])
+    band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    knobs = dict(incumbent.knobs)
+    seen = {_key(base_spec, dict(v.knobs)): v.id for v in state.variants}
+    failed = {(f["knob"], f["direction"]): f for f in log["failed_directions"]}
+    budget = log.get("budget_points")
+    levels = list(state.concurrency)
+    planned_any = False
+    for li, ladder in enumerate(step.get("ladders", [])):
+        mine = [c for c in step["candidates"] if c.get("ladder") == li]
+        last = mine[-1] if mine else None
+        if last is not None and last["status"] == "planned":
+            v = state.variant(int(last["variant"]))
+            if any(p.status == "pending" for p in v.points):
+                continue  # still being measured
+            s = score(v, log["objective"])
+            if s is not None and inc is not None and inc.value and (s.value / inc.value - 1) * 100 > band:
+                for value in ladder["values"]:
+                    step["skipped"].append({"knob": ladder["knob"], "value": value,
+                                            "reason": f"{v.id} already beat {incumbent.id}: the smaller values of "
+                                            "this step are not measured"})
+                ladder["values"] = []
+                continue
+        while ladder["values"]:
+            value = ladder["values"].pop(0)
+            change = {ladder["knob"]: value, **ladder["together"]}
             olds = {p: _effective(base_spec, knobs, p) for p in change}
             moved = {p: [olds[p], v] for p, v in change.items() if olds[p] != v or type(olds[p]) is not type(v)}
             skip = None
@@ -301,9 +349,9 @@ def _propose(
                 skip = f"measured already as {seen[key]}"
             if skip is None and budget is not None and _planned_points(state) + len(levels) > int(budget):
                 skip = f"over the budget ({budget} probe runs)"
-                log["_budget_hit"] = True
+                log["budget_hit"] = True
             if skip:
-                step["skipped"].append({"knob": path, "value": value, "reason": skip})
+                step["skipped"].append({"knob": ladder["knob"], "value": value, "reason": skip})
                 continue
             variant = Variant(index=_next_index(state), knobs=tuple(new_knobs.items()))
             problems = list(validate(variant))
@@ -317,25 +365,22 @@ def _propose(
             )
             state.variants.append(vs)
             seen[key] = vs.id
-            cand = {
+            cand: dict[str, Any] = {
                 "variant": vs.index,
                 "id": vs.id,
-                "knob": path,
+                "knob": ladder["knob"],
+                "ladder": li,
                 "change": moved,
-                "why": ks.get("why"),
-                "profiles": list(ks.get("profiles") or []),
+                "why": ladder["why"],
+                "profiles": ladder["profiles"],
                 "status": "planned" if valid else INVALID,
             }
-            if not valid:
-                cand["reason"] = "invalid, rejected by " + ", ".join(vs.rejected_by())
             step["candidates"].append(cand)
-    if not any(c["status"] == "planned" for c in step["candidates"]):
-        # Keep what was considered (invalid or skipped) in the record; nothing to measure.
-        step["result"] = {"decision": "nothing-new", "text": "the verdict proposes nothing new to measure"}
-        log["steps"].append(step)
-        return None
-    log["steps"].append(step)
-    return step
+            if valid:
+                planned_any = True
+                break
+            cand["reason"] = "invalid, rejected by " + ", ".join(vs.rejected_by())  # free: try the next value
+    return planned_any
 
 
 def change_text(change: Mapping[str, Sequence[Any]]) -> str:
@@ -389,6 +434,11 @@ def run_tune(
             on_step(f"step 0: the base {state.profile}, measured {log['repeats']} times at each level")
             continue
         last = steps[-1]
+        if last["result"] is None and last["step"] > 0 and _climb(state, log, last, base_spec, validate):
+            save(state)  # the next rung of a ladder whose last one did not pay
+            rung = last["candidates"][-1]
+            on_step(f"step {last['step']}: next value: {rung['id']} ({change_text(rung['change'])})")
+            continue
         if last["result"] is None:
             result = _conclude(state, log, last)
             save(state)
@@ -396,7 +446,7 @@ def run_tune(
             if log.get("stop"):
                 break
             if last["step"] > 0 and result["decision"] != "improved":
-                kind = BUDGET if log.pop("_budget_hit", False) else CONVERGED
+                kind = BUDGET if log.pop("budget_hit", False) else CONVERGED
                 reason = ("the budget ended" if kind == BUDGET else
                           "no candidate beat the incumbent by more than the noise band")
                 log["stop"] = {"kind": kind, "reason": f"{reason}; best {state.variant(int(log['incumbent'])).id}"}
@@ -407,7 +457,7 @@ def run_tune(
             save(state)
             break
         step = _propose(state, log, base_spec, validate)
-        hit = log.pop("_budget_hit", False)
+        hit = log.pop("budget_hit", False)
         if step is None:
             kind = BUDGET if hit else NOTHING_NEW
             reason = (f"the budget ({log.get('budget_points')} probe runs) leaves no room for the next candidate"
@@ -417,7 +467,7 @@ def run_tune(
             on_step(f"stop: {log['stop']['reason']}")
             break
         if hit:
-            log["_budget_hit"] = True  # the step is trimmed: after it, the tune stops for the budget
+            log["budget_hit"] = True  # the step is trimmed: after it, the tune stops for the budget
         save(state)
         names = ", ".join(
             f"{c['id']} ({change_text(c['change'])})" + ("" if c["status"] == "planned" else f" {c['reason']}")
@@ -433,4 +483,4 @@ def raise_budget(log: dict[str, Any], budget_points: int | None) -> None:
     stop = log.get("stop")
     if stop and stop.get("kind") == BUDGET:
         log["stop"] = None
-        log.pop("_budget_hit", None)
+        log.pop("budget_hit", None)
