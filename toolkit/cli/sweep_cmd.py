@@ -53,6 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-wait", action="store_true",
                         help="refuse at once when another toolkit apply or sweep holds a target host "
                         "(default: wait for it, naming the holder)")
+    parser.add_argument("--lab-num-prompts", type=int, help="lab only: prompts of each measurement (apply's "
+                        "--lab-num-prompts; default apply's 160), and of the engine-model runner (default: the "
+                        "profile's)")
     parser.add_argument("--point-timeout-s", type=float, default=1800.0, help="apply + probe of one point (s)")
     parser.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
     parser.add_argument("--sweeps-dir", help="where sweep runs live (default: TOOLKIT_SWEEPS_DIR or ./runs/sweeps)")
