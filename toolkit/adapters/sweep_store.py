@@ -39,12 +39,18 @@ def sweeps_dir(explicit: str | None = None) -> Path:
 
 
 class SweepStore:
-    def __init__(self, root: str | Path) -> None:
+    """`kind` and `dir_flag` name the runs in messages: a tune keeps its runs in the same layout (runs/tunes/)."""
+
+    def __init__(self, root: str | Path, *, kind: str = "sweep", dir_flag: str = "--sweeps-dir") -> None:
         self.root = Path(root)
+        self.kind = kind
+        self.dir_flag = dir_flag
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id):
-            raise ToolkitError.of(f"{run_id!r} is not a sweep run id", field="--resume", fix="see `ls " f"{self.root}`")
+            raise ToolkitError.of(
+                f"{run_id!r} is not a {self.kind} run id", field="--resume", fix=f"see `ls {self.root}`"
+            )
         return self.root / run_id
 
     def state_path(self, run_id: str) -> Path:
@@ -80,10 +86,10 @@ class SweepStore:
         if not path.is_file():
             known = ", ".join(self.runs()[-5:]) or "none"
             raise ToolkitError.of(
-                f"no sweep {run_id!r} in {self.root}",
+                f"no {self.kind} {run_id!r} in {self.root}",
                 file=str(path),
                 field="--resume",
-                fix=f"give one of: {known} (or --sweeps-dir DIR)",
+                fix=f"give one of: {known} (or {self.dir_flag} DIR)",
             )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))

@@ -87,7 +87,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if not console.is_terminal:
         console = Console(stderr=True, width=200)
-    store = SweepStore(tunes_dir(args.tunes_dir))
+    store = SweepStore(tunes_dir(args.tunes_dir), kind="tune", dir_flag="--tunes-dir")
     profiles = ProfileStore(find_profiles_dir(args.profiles_dir))
     if args.resume and args.show:
         raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
