@@ -251,6 +251,6 @@ def tune_step_png(bars: list[tuple[str, float, str]], *, band_pct: float, title:
                     textcoords="offset points", xytext=(0, 3), fontsize=8)
     ax.set_xticks(xs, [b[0] for b in bars])
     ax.set_ylabel(unit)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, max([b[1] for b in bars] + [1.0]) * 1.2)  # room for the labels above the bars
     ax.set_title(title, fontsize=9)
     return _png(fig)

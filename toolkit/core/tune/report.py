@@ -20,7 +20,7 @@ def path_rows(state: SweepState) -> list[list[str]]:
     rows: list[list[str]] = []
     for step in log.get("steps", []):
         verdict = step.get("verdict") or {}
-        read = "-" if not verdict else f"{verdict.get('class')}: {verdict.get('headline') or ''}".strip()
+        read = "-" if not verdict else str(verdict.get("headline") or verdict.get("class"))
         for cand in step.get("candidates", []):
             change = change_text(cand.get("change") or {}) or "(the base)"
             why = cand.get("why") or ""
