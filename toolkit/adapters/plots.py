@@ -226,3 +226,31 @@ def sweep_pareto_png(
     ax.set_title(title)
     ax.legend(loc="lower right", fontsize=8)
     return _png(fig)
+
+
+# --- tune plots (issue #17: toolkit tune); plain data in, PNG bytes out --------------------------------
+
+
+def tune_step_png(bars: list[tuple[str, float, str]], *, band_pct: float, title: str, unit: str) -> bytes:
+    """One step of a tune: the incumbent and its candidates as bars, the noise band around the incumbent shaded.
+
+    `bars`: [(variant id, value in `unit`, "incumbent" | "kept" | "not kept" | "failed" | "invalid")]; a failed or
+    invalid candidate is a zero bar with its status written on it."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=_SIZE_IN)
+    colours = {"incumbent": "0.45", "kept": "#2a7d2a", "not kept": "#c08000", "failed": "#c00000", "invalid": "#c00000"}
+    xs = list(range(len(bars)))
+    ax.bar(xs, [b[1] for b in bars], color=[colours.get(b[2], "0.6") for b in bars])
+    inc = bars[0][1] if bars else 0.0
+    if inc > 0:
+        ax.axhspan(inc * (1 - band_pct / 100), inc * (1 + band_pct / 100), color="0.8", alpha=0.5,
+                   label=f"noise band +-{band_pct:.2f} %")
+        ax.legend(loc="lower right", fontsize=8)
+    for x, (_vid, value, status) in zip(xs, bars, strict=True):
+        ax.annotate(status if value <= 0 else f"{value:,.4g}\n{status}", (x, value), ha="center",
+                    textcoords="offset points", xytext=(0, 3), fontsize=8)
+    ax.set_xticks(xs, [b[0] for b in bars])
+    ax.set_ylabel(unit)
+    ax.set_ylim(0, max([b[1] for b in bars] + [1.0]) * 1.2)  # room for the labels above the bars
+    ax.set_title(title, fontsize=9)
+    return _png(fig)

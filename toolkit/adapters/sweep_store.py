@@ -32,6 +32,7 @@ SWEEPS_ENV = "TOOLKIT_SWEEPS_DIR"
 DEFAULT_SWEEPS_DIR = "runs/sweeps"
 STATE_FILE = "state.json"
 _RUN_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+PROBE_FAILED_TASK = "Fail when the probe failed"  # roles/bench_probe/tasks/run.yml, after a failed `toolkit probe run`
 
 
 def sweeps_dir(explicit: str | None = None) -> Path:
@@ -39,12 +40,18 @@ def sweeps_dir(explicit: str | None = None) -> Path:
 
 
 class SweepStore:
-    def __init__(self, root: str | Path) -> None:
+    """`kind` and `dir_flag` name the runs in messages: a tune keeps its runs in the same layout (runs/tunes/)."""
+
+    def __init__(self, root: str | Path, *, kind: str = "sweep", dir_flag: str = "--sweeps-dir") -> None:
         self.root = Path(root)
+        self.kind = kind
+        self.dir_flag = dir_flag
 
     def run_dir(self, run_id: str) -> Path:
         if not _RUN_ID.match(run_id):
-            raise ToolkitError.of(f"{run_id!r} is not a sweep run id", field="--resume", fix="see `ls " f"{self.root}`")
+            raise ToolkitError.of(
+                f"{run_id!r} is not a {self.kind} run id", field="--resume", fix=f"see `ls {self.root}`"
+            )
         return self.root / run_id
 
     def state_path(self, run_id: str) -> Path:
@@ -80,10 +87,10 @@ class SweepStore:
         if not path.is_file():
             known = ", ".join(self.runs()[-5:]) or "none"
             raise ToolkitError.of(
-                f"no sweep {run_id!r} in {self.root}",
+                f"no {self.kind} {run_id!r} in {self.root}",
                 file=str(path),
                 field="--resume",
-                fix=f"give one of: {known} (or --sweeps-dir DIR)",
+                fix=f"give one of: {known} (or {self.dir_flag} DIR)",
             )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -140,6 +147,8 @@ class ApplyProbeRunner:
         inventory: str | None,
         lab: bool | None,
         timeout_s: float,
+        lab_num_prompts: int | None = None,
+        command: str = "sweep",
     ) -> None:
         self.store = store
         self.run_id = run_id
@@ -148,6 +157,10 @@ class ApplyProbeRunner:
         self.inventory = inventory
         self.lab = lab
         self.timeout_s = timeout_s
+        # The lab's bench runs 160 prompts (apply's LAB_NUM_PROMPTS); a tune that must see demand above 512
+        # running requests asks for more (`toolkit apply --lab-num-prompts`).
+        self.lab_num_prompts = lab_num_prompts
+        self.command = command
 
     def describe(self) -> str:
         where = self.inventory or "the lab inventory"
@@ -167,9 +180,9 @@ class ApplyProbeRunner:
             base=self.base,
             name=name,
             knobs=request.variant.knob_dict(),
-            description=f"sweep {self.run_id} variant {request.variant.id} ({request.variant.label})",
+            description=f"{self.command} {self.run_id} variant {request.variant.id} ({request.variant.label})",
             extra={"bench.max_concurrency": request.concurrency},
-            header=[f"Written by `toolkit sweep` for run {self.run_id}; deployed by `toolkit apply`."],
+            header=[f"Written by `toolkit {self.command}` for run {self.run_id}; deployed by `toolkit apply`."],
         )
         atomic_write_text(profiles / f"{name}.yaml", text)
         runs = self.store.run_dir(self.run_id) / request.artifacts
@@ -180,6 +193,8 @@ class ApplyProbeRunner:
             argv += ["-i", self.inventory]
         if self.lab is not None:
             argv.append("--lab" if self.lab else "--no-lab")
+        if self.lab_num_prompts is not None:
+            argv += ["--lab-num-prompts", str(self.lab_num_prompts)]
         log = runs / "apply.log"
         with log.open("w") as handle:
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=handle, text=True)
@@ -200,14 +215,18 @@ class ApplyProbeRunner:
         tail = _tail(log)
         if summary is None:
             raise VariantFailed(f"apply exited {proc.returncode} without a summary: {tail}", artifacts=str(log))
-        if summary.get("rc") != 0 or summary.get("failed_hosts") or summary.get("unreachable"):
-            failures = summary.get("failures") or []
-            what = failures[0]["task"] + ": " + failures[0]["message"][-300:] if failures else tail
-            raise VariantFailed(f"deploy failed: {what}", artifacts=str(log))
         probes = summary.get("probe") or {}
         run_dirs = [Path(p["run_dir"]) for p in probes.values() if p.get("run_dir")]
         # Apply's summary names the fetched run; fall back to any probe run under the artifacts (run.json).
         run_dirs = run_dirs or sorted(p.parent for p in runs.glob("**/run.json"))
+        if summary.get("rc") != 0 or summary.get("failed_hosts") or summary.get("unreachable"):
+            failures = summary.get("failures") or []
+            if failures and failures[0].get("task") == PROBE_FAILED_TASK and run_dirs:
+                # The server came up and the benchmark ran but failed (lost requests, exit code): that point
+                # failed with the probe's reason, and the variant's other points are still measured.
+                return measurement_from_probe_dir(run_dirs[0])
+            what = failures[0]["task"] + ": " + failures[0]["message"][-300:] if failures else tail
+            raise VariantFailed(f"deploy failed: {what}", artifacts=str(log))
         if not run_dirs:
             raise PointFailed(f"apply ran but fetched no probe run: {tail}", artifacts=str(log))
         return measurement_from_probe_dir(run_dirs[0])
@@ -254,7 +273,11 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
         topology=run.topology,
         bench_raw=run.bench_raw,
     )
-    return measurement_from_entry(entry, lab=entry.lab is not None)
+    m = measurement_from_entry(entry, lab=entry.lab is not None)
+    # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
+    m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
+    m.verdict_headline = verdict.get("headline")
+    return m
 
 
 def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:

@@ -51,6 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     lab.add_argument("--lab", dest="lab", action="store_true", default=None,
                      help="treat the inventory as the lab's: stand-in server, smaller bench (default: detected)")
     lab.add_argument("--no-lab", dest="lab", action="store_false", help="a real host, even if the inventory says lab")
+    p.add_argument("--lab-num-prompts", type=int, default=LAB_NUM_PROMPTS, metavar="N",
+                   help=f"lab only: prompts of the lab's bench (default {LAB_NUM_PROMPTS}; the profile's count runs "
+                   "the engine model in real time: 1024 take glm5-baseline about 75 s)")
     p.add_argument("--lab-fail-health", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in fails /health
     p.add_argument("--lab-nan-log", action="store_true", help=argparse.SUPPRESS)  # tests: stand-in logs a NaN line
     p.add_argument("--no-wait", action="store_true",
@@ -182,7 +185,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         standin_server=is_lab,
         standin_fail_health=args.lab_fail_health,
         standin_nan_log=args.lab_nan_log,
-        bench_num_prompts=LAB_NUM_PROMPTS if is_lab else None,
+        bench_num_prompts=args.lab_num_prompts if is_lab else None,
         tokenizer_dir=LAB_TOKENIZER_DIR if is_lab else None,
         dataset_path=LAB_DATASET_PATH if is_lab else None,
     )

@@ -26,6 +26,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "doctor": ("toolkit.cli.doctor_cmd", "read-only checks of a host and its container"),
     "apply": ("toolkit.cli.apply_cmd", "deploy a profile as a service, then measure and record it"),
     "sweep": ("toolkit.cli.sweep_cmd", "vary knobs, measure each variant, rank and promote the best"),
+    "tune": ("toolkit.cli.tune_cmd", "measure, follow the verdict's knob steps, keep the best, repeat; promote it"),
 }
 
 

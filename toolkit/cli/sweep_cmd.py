@@ -42,8 +42,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runner",
         default="apply",
-        help="apply (default: `toolkit apply profile VARIANT --probe` per point) or recorded:FILE "
-        "(replay a table of recorded results in-process; no host is touched)",
+        help="apply (default: `toolkit apply profile VARIANT --probe` per point), engine-model (the lab's engine "
+        "model in-process: simulated, seconds per grid) or recorded:FILE (replay a table of recorded results "
+        "in-process; no host is touched)",
     )
     parser.add_argument("-i", "--inventory", help="Ansible inventory for the apply runner (default: the lab's)")
     lab = parser.add_mutually_exclusive_group()
@@ -52,6 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-wait", action="store_true",
                         help="refuse at once when another toolkit apply or sweep holds a target host "
                         "(default: wait for it, naming the holder)")
+    parser.add_argument("--lab-num-prompts", type=int, help="lab only: prompts of each measurement (apply's "
+                        "--lab-num-prompts; default apply's 160), and of the engine-model runner (default: the "
+                        "profile's)")
     parser.add_argument("--point-timeout-s", type=float, default=1800.0, help="apply + probe of one point (s)")
     parser.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
     parser.add_argument("--sweeps-dir", help="where sweep runs live (default: TOOLKIT_SWEEPS_DIR or ./runs/sweeps)")
@@ -214,9 +218,18 @@ def _validator() -> Any:
     return check
 
 
-def _runner(args: argparse.Namespace, state: Any, store: Any, base: Any, profiles: Any) -> Any:
+def _runner(args: argparse.Namespace, state: Any, store: Any, base: Any, profiles: Any, *, command: str = "sweep",
+            chain: list[Path] | None = None) -> Any:
+    """The point runner named by --runner; `chain`: the profile files the apply runner copies beside its variants
+    (default the base's extends: chain; a tune copies every profile, so a verdict can name glm5-tp4-pp2)."""
     from toolkit.adapters.sweep_store import ApplyProbeRunner, load_table
     from toolkit.core.sweep.recorded import TableRunner
+
+    if args.runner == "engine-model":
+        from toolkit.lab.engine_runner import EngineModelRunner
+
+        return EngineModelRunner(base=base.name, profile_names=profiles.names(),
+                                 num_prompts=getattr(args, "lab_num_prompts", None))
 
     if args.runner.startswith("recorded:"):
         from toolkit.adapters.sweep_store import measurement_from_probe_dir
@@ -230,7 +243,7 @@ def _runner(args: argparse.Namespace, state: Any, store: Any, base: Any, profile
             load_probe_run=lambda run: measurement_from_probe_dir(here / run),
         )
     if args.runner == "apply":
-        chain = [profiles.path(n) for n in base.chain]
+        chain = chain or [profiles.path(n) for n in base.chain]
         return ApplyProbeRunner(
             store=store,
             run_id=state.run_id,
@@ -239,11 +252,17 @@ def _runner(args: argparse.Namespace, state: Any, store: Any, base: Any, profile
             inventory=args.inventory,
             lab=args.lab,
             timeout_s=args.point_timeout_s,
+            lab_num_prompts=getattr(args, "lab_num_prompts", None),
+            command=command,
         )
-    raise ToolkitError.of(f"unknown runner {args.runner!r}", field="--runner", fix="use apply or recorded:FILE")
+    raise ToolkitError.of(
+        f"unknown runner {args.runner!r}", field="--runner", fix="use apply, engine-model or recorded:FILE"
+    )
 
 
-def _measure(console: Any, state: Any, spec: Any, runner: Any, store: Any) -> None:
+def _measure(console: Any, state: Any, spec: Any, runner: Any, store: Any, loop: Any = None) -> None:
+    """Run the loop with a progress bar and one line per point; `loop(on_progress)` replaces the sweep's own
+    (a tune runs its loop, which measures through the sweep's)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from toolkit.core.sweep.run import run_sweep
@@ -289,7 +308,10 @@ def _measure(console: Any, state: Any, spec: Any, runner: Any, store: Any) -> No
                     highlight=False,
                 )
 
-        run_sweep(state, spec, runner, save=store.save, clock=time.monotonic, on_progress=on_progress)
+        if loop is not None:
+            loop(on_progress)
+        else:
+            run_sweep(state, spec, runner, save=store.save, clock=time.monotonic, on_progress=on_progress)
 
 
 def _plots(store: Any, state: Any) -> list[tuple[str, str]]:

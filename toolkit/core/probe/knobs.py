@@ -258,6 +258,13 @@ def run_target(name: str, resolved: dict[str, Any], known_profiles: set[str]) ->
     for attr in ("tp_size", "pp_size", "ep_size", "dp_size"):
         if server.get(attr) is not None:
             target[attr] = server[attr]
-    target["variants"] = [v for v in fewer_tp_variants({"profile": name}) if v in known_profiles]
+    named = fewer_tp_variants({"profile": name})
+    tp = server.get("tp_size")
+    if not named and isinstance(tp, int) and tp >= 2:
+        # A name without its layout (glm5-baseline, a tune's variant glm5-baseline-...-v03): the family's own
+        # layout profiles (glm5-tp4-pp2, glm5-ep8), kept below only where they exist.
+        family = name.split("-", 1)[0]
+        named = [f"{family}-tp{tp // 2}-pp2", f"{family}-ep{tp}"]
+    target["variants"] = [v for v in named if v in known_profiles]
     target.update(target_knobs(resolved))
     return target

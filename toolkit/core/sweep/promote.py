@@ -118,16 +118,25 @@ def promote(
     by: str = "throughput",
     name: str | None = None,
     run_ref: str,
+    pick: int | None = None,
+    knob_reasons: Mapping[str, str] | None = None,
+    tool: str = "sweep",
 ) -> tuple[str, str, RankedRow]:
-    """(name, text, the winning row) of the promoted profile. `run_ref` is how the why cites the run."""
+    """(name, text, the winning row) of the promoted profile. `run_ref` is how the why cites the run.
+
+    `pick` promotes that variant instead of the ranking's first (a tune keeps the best that beat the noise band,
+    which need not be the first by a hair); `knob_reasons` adds, per changed knob, how the run arrived at it (a
+    tune's verdict and step); `tool` names the command in the text (sweep or tune)."""
     rows = rank_by_throughput(state) if by == "throughput" else rank_by_efficiency(state)
     if not rows:
         raise ToolkitError.of(
-            f"sweep {state.run_id} has no measured variant to promote",
+            f"{tool} {state.run_id} has no measured variant to promote",
             field="--promote",
-            fix="resume the sweep until at least one variant is measured (toolkit sweep --resume RUN)",
+            fix=f"resume the {tool} until at least one variant is measured (toolkit {tool} --resume RUN)",
         )
     best = rows[0]
+    if pick is not None:
+        best = next((r for r in rows if r.variant_index == pick), best)
     variant = state.variant(best.variant_index).variant
     spec = base_spec(base)
     changed = changed_knobs(spec, variant)
@@ -148,8 +157,10 @@ def promote(
     why: dict[str, dict[str, str]] = {}
     for path, value in changed.items():
         old = spec_value(spec, path)
-        reason = (
-            f"sweep {state.run_id}: {best.variant_id} ({best.label}) ranked first of {len(rows)} by {ranked}: "
+        reason = (knob_reasons or {}).get(path, "")
+        place = "first" if best.rank == 1 else str(best.rank)
+        reason += (
+            f"{tool} {state.run_id}: {best.variant_id} ({best.label}) ranked {place} of {len(rows)} by {ranked}: "
             f"{metric} at concurrency {best.concurrency}"
         )
         if best.tokens_per_j is not None and by == "throughput":
@@ -172,15 +183,15 @@ def promote(
         why[path] = {"reason": reason, "link": run_ref}
     promoted = name or f"{base.name}-{state.run_id.removeprefix(base.name + '-')}-{best.variant_id}".lower()
     header = [
-        f"Promoted by `toolkit sweep --promote` from sweep {state.run_id}, variant {best.variant_id}.",
-        f"The sweep's state and report: {run_ref}",
+        f"Promoted by `toolkit {tool} --promote` from {tool} {state.run_id}, variant {best.variant_id}.",
+        f"The {tool}'s state and report: {run_ref}",
     ]
     text = variant_profile_text(
         base=base.name,
         name=promoted,
         knobs=changed,
         description=(
-            f"{base.name} with the best variant of sweep {state.run_id} ({best.label}): {metric} at "
+            f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric} at "
             f"concurrency {best.concurrency} ({best.data_source})."
         ),
         why=why,

@@ -41,7 +41,27 @@ class ParetoPoint:
 
 
 def _done(v: VariantState) -> list[tuple[int, Measurement]]:
-    return [(p.concurrency, p.measurement) for p in v.points if p.status == DONE and p.measurement is not None]
+    """(concurrency, measurement) of each measured level. A level measured more than once (a tune's base,
+    `Point.repeat`) counts once, by its median-throughput measurement: the best of repeats would rank luck."""
+    by_level: dict[int, list[Measurement]] = {}
+    for p in v.points:
+        if p.status == DONE and p.measurement is not None:
+            by_level.setdefault(p.concurrency, []).append(p.measurement)
+    out = []
+    for c, ms in by_level.items():
+        ms = sorted(ms, key=lambda m: m.steady_output_tok_per_s)
+        out.append((c, ms[(len(ms) - 1) // 2]))
+    return out
+
+
+def best_point(v: VariantState, by: str = "throughput") -> tuple[int, Measurement] | None:
+    """A variant's best measured level: (concurrency, measurement) by throughput (ties: the lower concurrency, the
+    same rate with less queueing) or by tokens per joule (`by="tokens_per_j"`); None when nothing was measured."""
+    if by == "throughput":
+        points = _done(v)
+        return max(points, key=lambda cm: (cm[1].steady_output_tok_per_s, -cm[0])) if points else None
+    points = [(c, m) for c, m in _done(v) if m.tokens_per_j is not None]
+    return max(points, key=lambda cm: (cm[1].tokens_per_j or 0.0, cm[1].steady_output_tok_per_s)) if points else None
 
 
 def _row(rank: int, v: VariantState, concurrency: int, m: Measurement) -> RankedRow:
@@ -66,11 +86,9 @@ def rank_by_throughput(state: SweepState) -> list[RankedRow]:
     """Variants by their best steady-state output throughput, highest first."""
     best: list[tuple[VariantState, int, Measurement]] = []
     for v in state.planned():
-        points = _done(v)
-        if points:
-            # Highest throughput; among equals the lower concurrency (the same rate with less queueing).
-            c, m = max(points, key=lambda cm: (cm[1].steady_output_tok_per_s, -cm[0]))
-            best.append((v, c, m))
+        found = best_point(v, "throughput")
+        if found:
+            best.append((v, *found))
     best.sort(key=lambda b: (-b[2].steady_output_tok_per_s, b[0].index))
     return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
 
@@ -79,10 +97,9 @@ def rank_by_efficiency(state: SweepState) -> list[RankedRow]:
     """Variants by their best output tokens per joule, highest first; variants without energy data last."""
     best: list[tuple[VariantState, int, Measurement]] = []
     for v in state.planned():
-        points = [(c, m) for c, m in _done(v) if m.tokens_per_j is not None]
-        if points:
-            c, m = max(points, key=lambda cm: (cm[1].tokens_per_j or 0.0, cm[1].steady_output_tok_per_s))
-            best.append((v, c, m))
+        found = best_point(v, "tokens_per_j")
+        if found:
+            best.append((v, *found))
     best.sort(key=lambda b: (-(b[2].tokens_per_j or 0.0), b[0].index))
     return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
 

@@ -10,7 +10,9 @@ either `concurrency` with `steady_output_tok_per_s`, `power_w_total` (all GPUs, 
 optionally `output_tok_per_s`, `verdict`, `duration_s`, `fail` ("point") with `reason`; or `fail`:
 "variant" with `reason` (the server did not come up: no concurrency needed); or `concurrency` with
 `probe_run`: a recorded `toolkit probe run` directory (relative to the table's file), read through the
-probe's own summary and verdict code by the injected `load_probe_run`.
+probe's own summary and verdict code by the injected `load_probe_run`. For `toolkit tune`, a point may also carry
+`repeat` (the n-th measurement of that variant at that level, from 0; a point without it answers every repeat),
+`knob_steps` (the verdict's, as verdict.json writes them) and `verdict_headline`.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class TableRunner:
         self.data_source = data_source
         self.sleep = sleep
         self.calls: list[tuple[str, int]] = []
-        self._points: dict[tuple[str, int | None], Mapping[str, Any]] = {}
+        self._points: dict[tuple[str, int | None, int | None], Mapping[str, Any]] = {}
         points = table.get("points") if isinstance(table, Mapping) else None
         if not isinstance(points, list):
             raise ToolkitError.of("a recorded table needs a list of points", file=source, field="points")
@@ -55,7 +57,8 @@ class TableRunner:
             if not isinstance(p, Mapping) or not isinstance(p.get("knobs"), Mapping):
                 raise ToolkitError.of(f"point {i} has no knobs mapping", file=source, field=f"points[{i}].knobs")
             conc = p.get("concurrency")
-            key = (canonical(dict(p["knobs"])), None if p.get("fail") == "variant" else int(conc or 0))
+            repeat = None if p.get("repeat") is None else int(p["repeat"])
+            key = (canonical(dict(p["knobs"])), None if p.get("fail") == "variant" else int(conc or 0), repeat)
             self._points[key] = p
 
     def describe(self) -> str:
@@ -64,10 +67,12 @@ class TableRunner:
     def __call__(self, request: PointRequest) -> Measurement:
         knobs = canonical(request.variant.knob_dict())
         self.calls.append((request.variant.id, request.concurrency))
-        whole = self._points.get((knobs, None))
+        whole = self._points.get((knobs, None, None))
         if whole is not None:
             raise VariantFailed(str(whole.get("reason", "failed")))
-        p = self._points.get((knobs, request.concurrency))
+        p = self._points.get((knobs, request.concurrency, request.repeat)) or self._points.get(
+            (knobs, request.concurrency, None)
+        )
         if p is None:
             raise PointFailed(f"no recorded result for {request.variant.label} at concurrency {request.concurrency}")
         if self.sleep is not None and p.get("duration_s"):
@@ -96,4 +101,6 @@ class TableRunner:
             power_w_total=power,
             verdict=p.get("verdict"),
             data_source=self.data_source,
+            knob_steps=[dict(s) for s in p.get("knob_steps") or []],
+            verdict_headline=p.get("verdict_headline"),
         )

@@ -45,6 +45,7 @@ class PointRequest:
     concurrency: int
     artifacts: str  # a path relative to the sweep run directory, for the probe's artifacts
     attempt: int
+    repeat: int = 0  # the n-th measurement of this variant at this level (a tune measures its base again)
 
 
 RunVariant = Callable[[PointRequest], Measurement]
@@ -77,8 +78,8 @@ def eta_s(durations_s: list[float], remaining_points: int) -> float | None:
     return statistics.median(durations_s) * remaining_points
 
 
-def point_dir(variant: VariantState, concurrency: int) -> str:
-    return f"variants/{variant.id}/c{concurrency}"
+def point_dir(variant: VariantState, concurrency: int, repeat: int = 0) -> str:
+    return f"variants/{variant.id}/c{concurrency}" + (f"-r{repeat + 1}" if repeat else "")
 
 
 def run_sweep(
@@ -132,8 +133,9 @@ def run_sweep(
                 variant=v.variant,
                 spec=spec,
                 concurrency=point.concurrency,
-                artifacts=point_dir(v, point.concurrency),
+                artifacts=point_dir(v, point.concurrency, point.repeat),
                 attempt=point.attempts,
+                repeat=point.repeat,
             )
             t0 = clock()
             try:

@@ -47,6 +47,10 @@ class Measurement:
     data_source: str = "measured"
     # "steady" when the probe found a plateau; "full" when it did not and the rate is the whole run's.
     throughput_window: str = "steady"
+    # The verdict's machine-readable next steps (verdict.json `knob_steps`) and its headline: what `toolkit tune`
+    # turns into its next variants. Empty for a recorded table that has none.
+    knob_steps: list[dict[str, Any]] = field(default_factory=list)
+    verdict_headline: str | None = None
 
     def non_finite(self) -> list[str]:
         """Names of numeric fields that are NaN or infinite (a benchmark that produced NaN is a failure)."""
@@ -73,6 +77,7 @@ class Point:
     artifacts: str | None = None
     duration_s: float | None = None
     attempts: int = 0  # incremented before each start: a pending point with attempts > 0 was interrupted
+    repeat: int = 0  # the n-th measurement of the same variant at the same level (tune measures its base again)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Point:
@@ -85,6 +90,7 @@ class Point:
             artifacts=data.get("artifacts"),
             duration_s=data.get("duration_s"),
             attempts=int(data.get("attempts", 0)),
+            repeat=int(data.get("repeat", 0)),
         )
 
 
@@ -140,6 +146,9 @@ class SweepState:
     budget: int | None = None
     variants: list[VariantState] = field(default_factory=list)
     schema_version: int = STATE_SCHEMA_VERSION
+    # `toolkit tune`'s own record (its steps, noise band, failed directions; toolkit.core.tune.log), plain data so
+    # this module needs nothing of the tune; None for a sweep.
+    tune: dict[str, Any] | None = None
 
     # -- queries -----------------------------------------------------------------------------------------
 
@@ -184,6 +193,7 @@ class SweepState:
                 }
                 for v in self.variants
             ],
+            **({"tune": self.tune} if self.tune is not None else {}),
         }
 
 
@@ -331,6 +341,7 @@ def state_from_dict(data: Any, *, file: str) -> SweepState:
             budget=data.get("budget"),
             variants=variants,
             schema_version=STATE_SCHEMA_VERSION,
+            tune=dict(data["tune"]) if isinstance(data.get("tune"), Mapping) else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ToolkitError.of(

@@ -1,0 +1,156 @@
+"""`toolkit tune` against the full grid `toolkit sweep` over the same knobs (issue #17).
+
+    python3 benchmarks/bench_tune.py [--profile glm5-baseline] [--runner engine-model | apply -i INV
+        --lab-num-prompts N] [--repeats 3] [--concurrency 1024] [--grid proposed|powers-of-two]
+
+1. `toolkit tune PROFILE` as a process, into a temporary runs directory; its tune.json is the record.
+2. The grid: every knob the tune's verdicts proposed (a candidate's change, the knobs that went with it), each
+   with the base's value and every value a verdict proposed for it, measured or not; `toolkit sweep PROFILE
+   --vary ...` over their full product at the tune's concurrency, with the same runner (invalid combinations,
+   e.g. tp 8 x pp 2 on 8 GPUs, are skipped by the sweep's validation and not counted as measured).
+3. One JSON object: each side's best (output tok/s) and its knobs, the probe runs each made (the tune's include
+   the base's repeats and the variants that failed), the tune's best as a share of the grid's, the ratio of runs.
+
+With `--runner engine-model` (the default) both sides answer from the lab's engine model in-process: simulated,
+seconds in all. `--runner apply` deploys every point into the lab (`-i`): each point is a real apply + probe
+(minutes each; the grid is dozens of points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _toolkit(args: list[str], cwd: Path) -> tuple[float, str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "toolkit", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"toolkit {' '.join(args[:2])} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return time.monotonic() - t0, proc.stderr
+
+
+def grid_axes(tune: dict[str, Any], base_spec: dict[str, Any], fill: str = "proposed") -> dict[str, list[Any]]:
+    """Every knob the tune's verdicts proposed, with the base's value and every proposed value, in order; with
+    fill="powers-of-two", a whole-number axis also gets every power of two between its smallest and largest value
+    (64, 128, ..., 1024: the grid a person writes without a verdict to read)."""
+    from toolkit.core.sweep.promote import spec_value
+
+    axes: dict[str, list[Any]] = {}
+
+    def add(path: str, value: Any) -> None:
+        values = axes.setdefault(path, [spec_value(base_spec, path)])
+        if value not in values:
+            values.append(value)
+
+    for step in tune["steps"][1:]:
+        for cand in step["candidates"]:
+            for path, (_old, new) in cand["change"].items():
+                add(path, new)
+        for ladder in step.get("ladders", []):
+            for s in step["skipped"]:
+                if s["knob"] == ladder["knob"]:
+                    add(ladder["knob"], s["value"])
+                    for path, value in ladder["together"].items():
+                        add(path, value)
+    for path in axes:
+        axes[path] = [v for v in axes[path] if v is not None] or axes[path]
+        if all(isinstance(v, int | float) and not isinstance(v, bool) for v in axes[path]):
+            axes[path] = sorted(axes[path])
+            lo, hi = axes[path][0], axes[path][-1]
+            if fill == "powers-of-two" and all(isinstance(v, int) for v in axes[path]) and lo >= 1 and hi > 2 * lo:
+                p2 = 1
+                while p2 <= hi:
+                    if p2 >= lo and p2 not in axes[path]:
+                        axes[path].append(p2)
+                    p2 *= 2
+                axes[path] = sorted(axes[path])
+    return axes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profile", default="glm5-baseline")
+    parser.add_argument("--runner", default="engine-model")
+    parser.add_argument("-i", "--inventory")
+    parser.add_argument("--lab-num-prompts", type=int)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency")
+    parser.add_argument("--grid", choices=("proposed", "powers-of-two"), default="proposed",
+                        help="the grid's values: those the tune's verdicts proposed (and the base's), or also every "
+                        "power of two between a whole-number knob's smallest and largest")
+    parser.add_argument("--keep", help="keep the runs in this directory (default: a temporary one)")
+    args = parser.parse_args()
+
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.sweep.promote import base_spec
+
+    spec = base_spec(ProfileStore(REPO / "profiles").resolve(args.profile))
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-tune-"))
+    work.mkdir(parents=True, exist_ok=True)
+    extra = ["--runner", args.runner, "--profiles-dir", str(REPO / "profiles")]
+    if args.inventory:
+        extra += ["-i", args.inventory]
+    if args.lab_num_prompts:
+        extra += ["--lab-num-prompts", str(args.lab_num_prompts)]
+    conc = ["--concurrency", args.concurrency] if args.concurrency else []
+
+    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats),
+                          "--tunes-dir", str(work / "tunes")], cwd=work)
+    (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
+    tune = json.loads((tune_dir / "tune.json").read_text())
+    state = json.loads((tune_dir / "state.json").read_text())
+    levels = state["concurrency"]
+
+    axes = grid_axes(state["tune"], spec, args.grid)
+    vary = [a for path, values in axes.items() for a in ("--vary", f"{path}={','.join(map(_fmt, values))}")]
+    grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra,
+                          "--sweeps-dir", str(work / "sweeps")], cwd=work)
+    (sweep_dir,) = [p for p in (work / "sweeps").iterdir() if (p / "ranking.json").is_file()]
+    ranking = json.loads((sweep_dir / "ranking.json").read_text())
+    grid_state = json.loads((sweep_dir / "state.json").read_text())
+    grid_points = sum(1 for v in grid_state["variants"] for p in v["points"] if p["status"] != "pending")
+    invalid = [v["id"] for v in grid_state["variants"] if v["status"] == "invalid"]
+    grid_best = ranking["by_throughput"][0]
+    tune_best = tune["best"]
+    share = tune_best["value"] / grid_best["steady_output_tok_per_s"] * 100
+    out = {
+        "profile": args.profile,
+        "runner": args.runner,
+        "data_source": grid_best["data_source"],
+        "concurrency": levels,
+        "tune": {"best_output_tok_per_s": round(tune_best["value"], 1), "best_knobs": tune_best["knobs"],
+                 "probe_runs": tune["points_run"], "stop": tune["stop"]["reason"], "wall_s": round(tune_s, 2),
+                 "run": str(tune_dir)},
+        "grid": {"fill": args.grid, "axes": axes, "variants": len(grid_state["variants"]),
+                 "invalid_skipped": len(invalid),
+                 "probe_runs": grid_points, "best_output_tok_per_s": round(grid_best["steady_output_tok_per_s"], 1),
+                 "best_knobs": grid_best["label"], "wall_s": round(grid_s, 2), "run": str(sweep_dir)},
+        "tune_best_of_grid_best_pct": round(share, 2),
+        "within_5_pct": share >= 95.0,
+        "tune_runs_of_grid_runs": round(tune["points_run"] / grid_points, 3),
+        "at_most_a_third": tune["points_run"] * 3 <= grid_points,
+    }
+    print(json.dumps(out, indent=1))
+    return 0
+
+
+def _fmt(value: Any) -> str:
+    from toolkit.core.sweep.variants import format_value
+
+    return format_value(value)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+"""The tune's report: the path taken (profile -> verdict -> change -> result, step by step), then the sweep's own
+rankings of every measured variant. Pure: Markdown and plot data out; the CLI writes them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from toolkit.core.sweep.ranking import rank_by_efficiency, rank_by_throughput
+from toolkit.core.sweep.report import RANK_HEADER, _md_table, not_measured, ranking_rows
+from toolkit.core.sweep.state import SweepState
+from toolkit.core.tune.loop import change_text, score, unit
+
+TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
+
+
+def path_rows(state: SweepState) -> list[list[str]]:
+    """One row per candidate of each step: step, from, the verdict it read, the change and its why, the result."""
+    log = state.tune or {}
+    rows: list[list[str]] = []
+    for step in log.get("steps", []):
+        verdict = step.get("verdict") or {}
+        read = "-" if not verdict else str(verdict.get("headline") or verdict.get("class"))
+        for cand in step.get("candidates", []):
+            change = change_text(cand.get("change") or {}) or "(the base)"
+            why = cand.get("why") or ""
+            if cand.get("profiles"):
+                why += f" (as {' / '.join(cand['profiles'])})"
+            status = cand.get("status")
+            if status == "measured":
+                res = (f"{cand['value']:,.4g} {unit(log['objective'])} ({cand['gain_pct']:+.1f} %), "
+                       f"{cand.get('verdict')}")
+            elif step["step"] == 0 and step.get("result"):
+                res = step["result"]["text"]
+            else:
+                res = f"{status}: {cand.get('reason', '')}".rstrip(": ")
+            rows.append([str(step["step"]), step.get("from") or "-", read, f"`{change}`: {why}", cand["id"], res])
+    return rows
+
+
+def step_bars(state: SweepState, step: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plot of one step: the incumbent and each measured candidate, with the noise band around the incumbent."""
+    log = state.tune or {}
+    if step["step"] == 0 or not step.get("result"):
+        return None
+    inc_id = step["result"].get("incumbent")
+    inc = next((v for v in state.variants if v.id == inc_id), None)
+    inc_score = score(inc, log["objective"]) if inc else None
+    if inc_score is None:
+        return None
+    bars = [(inc_id, inc_score.value, "incumbent")]
+    for cand in step.get("candidates", []):
+        if cand.get("status") == "measured":
+            kept = step["result"].get("decision") == "improved" and step["result"].get("best") == cand["id"]
+            bars.append((cand["id"], float(cand["value"]), "kept" if kept else "not kept"))
+        elif cand.get("status") in ("failed", "invalid"):
+            bars.append((cand["id"], 0.0, str(cand["status"])))
+    return {
+        "title": f"tune {state.run_id} step {step['step']}: from {step.get('from')} "
+        f"({(step.get('verdict') or {}).get('class')})",
+        "unit": unit(log["objective"]),
+        "bars": bars,
+        "band_pct": float(step["result"].get("band_pct") or 0.0),
+    }
+
+
+def best_line(state: SweepState) -> str:
+    log = state.tune or {}
+    if not log.get("incumbent"):
+        return "Best: none measured."
+    v = state.variant(int(log["incumbent"]))
+    s = score(v, log["objective"])
+    base = score(state.variant(1), log["objective"])
+    if s is None:
+        return "Best: none measured."
+    gain = ""
+    if base and base.value and v.index != 1:
+        gain = f" ({(s.value / base.value - 1) * 100:+.1f} % over the base v01)"
+    return (f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} at concurrency "
+            f"{s.concurrency}{gain}.")
+
+
+def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None) -> str:
+    log = state.tune or {}
+    noise = log.get("noise") or {}
+    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
+    measured = sum(1 for _v, p in state.finished_points() if p.status == "done")
+    tried = len(state.finished_points())
+    parts = [
+        f"# Tune {state.run_id}",
+        "",
+        f"Base profile `{state.profile}` (spec hash {state.base_spec_hash}); objective {log.get('objective')}; "
+        f"concurrency {', '.join(map(str, state.concurrency))}; budget "
+        f"{log.get('budget_points') or 'none'} probe runs; {tried} run ({measured} measured).",
+        f"Runner: {state.runner}. Data: {', '.join(sources) or 'none yet'}.",
+    ]
+    if noise:
+        parts += [
+            "",
+            f"Noise: the base measured {len(noise['values'])} times at concurrency {noise['concurrency']}: "
+            f"{', '.join(f'{v:,.4g}' for v in noise['values'])} {unit(log['objective'])}, spread "
+            f"{noise['spread_pct']:.2f} % of the median; a change counts only above {noise['band_pct']:.2f} % "
+            f"(the spread, at least {noise['min_gain_pct']:.2f} %). A difference inside it is not an improvement.",
+        ]
+    stop = log.get("stop")
+    parts += ["", best_line(state), "", f"Stopped: {stop['reason']}." if stop else "Not finished (resume it)."]
+    if promoted:
+        parts += ["", f"Promoted: `{promoted}`."]
+    parts += [
+        "",
+        "## The path taken",
+        "",
+        _md_table(["step", "from", "its verdict", "change (why)", "variant", "result"], path_rows(state)),
+    ]
+    plot_of = dict(plots)
+    for step in log.get("steps", []):
+        lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
+        verdict = step.get("verdict") or {}
+        if verdict.get("artifacts"):
+            lines.append(f"Verdict read from `{verdict['artifacts']}` (its probe run: plots and verdict.json).")
+        for s in step.get("skipped", []):
+            lines.append(f"- not tried: `{s['knob']}` -> {s['value']}: {s['reason']}")
+        if step.get("result"):
+            lines.append(f"- result: {step['result']['text']}")
+        if step["step"] in plot_of:
+            lines += ["", f"![step {step['step']}]({plot_of[step['step']]})"]
+        parts += ["", *lines]
+    if log.get("failed_directions"):
+        parts += ["", "## Directions not proposed again (a variant failed)", ""]
+        parts += [f"- `{f['knob']}` {f['direction']} ({f['variant']}): {f['reason']}" for f in log["failed_directions"]]
+    parts += [
+        "",
+        "## Every measured variant, ranked by steady-state output throughput",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
+        "",
+        "## Ranked by output tokens per joule",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
+    ]
+    missing = not_measured(state)
+    if missing:
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+    return "\n".join(parts) + "\n"
+
+
+def to_json(state: SweepState) -> dict[str, Any]:
+    from toolkit.core.sweep import report
+
+    log = state.tune or {}
+    best = score(state.variant(int(log["incumbent"])), log["objective"]) if log.get("incumbent") else None
+    return {
+        "schema_version": TUNE_REPORT_SCHEMA_VERSION,
+        "run_id": state.run_id,
+        "profile": state.profile,
+        "runner": state.runner,
+        "objective": log.get("objective"),
+        "best": None if best is None else {"variant": state.variant(best.variant).id,
+                                           "knobs": dict(state.variant(best.variant).knobs),
+                                           "value": best.value, "concurrency": best.concurrency},
+        "points_run": len(state.finished_points()),
+        "noise": log.get("noise"),
+        "stop": log.get("stop"),
+        "steps": log.get("steps", []),
+        "failed_directions": log.get("failed_directions", []),
+        "ranking": report.to_json(state),
+    }
+
+
+def knob_reasons(state: SweepState, run_ref: str) -> dict[str, str]:
+    """Per knob of the best variant: which step's verdict proposed it and what that step measured (for `why`)."""
+    log = state.tune or {}
+    out: dict[str, str] = {}
+    for step in log.get("steps", []):
+        res = step.get("result") or {}
+        if res.get("decision") != "improved":
+            continue
+        cand = next((c for c in step["candidates"] if c["id"] == res.get("best")), None)
+        if cand is None:
+            continue
+        verdict = step.get("verdict") or {}
+        for path, (old, new) in (cand.get("change") or {}).items():
+            where = f" (point {verdict['artifacts']} of {run_ref})" if verdict.get("artifacts") else ""
+            said = verdict.get("headline") or verdict.get("class")
+            out[path] = (
+                f"tune {state.run_id} step {step['step']}: the verdict of {verdict.get('variant')}{where} was "
+                f"{said}, and proposed {change_text({path: [old, new]})}"
+                f" ({cand.get('why')}); {cand['id']} measured {res['value']:,.4g} {unit(log['objective'])}, "
+                f"{res['gain_pct']:+.1f} % over {res['incumbent']} (noise band {res['band_pct']:.2f} %). "
+            )
+    return out
