@@ -373,8 +373,6 @@ def _print_rankings(console: Any, state: Any) -> None:
 
 
 def _promote(console: Any, args: argparse.Namespace, state: Any, base: Any, profiles: Any, store: Any) -> None:
-    from toolkit.adapters.profile_store import atomic_write_text
-    from toolkit.core.profile.render import render_launch_argv
     from toolkit.core.sweep.promote import promote
 
     by = "throughput" if args.promote_by == "throughput" else "tokens_per_j"
@@ -382,14 +380,21 @@ def _promote(console: Any, args: argparse.Namespace, state: Any, base: Any, prof
     with contextlib.suppress(ValueError):
         run_ref = str(Path(run_ref).relative_to(Path.cwd()))
     name, text, best = promote(state, base, by=by, name=args.promote_name, run_ref=run_ref)
+    write_promoted(console, profiles, base, name, text, best)
+
+
+def write_promoted(console: Any, profiles: Any, base: Any, name: str, text: str, best: Any) -> None:
+    """A promoted profile (sweep or tune) into profiles/, validated and rendered first: a promotion that would not
+    deploy is refused, and an existing different file is never overwritten."""
+    from toolkit.adapters.profile_store import atomic_write_text
+    from toolkit.core.profile import parse_profile_text, resolve
+    from toolkit.core.profile.render import render_launch_argv
+
     path = profiles.path(name)
     if path.exists() and path.read_text(encoding="utf-8") != text:
         raise ToolkitError.of(
             f"{path} exists and differs", file=str(path), field="--promote-name", fix="give another --promote-name"
         )
-    # Validate and render before it lands in profiles/: a promotion that would not deploy is refused.
-    from toolkit.core.profile import parse_profile_text, resolve
-
     source = parse_profile_text(name, str(path), text)
     resolved = resolve(name, lambda n: source if n == name else profiles.source(n))
     errors = [p for p in _validator()(resolved) if p.severity == "error"]

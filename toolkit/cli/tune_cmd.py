@@ -197,10 +197,7 @@ def _plots(store: Any, state: Any) -> list[tuple[int, str]]:
 def _promote(console: Any, args: argparse.Namespace, state: Any, base: Any, profiles: Any, store: Any) -> str | None:
     """The best that beat the noise band, as a profile whose whys cite the steps' verdicts; validated and rendered
     first (the sweep's checks)."""
-    from toolkit.adapters.profile_store import atomic_write_text
-    from toolkit.cli.sweep_cmd import _validator
-    from toolkit.core.profile import parse_profile_text, resolve
-    from toolkit.core.profile.render import render_launch_argv
+    from toolkit.cli.sweep_cmd import write_promoted
     from toolkit.core.sweep.promote import promote
     from toolkit.core.tune import report
 
@@ -214,17 +211,5 @@ def _promote(console: Any, args: argparse.Namespace, state: Any, base: Any, prof
     by = "throughput" if state.tune["objective"] == "throughput" else "tokens_per_j"
     name, text, best = promote(state, base, by=by, name=args.promote_name, run_ref=run_ref, pick=int(incumbent),
                                knob_reasons=report.knob_reasons(state, run_ref), tool="tune")
-    path = profiles.path(name)
-    if path.exists() and path.read_text(encoding="utf-8") != text:
-        raise ToolkitError.of(f"{path} exists and differs", file=str(path), field="--promote-name",
-                              fix="give another --promote-name")
-    source = parse_profile_text(name, str(path), text)
-    resolved = resolve(name, lambda n: source if n == name else profiles.source(n))
-    errors = [p for p in _validator()(resolved) if p.severity == "error"]
-    if errors:
-        raise ToolkitError(errors)
-    argv = render_launch_argv(resolved)
-    atomic_write_text(path, text)
-    console.print(f"[green]promoted[/] {best.variant_id} ({best.label}) as {path}; it validates and renders "
-                  f"({len(argv)} launch arguments). Review with `toolkit profile diff {base.name} {name}`.")
+    write_promoted(console, profiles, base, name, text, best)
     return name

@@ -93,6 +93,19 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
+    """The two rankings of every measured variant (the sweep's report and the tune's both end with them)."""
+    return [
+        f"## {throughput_title}",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
+        "",
+        "## Ranked by output tokens per joule",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
+    ]
+
+
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The sweep report: both rankings, the Pareto front, what was not measured and why, the plots."""
     axes = ", ".join(f"`{a.path}` in [{', '.join(format_value(x) for x in a.values)}]" for a in state.axes)
@@ -104,13 +117,7 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
         f"concurrency {', '.join(map(str, state.concurrency))}.",
         f"Runner: {state.runner}. Data: {', '.join(sources) or 'none yet'}.",
         "",
-        "## Ranked by steady-state output throughput",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
-        "",
-        "## Ranked by output tokens per joule",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
+        *ranking_sections(state, "Ranked by steady-state output throughput"),
         "",
         "## Pareto front: throughput against energy per token",
         "",

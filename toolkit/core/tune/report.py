@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.core.sweep.ranking import rank_by_efficiency, rank_by_throughput
-from toolkit.core.sweep.report import RANK_HEADER, _md_table, not_measured, ranking_rows
+from toolkit.core.sweep.report import _md_table, not_measured, ranking_sections
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.tune.loop import change_text, score, unit
 
@@ -128,16 +127,7 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     if log.get("failed_directions"):
         parts += ["", "## Directions not proposed again (a variant failed)", ""]
         parts += [f"- `{f['knob']}` {f['direction']} ({f['variant']}): {f['reason']}" for f in log["failed_directions"]]
-    parts += [
-        "",
-        "## Every measured variant, ranked by steady-state output throughput",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
-        "",
-        "## Ranked by output tokens per joule",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
-    ]
+    parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
     missing = not_measured(state)
     if missing:
         parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
