@@ -346,14 +346,18 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
     rc2, _, err2 = apply(provisioned, work, "--no-wait")
     assert rc2 == 2 and f"host {provisioned.name} is in use by pid {first.pid}" in err2, err2[-2000:]
 
-    # bench_serving takes seconds to load before it sends anything: wait for its first finished requests (its
-    # progress bar in the run's log on the host), so the kill lands with requests in flight.
-    in_flight = ("pgrep -f '[s]glang.bench_serving' >/dev/null && d=$(ls -td /var/lib/toolkit/runs/*/ | head -1) && "
-                 "grep -qs 'it/s' $d/bench.stdout.log $d/bench.stderr.log")
-    _wait_for(lambda: ct(provisioned, in_flight).returncode == 0, 300, "the benchmark's first requests",
-              running=first)
-    killed = _main_pid(provisioned)
-    assert ct(provisioned, f"kill -9 {killed}").returncode == 0
+    # bench_serving takes seconds to load before it sends anything, then finishes its 160 requests in ~7 s: wait in
+    # the container itself for its first finished requests (its progress bar counts them, "5/160", where "0/160 ...
+    # ?it/s" is only the start) and kill at once, so the kill lands with requests in flight whatever an SSH round
+    # trip costs on a loaded host.
+    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving' >/dev/null").returncode == 0, 300,
+              "the benchmark", running=first)
+    kill = ct(provisioned,
+              "d=$(ls -td /var/lib/toolkit/runs/*/ | head -1); for i in $(seq 600); do "
+              f"grep -qsE '[|] *[1-9][0-9]?/{LAB_NUM_PROMPTS} ' $d/bench.stderr.log && break; sleep 0.05; done; "
+              "pid=$(systemctl show -p MainPID --value sglang); kill -9 $pid && echo $pid")
+    assert kill.returncode == 0, kill.stderr
+    killed = kill.stdout.strip()
     out, err = first.communicate(timeout=600)
     assert first.returncode == 1, err[-3000:]
     summary = json.loads(out)
