@@ -31,7 +31,8 @@ class FakeGpu:
     unsupported: set[str] = field(default_factory=set)
 
 
-def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.SimpleNamespace:
+def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None, ring: int = 119,
+              ring_filled_s: float | None = None) -> types.SimpleNamespace:
     ns = types.SimpleNamespace()
     for name in dir(real):
         if name.startswith("NVML_") or name in ("NVMLError", "c_nvmlGpmMetricsGet_t", "c_nvmlUtilization_t",
@@ -149,8 +150,11 @@ def make_fake(gpus: list[FakeGpu], *, init_error: int | None = None) -> types.Si
 
     # The driver's power ring: a sample every SAMPLE_PERIOD_US of wall time, the newest RING kept (H200: 20 ms,
     # 119); the oldest after lastSeen come first when more are pending than the caller's buffer holds.
-    sample_period_us, ring = 20_000, 119
-    started_us = time.time_ns() // 1000
+    # The driver ran before the probe: its ring is full at open, unless ring_filled_s says it began sampling
+    # that long ago (a driver just loaded).
+    sample_period_us = 20_000
+    filled_us = ring * sample_period_us if ring_filled_s is None else int(ring_filled_s * 1e6)
+    started_us = time.time_ns() // 1000 - filled_us
 
     def c_samples(h: int, kind: int, last_seen: Any, p_type: Any, p_count: Any, buf: Any) -> int:
         g, rc = c_call(h, "samples")

@@ -16,9 +16,9 @@ from toolkit.adapters import nvml as nvml_adapter
 from . import fake_pynvml as fp
 
 
-def _run(gpus: list[fp.FakeGpu], seconds: float, *, bench_at_s: float | None = None,
-         **kw: Any) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
-    fake = fp.make_fake(gpus)
+def _run(gpus: list[fp.FakeGpu], seconds: float, *, bench_at_s: float | None = None, ring: int = 119,
+         ring_filled_s: float | None = None, **kw: Any) -> tuple[list[dict[str, Any]], dict[str, Any], Any]:
+    fake = fp.make_fake(gpus, ring=ring, ring_filled_s=ring_filled_s)
     with mock.patch.object(nvml_adapter, "pynvml", fake):
         s = nvml_adapter.NvmlSampler(**kw)
         s.open(None)
@@ -40,7 +40,7 @@ def test_one_row_per_driver_power_sample_with_polled_readings_carried() -> None:
     gpu = fp.FakeGpu(util_gpu=80, power_mw=300_000, gpm=True)
     rows, cost, fake = _run([gpu], 1.6, bench_at_s=0.0)
     sampled = [r for r in rows if r.get("power_sample_w") is not None]
-    # 50 Hz from the driver's ring, drained about once a second (2 drains + the final one), not polled
+    # 50 Hz from the driver's ring (its depth read at open, a first drain, one 1.53 s later, the final one)
     assert 70 <= len(sampled) <= 85, len(sampled)
     gaps = [round(b["t_s"] - a["t_s"], 4) for a, b in itertools.pairwise(sampled)]
     assert min(gaps) > 0.019 and max(gaps) < 0.021
@@ -53,7 +53,7 @@ def test_one_row_per_driver_power_sample_with_polled_readings_carried() -> None:
     slow = [r for r in rows if r.get("temp_c") is not None]
     assert 2 <= len(slow) <= 3 and fake.calls["temp"] == len(slow)
     gpm = [r for r in rows if r.get("gpm_sm_util_pct") is not None]
-    assert 6 <= len(gpm) <= 10 and gpm[0]["gpm_sm_util_pct"] == 72.0  # 5 Hz, >= 100 ms apart
+    assert 3 <= len(gpm) <= 5 and gpm[0]["gpm_sm_util_pct"] == 72.0  # 2.5 Hz, >= 100 ms apart
     assert all(r.get("gpm_tensor_util_pct") is None for r in rows)  # not offered: empty, not 0
     assert "pcie" not in fake.calls  # the blocking throughput call is never made
     energy = [r for r in rows if r.get("energy_j") is not None]
@@ -117,3 +117,38 @@ def test_out_parameters_are_allocated_once() -> None:
     # the same out-parameter objects every call (the clock call also passes the clock id, one int)
     assert len(seen["nvmlDeviceGetUtilizationRates"]) == 1 and len(seen["nvmlDeviceGetPowerUsage"]) == 1
     assert len(seen["nvmlDeviceGetSamples"]) <= 5  # kind, lastSeen, type, count, buffer
+
+
+def _contiguous(rows: list[dict[str, Any]], gpu: int = 0) -> list[float]:
+    """The gaps between one GPU's consecutive power-sample rows."""
+    ts = [r["t_s"] for r in rows if r["gpu"] == gpu and r.get("power_sample_w") is not None]
+    return [b - a for a, b in itertools.pairwise(ts)]
+
+
+def test_drains_follow_the_depth_of_the_driver_ring() -> None:
+    # A drain costs about the same with 50 samples or 100 (loads/sampler_breakdown.py): as few as the ring allows.
+    # The H200's ring (119 x 20 ms) is drained every 0.65 x 2.36 s; a shallow one (30 samples) every 0.38 s.
+    for ring, interval_s in ((119, 1.534), (30, 0.377)):
+        rows, cost, fake = _run([fp.FakeGpu(power_mw=250_000)], 3.2, ring=ring)
+        assert cost["power_ring_depth_s"] == round((ring - 1) * 0.02, 3)
+        assert abs(cost["power_drain_interval_s"] - interval_s) < 0.002, cost
+        gaps = _contiguous(rows)
+        assert cost["power_ring_overruns"] == 0 and len(gaps) > 140 and max(gaps) < 0.021, (ring, max(gaps))
+        drains = fake.calls["samples"] - 1  # the depth read at open
+        assert drains <= 3.2 / interval_s + 3, (ring, drains)
+    # a driver that began sampling 0.1 s ago tells nothing of its depth: the default second
+    _, cost, _ = _run([fp.FakeGpu(power_mw=250_000)], 1.2, ring=119, ring_filled_s=0.1)
+    assert cost["power_ring_depth_s"] is None and cost["power_drain_interval_s"] == 1.0
+
+
+def test_a_ring_overrun_is_counted_and_drains_come_sooner() -> None:
+    # Drains spaced wider than the ring (as a stalled thread would leave them): the samples the driver dropped are
+    # not invented, the gap is counted in sampler_cost, and the interval shrinks until drains keep up.
+    with mock.patch.object(nvml_adapter, "RING_DRAIN_FRACTION", 1.6):
+        rows, cost, _ = _run([fp.FakeGpu(power_mw=250_000)], 3.5, ring=30)
+    assert cost["power_ring_overruns"] >= 1
+    assert cost["power_drain_interval_s"] < 0.58  # below the ring's depth (29 x 20 ms) after the overruns
+    gaps = _contiguous(rows)
+    assert max(gaps) > 0.1 and min(gaps) > 0.019  # a hole where samples were lost, nothing made up
+    late = [r["t_s"] for r in rows if r.get("power_sample_w") is not None][-60:]
+    assert max(b - a for a, b in itertools.pairwise(late)) < 0.021  # keeping up by the end

@@ -8,13 +8,18 @@ The sampler is built on what each NVML call costs and how often the driver refre
 the H200 (shared/research/nvml-sampling.md; re-measured by benchmarks/bench_probe.py --fleet):
 
 - power: the driver keeps its own 20 ms power samples (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES, a ring
-  of ~119 samples = ~2.4 s). One drain a second per GPU (0.3-0.75 ms) gives true 50 Hz power with the driver's
-  own timestamps: one trace row per driver sample, `power_sample_w` (schema 2). Polling instant power at 50 Hz
-  instead aliased to +10.9 % energy on bursty load (research section 2).
+  of ~119 samples = ~2.4 s). A drain costs ~0.55 ms of CPU whether it brings 50 samples or 100 (0.25 ms when
+  empty; loads/sampler_breakdown.py on the H200), so drains are as rare as the ring allows: its depth is read
+  once per GPU at open (everything it holds) and each GPU is drained every RING_DRAIN_FRACTION of it (1.5 s on
+  the H200), with a gap after the last sample seen counted as an overrun that shortens the interval. True 50 Hz
+  power with the driver's own timestamps: one trace row per driver sample, `power_sample_w` (schema 2).
+  Polling instant power at 50 Hz instead aliased to +10.9 % energy on bursty load (research section 2).
 - utilization changes every ~200 ms, the SM clock every ~100 ms, the 1 s averaged power every 100 ms: read at
   TICK_HZ (10 Hz, ~1-3 us each) and carried into the rows between reads.
-- GPM at GPM_INTERVAL_S (5 Hz): pairs closer than ~100 ms silently read 0 with NVML_SUCCESS; two ping-pong
-  sample buffers and one metrics request per GPU, reused. GRAPHICS_UTIL is never asked for (1.45 ms a call).
+- GPM at GPM_INTERVAL_S (2.5 Hz): pairs closer than ~100 ms silently read 0 with NVML_SUCCESS; two ping-pong
+  sample buffers and one metrics request per GPU, reused. A pair costs ~0.14 ms of CPU under load, a third of
+  the thread's cost at 5 Hz with 8 GPUs; 2.5 Hz still gives 2-3 readings per 1 s interval of the verdict.
+  GRAPHICS_UTIL is never asked for (1.45 ms a call).
   PCIe and NVLink come from GPM rates; nvmlDeviceGetPcieThroughput (it sleeps ~20 ms) is never called.
 - the energy counter costs ~3 ms of CPU a read and moves every ~100 ms: read at the benchmark's start, every
   ENERGY_INTERVAL_S and at the end; energy between reads comes from the 20 ms samples (core/probe/energy.py).
@@ -45,8 +50,10 @@ except ImportError:  # pragma: no cover - depends on the machine
     pynvml = None
 
 TICK_HZ = 10.0
-POWER_DRAIN_INTERVAL_S = 1.0  # well inside the ring's ~2.36 s
-GPM_INTERVAL_S = 0.2
+POWER_DRAIN_INTERVAL_S = 1.0  # where the ring's depth could not be read: well inside the H200's ~2.36 s
+RING_DRAIN_FRACTION = 0.65  # of the ring's depth: 1.53 s on the H200, 0.8 s of slack for a late tick
+POWER_DRAIN_MIN_S, POWER_DRAIN_MAX_S = 0.2, 2.0  # the max bounds how late rows reach trace.csv
+GPM_INTERVAL_S = 0.4
 GPM_MIN_INTERVAL_S = 0.1  # nvml.h: "should be greater than 100ms"
 SLOW_INTERVAL_S = 1.0
 # With 8 GPUs a read every 20 s is 8 x 3 ms / 20 s = 0.12 % of a core; the 20 ms samples integrate to within
@@ -117,7 +124,13 @@ class _Gpu:
         self.p_count = ctypes.pointer(self.c_count)
         self.p_value_type = ctypes.pointer(self.c_value_type)
         self.drain_next = 0.0  # monotonic time of this GPU's next drain (staggered across GPUs)
+        self.drain_interval_s = POWER_DRAIN_INTERVAL_S  # set from the ring's depth at open
         self.drain_phase_s = POWER_DRAIN_INTERVAL_S
+        self.ring_depth_s: float | None = None
+        self.sample_period_us = 20_000  # the driver's, measured with the depth
+        self.ring_samples: int | None = None  # how many it holds, where fewer than SAMPLE_BUFFER
+        self.seen_sample = False  # c_last_seen is a sample's own stamp (not the run's start)
+        self.overruns = 0
         self.samples_ok = True  # False where the driver keeps no power samples: one row per tick instead
         # (t_s, util_gpu, util_mem, sm_clock, power_w) read at TICK_HZ since the last drain; the last is carried
         self.fast: list[tuple[float, float | None, float | None, float | None, float | None]] = []
@@ -237,7 +250,30 @@ class NvmlSampler:
                     g.gpm_prev_t = time.monotonic()
                 except pynvml.NVMLError:
                     g.gpm = False
+        self._read_ring_depth(g)
         return g
+
+    def _read_ring_depth(self, g: _Gpu) -> None:
+        """Everything the driver's power ring holds, once: its depth sets how often this GPU is drained."""
+        g.c_count.value = SAMPLE_BUFFER
+        g.c_last_seen.value = 0
+        ret = self._fn_samples(g.handle, 0, g.c_last_seen, g.p_value_type, g.p_count, g.c_samples)
+        n = g.c_count.value
+        if ret == _ERR_NOT_SUPPORTED:
+            g.samples_ok = False  # no power samples on this GPU: a row per tick, and never asked again
+            return
+        if ret != 0 or n < 10:
+            return  # no samples (the first drain finds out why) or a ring still filling: the default interval
+        stamps = [ts for ts, _ in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(g.c_samples),
+                                                                        n * _SAMPLE.size))]
+        span_us = stamps[-1] - stamps[0]
+        if span_us <= 0:
+            return
+        # A full buffer means a ring at least this deep: the interval stays on the safe side either way.
+        g.ring_depth_s = span_us / 1e6
+        g.sample_period_us = max(1, span_us // (n - 1))
+        g.ring_samples = n if n < SAMPLE_BUFFER else None
+        g.drain_interval_s = min(POWER_DRAIN_MAX_S, max(POWER_DRAIN_MIN_S, RING_DRAIN_FRACTION * g.ring_depth_s))
 
     def close(self) -> None:
         if pynvml is None or not self._open:
@@ -323,7 +359,7 @@ class NvmlSampler:
                 g.c_last_seen.value = time.time_ns() // 1000
                 # A first drain at the first tick finds out whether the driver keeps samples; then staggered.
                 g.drain_next = now
-                g.drain_phase_s = POWER_DRAIN_INTERVAL_S * (1 + i) / len(self._gpus)
+                g.drain_phase_s = g.drain_interval_s * (1 + i) / len(self._gpus)
             self._thread = threading.Thread(target=self._run, name="toolkit-nvml-sampler", daemon=True)
             self._thread.start()
         with self._lock:
@@ -359,6 +395,9 @@ class NvmlSampler:
             "power_samples": self._n_samples,
             "energy_reads": self._n_energy,
             "gpm_reads": self._n_gpm,
+            "power_ring_depth_s": min((round(g.ring_depth_s, 3) for g in self._gpus if g.ring_depth_s), default=None),
+            "power_drain_interval_s": min((round(g.drain_interval_s, 3) for g in self._gpus), default=None),
+            "power_ring_overruns": sum(g.overruns for g in self._gpus),
         }
 
     def _run(self) -> None:
@@ -398,6 +437,7 @@ class NvmlSampler:
                 if g.samples_ok:
                     self._drain(g, rows)
                     g.c_last_seen.value = max(g.c_last_seen.value, time.time_ns() // 1000)
+                    g.seen_sample = False  # the skip is not an overrun of the ring
                 rows.append({"t_s": t, "gpu": g.index, "error": "; ".join(g.errors)[:300]})
                 g.errors.clear()
                 continue
@@ -410,7 +450,7 @@ class NvmlSampler:
             # Drains go by time, not tick count: a skipped tick must not push one past the ring's ~2.4 s.
             if g.samples_ok and (final or now >= g.drain_next):
                 g.drain_next = max(g.drain_next + g.drain_phase_s, now + 0.1)
-                g.drain_phase_s = POWER_DRAIN_INTERVAL_S
+                g.drain_phase_s = g.drain_interval_s
                 self._drain(g, rows)
             if not g.samples_ok or (final and (g.pending or g.errors)):
                 # No driver samples on this GPU (a row per tick from the polled readings), or the run's last
@@ -541,17 +581,37 @@ class NvmlSampler:
             n = g.c_count.value
             # NVML stamps are wall-clock microseconds; map them onto the run's monotonic clock at this drain.
             shift = time.time() - time.monotonic() + self._origin
-            last = g.c_last_seen.value
+            last = first = g.c_last_seen.value
             for ts, mw in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(buf), n * _SAMPLE.size)):
                 if ts > last:
+                    if last == first and g.seen_sample and self._lost(g, n, ts - last):
+                        self._overrun(g)
                     samples.append((ts * 1e-6 - shift, mw / 1000.0))
                     last = ts
+            if last != first:
+                g.seen_sample = True
             g.c_last_seen.value = last
             if n < SAMPLE_BUFFER:
                 break  # the oldest come first when more are pending than fit: loop until the rest is in
         self._n_samples += len(samples)
         if samples:
             rows.extend(self._rows_of(g, samples))
+
+    @staticmethod
+    def _lost(g: _Gpu, n: int, gap_us: int) -> bool:
+        """Whether the ring dropped samples between lastSeen and the first it returned. The driver's stamps jitter
+        (gaps of 17-44 ms at a 20 ms period on the H200), so a gap alone says so only past 3 periods; a drain
+        that found the ring full says so past 1.5."""
+        full = g.ring_samples is not None and n >= g.ring_samples
+        return gap_us > (1.5 if full else 3.0) * g.sample_period_us
+
+    def _overrun(self, g: _Gpu) -> None:
+        """The ring dropped samples between two drains (the thread was late, or the ring is shallower than it
+        read): counted in sampler_cost, and this GPU is drained more often from now on."""
+        g.overruns += 1
+        g.drain_interval_s = max(POWER_DRAIN_MIN_S, g.drain_interval_s * 0.7)
+        g.drain_phase_s = g.drain_interval_s
+        g.drain_next = min(g.drain_next, time.monotonic() + g.drain_interval_s)  # already set from the old one
 
     def _base(self, g: _Gpu, t: float, fast: tuple[float, float | None, float | None, float | None, float | None]
               ) -> Row:

@@ -121,24 +121,34 @@ def header_line(meta: dict[str, str]) -> str:
 
 _COLUMN_INDEX = {c: i for i, c in enumerate(COLUMNS)}
 _FMT_CACHE: dict[float | int | str, str] = {}
+_UNCACHED = frozenset(("t_s", "power_sample_w"))
 
 
 def format_row(row: dict[str, float | int | str | None]) -> str:
     # At 8 GPUs x 50 Hz the writer formats 400 rows a second (benchmarks/bench_probe.py --fleet counts it in
     # the process's CPU): filled from the row's own keys (a live NVML row has ~10 of the 26 columns), and the
     # values carried from row to row (limit, clocks, utilization) formatted once, from a small bounded cache.
+    # The time and the 20 ms power sample differ on every row: formatted without the cache, which they would
+    # only churn.
     cells = [""] * len(COLUMNS)
     index = _COLUMN_INDEX
     cache = _FMT_CACHE
     for k, v in row.items():
-        if v is not None and k in index:
-            text = cache.get(v)
-            if text is None:
-                text = _fmt(v)
-                if len(cache) >= 4096:
-                    cache.clear()
-                cache[v] = text
-            cells[index[k]] = text
+        if v is None:
+            continue
+        i = index.get(k)
+        if i is None:
+            continue
+        if k in _UNCACHED:
+            cells[i] = f"{v:.3f}".rstrip("0").rstrip(".") if type(v) is float and v == v else _fmt(v)
+            continue
+        text = cache.get(v)
+        if text is None:
+            text = _fmt(v)
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[v] = text
+        cells[i] = text
     return ",".join(cells) + "\n"
 
 
