@@ -45,7 +45,9 @@ def pve(lab: Any, command: str) -> str:
 def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
                                    lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-strict",
-                                   lxc_gpu_container_memory_mb=4096, lxc_gpu_container_cores=2)
+                                   lxc_gpu_container_memory_mb=4096, lxc_gpu_container_cores=2,
+                                   # asked for, so the role has a features key to merge with the user's
+                                   lxc_gpu_container_nesting=True)
 
 
 @pytest.fixture(scope="module")

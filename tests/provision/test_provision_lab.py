@@ -98,6 +98,8 @@ def test_container_roles_then_no_change(lab: Any, inv: Path, runs: Path, monkeyp
     for node in [f"/dev/nvidia{i}" for i in gpus] + ["/dev/nvidiactl", "/dev/nvidia-uvm"]:
         assert re.search(rf"^dev\d+: {re.escape(node)},mode=0666$", config, re.M), (node, config)
     assert f"hostname: {CT}" in config
+    # Privileged (the default): no nesting, which would mount /proc and /sys read-write (roles review 21)
+    assert not re.search(r"^features:.*nesting=1", config, re.M), config
     assert "mp0: /var/lib/toolkit/model-cache-test,mp=/models" in config
     assert "status: running" in pve(lab, f"pct status {VMID}")
 
@@ -179,6 +181,17 @@ def test_bad_input_stops_before_any_change(lab: Any, inv: Path, runs: Path, tmp_
     mismatch = run("container", inv, runs, container_nvidia_userspace_driver_version="570.133.20")
     _unchanged(lab, mismatch, before)
     assert "570.133.20" in mismatch.failures[0].message and "Nothing was changed" in mismatch.failures[0].message
+
+    # The apt method in a container with no NVIDIA repository (a fresh CT; roles review 17): cuda-keyring is
+    # fetched on the controller first, so a controller that cannot reach it stops before any change.
+    dead_url = "http://" + lab.config.subnet.replace(".0/24", ".99") + "/cuda-keyring_1.1-1_all.deb"
+    no_repo = run("container", inv, runs, container_nvidia_userspace_cuda_install_method="apt",
+                  container_nvidia_userspace_cuda_keyring_url=dead_url)
+    _unchanged(lab, no_repo, before)
+    message = no_repo.failures[0].message
+    assert "cuda-toolkit-12-8 is not offered" in message and dead_url in message and "Nothing was changed" in message
+    assert "container_nvidia_userspace_cuda_install_method: none" in message
+    assert any(e.task.startswith("Preflight | NVIDIA's repository is to be added") for e in no_repo.events)
 
     data = yaml.safe_load(inv.read_text())
     data["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] = "10.213.0.99"  # inside the lab's net
