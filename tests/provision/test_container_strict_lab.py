@@ -6,6 +6,8 @@ the kinder lab. Its own container (vmid 151, host `ct-strict`), adopted from one
 - 15, 16: the user's devN/mpN/net0 keys and raw lines survive byte for byte; features are merged.
 - 10: a run killed between `pct set` and the restart converges on the next run (the CT gets the new passthrough).
 - 11: a devN mode Proxmox's schema refuses is refused before any change.
+Each finding is a test of its own over one adopted container, so each fails or passes alone (the roles before
+issue #14 fail 13, 15/16, 10 and 11 here: docs/provision.md).
 - 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing.
 """
 
@@ -83,11 +85,14 @@ def test_a_vmid_another_node_holds_is_refused_before_anything(lab: Any, inv: Pat
         pve(lab, "rm -rf /etc/pve/nodes/pve2")
 
 
-def test_user_keys_survive_and_an_interrupted_provision_converges(lab: Any, inv: Path, runs: Path) -> None:
+@pytest.fixture(scope="module")
+def adopted(lab: Any, inv: Path, runs: Path) -> Any:
+    """A container the user made by hand (hostname ct-strict, so the role adopts it), with keys of their own,
+    and the role's first run over it: (that run, the user's lines before it)."""
     address = re.sub(r"\.\d+$", f".{VMID}", lab.ct_address)
     gw = lab.config.bridge_address
-    # A container the user made by hand (hostname ct-strict, so the role adopts it), with keys of their own.
-    pve(lab, f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam download local {TEMPLATE_NAME}; "
+    pve(lab, f"pct destroy {VMID} --force 1 2>/dev/null; "
+             f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam download local {TEMPLATE_NAME}; "
              f"mkdir -p /srv/user-data && pct create {VMID} local:vztmpl/{TEMPLATE_NAME} --hostname {CT} "
              f"--net0 name=eth0,bridge=vmbr0,firewall=1,gw={gw},ip={address}/24,tag=5,type=veth "
              f"--features keyctl=1 --dev0 /dev/null,mode=0666 --mp1 /srv/user-data,mp=/data >/dev/null && "
@@ -95,44 +100,59 @@ def test_user_keys_survive_and_an_interrupted_provision_converges(lab: Any, inv:
     before = _user_lines(pve(lab, f"cat /etc/pve/lxc/{VMID}.conf"))
     assert len(before) == 6, before
     try:
-        first = run(inv, runs)
-        assert first.rc == 0, _fmt(first)
-        conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
-        assert _user_lines(conf) == before, conf  # byte for byte, dev0 not taken for a GPU
-        features = re.search(r"^features: (.*)$", conf, re.M)
-        assert features and set(features.group(1).split(",")) == {"keyctl=1", "nesting=1"}, conf
-        assert re.search(r"^dev\d+: /dev/nvidia0,mode=0666$", conf, re.M) and "dev0: /dev/null,mode=0666" in conf
-        assert any(e.task.startswith("Configure | say which device rules are left alone") and e.kind == "ok"
-                   for e in first.events)
-
-        # Killed between `pct set` and the restart: only preflight and configure run. The running CT gets
-        # the mode change of existing devN entries in [pve:pending]; `pct config` already shows it.
-        cut = run(inv, runs, tags=["lxc_gpu_container_preflight", "lxc_gpu_container_configure"],
-                  lxc_gpu_container_device_mode="0660")
-        assert cut.rc == 0, _fmt(cut)
-        assert re.search(r"^new dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct pending {VMID}"), re.M)
-        assert re.search(r"^dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct config {VMID}"), re.M)
-        assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "666\n"
-        # The next run sees nothing to set, but what is pending: it restarts, and the CT has the new nodes.
-        resumed = run(inv, runs, lxc_gpu_container_device_mode="0660")
-        assert resumed.rc == 0, _fmt(resumed)
-        assert any(e.task.startswith("Run | shut the container down") and e.kind == "changed" for e in resumed.events)
-        assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "660\n"
-        assert not re.search(r"^(new|del) ", pve(lab, f"pct pending {VMID}"), re.M)
-        again = run(inv, runs, lxc_gpu_container_device_mode="0660")
-        assert again.rc == 0 and again.hosts[CT].changed == 0, [e.task for e in again.events if e.kind == "changed"]
-        assert _user_lines(pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")) == before
-
-        # Proxmox's devN schema: mode 0[0-7]{3} as a string. "666" and an unquoted YAML 0660 (432) are refused.
-        conf_before = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
-        for mode in ("666", 432):
-            bad = run(inv, runs, lxc_gpu_container_device_mode=mode)
-            assert bad.rc != 0 and all(s.changed == 0 for s in bad.hosts.values())
-            assert "lxc_gpu_container_device_mode" in bad.failures[0].message and "Nothing was changed" in (
-                bad.failures[0].message)
-        assert pve(lab, f"cat /etc/pve/lxc/{VMID}.conf") == conf_before
+        yield run(inv, runs), before
     finally:
         lab.ssh("pve1", f"pct destroy {VMID} --force 1; rm -rf /srv/user-data")
+
+
+def test_user_keys_and_raw_lines_survive_byte_for_byte(lab: Any, adopted: Any) -> None:
+    """Findings 15 and 16: the user's dev0/mp1/net0 (firewall, tag) and raw lines, a rule for a major nothing
+    registers included, are what they were; features are merged (keyctl kept); dev0 is not taken for a GPU."""
+    first, before = adopted
+    assert first.rc == 0, _fmt(first)
+    conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    assert _user_lines(conf) == before, conf
+    features = re.search(r"^features: (.*)$", conf, re.M)
+    assert features and set(features.group(1).split(",")) == {"keyctl=1", "nesting=1"}, conf
+    assert re.search(r"^dev\d+: /dev/nvidia0,mode=0666$", conf, re.M) and "dev0: /dev/null,mode=0666" in conf
+    assert any(e.task.startswith("Configure | say which device rules are left alone") and e.kind == "ok"
+               for e in first.events)
+
+
+def test_a_run_killed_before_the_restart_converges_on_the_next(lab: Any, inv: Path, runs: Path,
+                                                               adopted: Any) -> None:
+    """Finding 10: killed between `pct set` and the restart (only preflight and configure run), the running CT
+    has the mode change of its existing devN entries in [pve:pending], which `pct config` already shows. The
+    next run sees nothing to set but what is pending: it restarts, and the CT has the new nodes."""
+    assert adopted[0].rc == 0, _fmt(adopted[0])
+    cut = run(inv, runs, tags=["lxc_gpu_container_preflight", "lxc_gpu_container_configure"],
+              lxc_gpu_container_device_mode="0660")
+    assert cut.rc == 0, _fmt(cut)
+    assert re.search(r"^new dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct pending {VMID}"), re.M)
+    assert re.search(r"^dev\d+: /dev/nvidia0,mode=0660$", pve(lab, f"pct config {VMID}"), re.M)
+    assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "666\n"
+    resumed = run(inv, runs, lxc_gpu_container_device_mode="0660")
+    assert resumed.rc == 0, _fmt(resumed)
+    assert any(e.task.startswith("Run | shut the container down") and e.kind == "changed" for e in resumed.events)
+    assert pve(lab, f"pct exec {VMID} -- stat -c %a /dev/nvidia0") == "660\n"
+    assert not re.search(r"^(new|del) ", pve(lab, f"pct pending {VMID}"), re.M)
+    again = run(inv, runs, lxc_gpu_container_device_mode="0660")
+    assert again.rc == 0 and again.hosts[CT].changed == 0, [e.task for e in again.events if e.kind == "changed"]
+    assert _user_lines(pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")) == adopted[1]
+
+
+def test_a_devn_mode_proxmox_refuses_is_refused_before_any_change(lab: Any, inv: Path, runs: Path,
+                                                                  adopted: Any) -> None:
+    """Finding 11: Proxmox's devN schema is mode 0[0-7]{3} as a string; "666" and an unquoted YAML 0660 (432)
+    are refused in preflight, not by `pct set` halfway through."""
+    assert adopted[0].rc == 0, _fmt(adopted[0])
+    conf_before = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+    for mode in ("666", 432):
+        bad = run(inv, runs, lxc_gpu_container_device_mode=mode)
+        assert bad.rc != 0 and all(s.changed == 0 for s in bad.hosts.values()), _fmt(bad)
+        assert "lxc_gpu_container_device_mode" in bad.failures[0].message and "Nothing was changed" in (
+            bad.failures[0].message)
+    assert pve(lab, f"cat /etc/pve/lxc/{VMID}.conf") == conf_before
 
 
 SLOW_WRITER = """

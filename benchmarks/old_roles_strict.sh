@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Today's strict lab and container tests against the container roles of an older commit: which findings of
+# shared/research/roles-review.md each test catches (issue #14: "each finding as a lab test that fails on the
+# old roles and passes on the fixed ones").
+#
+#     bash benchmarks/old_roles_strict.sh [REV]      # default 5bba2c6^, the roles before issue #14
+#
+# A detached worktree of HEAD under /tmp gets roles/{lxc_gpu_container,container_nvidia_userspace,sglang_venv,
+# sglang_service,bench_probe} from REV; files added since stay, but REV's tasks never include them. REV's pinned
+# template (debian-12-standard_12.7-1, no longer in Proxmox's index: finding 12, which stops everything else) is
+# replaced by the current one, as its own fix message tells a user to, so the later findings are reached. The
+# tests run on lab instance o14 (its own namespace and containers), the host role first, as in the suite.
+# Commit first: the worktree is HEAD's.
+set -euo pipefail
+rev=${1:-5bba2c6^}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+wt=/tmp/toolkit-old-roles
+git -C "$repo" worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
+git -C "$repo" worktree add -q --detach "$wt" HEAD
+trap 'git -C "$repo" worktree remove --force "$wt"' EXIT
+cd "$wt"
+git checkout -q "$rev" -- roles/lxc_gpu_container roles/container_nvidia_userspace roles/sglang_venv \
+  roles/sglang_service roles/bench_probe
+template=$(PYTHONPATH=$wt python3 -c "from toolkit.lab.plan import TEMPLATE_NAME; print(TEMPLATE_NAME)")
+sed -i "s|^lxc_gpu_container_template: .*|lxc_gpu_container_template: local:vztmpl/$template|" \
+  roles/lxc_gpu_container/defaults/main.yml
+cat > tests/provision/test_old_roles_prep.py <<EOF
+def test_the_current_template_is_on_pve1(lab):  # what finding 12's fix message asks of the user
+    proc = lab.ssh("pve1", "test -f /var/lib/vz/template/cache/$template || pveam download local $template")
+    assert proc.returncode == 0, proc.stderr
+EOF
+ln -s "$repo/.venv" .venv
+export PYTHONPATH=$wt TOOLKIT_SHARE_DIR=$wt TOOLKIT_LAB_INSTANCE=${TOOLKIT_LAB_INSTANCE:-o14}
+.venv/bin/python -m pytest -p no:cacheprovider -rA -q tests/provision/test_old_roles_prep.py \
+  "tests/provision/test_provision_lab.py::test_host_role_from_scratch_then_no_change" \
+  "tests/provision/test_provision_lab.py::test_container_roles_then_no_change" \
+  "tests/provision/test_provision_lab.py::test_bad_input_stops_before_any_change" \
+  tests/provision/test_container_strict_lab.py \
+  "tests/apply/test_apply_lab.py::test_apply_from_scratch_probe_and_record" | grep -E "^(PASSED|FAILED|ERROR)|^E  .*(Error|failed ct|assert)|passed|failed" || true
