@@ -349,7 +349,8 @@ class NvmlSampler:
     def sample(self, t_s: float) -> list[Row]:
         """Rows the sampler thread made since the last call (started on the first call, on the caller's clock).
 
-        Power rows arrive up to POWER_DRAIN_INTERVAL_S late (a drain a second); `finish` takes the rest."""
+        Power rows arrive up to a drain interval late (0.65 of the ring: 1.53 s on the H200); `finish` takes
+        the rest."""
         if self._thread is None:
             now = time.monotonic()
             self._origin = now - t_s
