@@ -7,14 +7,15 @@ from __future__ import annotations
 import copy
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolkit.adapters.probe_store import judge_run, load_run
+from toolkit.adapters.probe_store import ProbeRun, judge_run, load_run
 from toolkit.core.probe.bench import normalize_bench_result
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import Trace
-from toolkit.core.probe.verdict import judge
+from toolkit.core.probe.verdict import Verdict, judge
 
 from .synthetic import seed_run
 
@@ -48,14 +49,20 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_each_recorded_phase_gets_its_class(name: str) -> None:
+def replayed(name: str, expected: str) -> tuple[ProbeRun, dict[str, Any], Verdict]:
+    """A recorded H200 run replayed through the summary and verdict code: measured, of the expected class, and
+    the class the same code gave on the GPU machine."""
     run = load_run(FIX / name)
     assert run.manifest["data_source"] == "measured (NVML)"
     summary, verdict = judge_run(run)
-    assert verdict.cls == EXPECTED[name], verdict.headline
-    # the stored verdict was made on the GPU machine by the same code: replay must agree with it
+    assert verdict.cls == expected, verdict.headline
     assert run.verdict is not None and run.verdict["class"] == verdict.cls
+    return run, summary, verdict
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_recorded_phase_gets_its_class(name: str) -> None:
+    _run, summary, verdict = replayed(name, EXPECTED[name])
     if verdict.cls in ("compute-bound", "memory-bandwidth-bound", "busy-but-waiting", "launch-bound"):
         assert summary["steady_state"]["found"]
         assert verdict.basis == "gpm" and verdict.confidence >= 0.75

@@ -71,6 +71,11 @@ _TOPOLOGY_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE"
 _P2P_READ, _P2P_NVLINK = 0, 2
 
 
+def _samples_of(buf: Any, n: int) -> Any:
+    """(timestamp us, mW) of the first n nvmlSample_t in buf, decoded from its bytes in one C-level pass."""
+    return _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(buf), n * _SAMPLE.size))
+
+
 def _gpm_metric_ids() -> dict[str, int]:
     assert pynvml is not None
     names = {
@@ -264,8 +269,7 @@ class NvmlSampler:
             return
         if ret != 0 or n < 10:
             return  # no samples (the first drain finds out why) or a ring still filling: the default interval
-        stamps = [ts for ts, _ in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(g.c_samples),
-                                                                        n * _SAMPLE.size))]
+        stamps = [ts for ts, _ in _samples_of(g.c_samples, n)]
         span_us = stamps[-1] - stamps[0]
         if span_us <= 0:
             return
@@ -583,7 +587,7 @@ class NvmlSampler:
             # NVML stamps are wall-clock microseconds; map them onto the run's monotonic clock at this drain.
             shift = time.time() - time.monotonic() + self._origin
             last = first = g.c_last_seen.value
-            for ts, mw in _SAMPLE.iter_unpack(ctypes.string_at(ctypes.addressof(buf), n * _SAMPLE.size)):
+            for ts, mw in _samples_of(buf, n):
                 if ts > last:
                     if last == first and g.seen_sample and self._lost(g, n, ts - last):
                         self._overrun(g)

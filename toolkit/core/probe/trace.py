@@ -140,7 +140,7 @@ def format_row(row: dict[str, float | int | str | None]) -> str:
         if i is None:
             continue
         if k in _UNCACHED:
-            cells[i] = f"{v:.3f}".rstrip("0").rstrip(".") if type(v) is float and v == v else _fmt(v)
+            cells[i] = _fmt(v)
             continue
         text = cache.get(v)
         if text is None:
