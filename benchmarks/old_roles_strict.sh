@@ -3,7 +3,12 @@
 # shared/research/roles-review.md each test catches (issue #14: "each finding as a lab test that fails on the
 # old roles and passes on the fixed ones").
 #
-#     bash benchmarks/old_roles_strict.sh [REV]      # default 5bba2c6^, the roles before issue #14
+#     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before issue #14
+#     bash benchmarks/old_roles_strict.sh [REV] deploy   # only the deploy roles from REV: findings 7 and 18
+#
+# The old container roles stop at finding 6 (no python3-venv) before the deploy's findings are reached; `deploy`
+# takes sglang_venv, sglang_service and bench_probe from REV and keeps today's container roles (which install
+# python3-venv), so the HF_HOME (7) and JIT-check (18) tests run against the old deploy roles.
 #
 # A detached worktree of HEAD under /tmp gets roles/{lxc_gpu_container,container_nvidia_userspace,sglang_venv,
 # sglang_service,bench_probe} from REV; files added since stay, but REV's tasks never include them. REV's pinned
@@ -13,12 +18,24 @@
 # Commit first: the worktree is HEAD's.
 set -euo pipefail
 rev=${1:-5bba2c6^}
+mode=${2:-container}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 wt=/tmp/toolkit-old-roles
 git -C "$repo" worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
 git -C "$repo" worktree add -q --detach "$wt" HEAD
 trap 'git -C "$repo" worktree remove --force "$wt"' EXIT
 cd "$wt"
+if [ "$mode" = deploy ]; then
+  git checkout -q "$rev" -- roles/sglang_venv roles/sglang_service roles/bench_probe
+  ln -s "$repo/.venv" .venv
+  export PYTHONPATH=$wt TOOLKIT_SHARE_DIR=$wt TOOLKIT_LAB_INSTANCE=${TOOLKIT_LAB_INSTANCE:-o14}
+  .venv/bin/python -m pytest -p no:cacheprovider -rA -q \
+    "tests/apply/test_apply_lab.py::test_apply_from_scratch_probe_and_record" \
+    "tests/apply/test_apply_lab.py::test_no_c_compiler_fails_the_deploy_at_its_jit_check_not_the_first_request" \
+    "tests/apply/test_sglang_venv_role.py::test_install_patch_idempotent_and_refuse_wrong_sha" \
+    | grep -E "^(PASSED|FAILED|ERROR)|^E  .*(Error|failed ct|assert)|passed|failed" || true
+  exit 0
+fi
 git checkout -q "$rev" -- roles/lxc_gpu_container roles/container_nvidia_userspace roles/sglang_venv \
   roles/sglang_service roles/bench_probe
 template=$(PYTHONPATH=$wt python3 -c "from toolkit.lab.plan import TEMPLATE_NAME; print(TEMPLATE_NAME)")

@@ -237,6 +237,29 @@ def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, wor
     assert rc == 0, err[-4000:]
 
 
+def test_no_c_compiler_fails_the_deploy_at_its_jit_check_not_the_first_request(provisioned: Target,
+                                                                               work: Path) -> None:
+    # Roles review finding 18: without a compiler Triton's launcher build (and FlashInfer's JIT) fails at the
+    # first request of a server that looked healthy. gcc made unrunnable (as on a container nobody gave
+    # build-essential): the deploy fails in sglang_venv's verify step, before the service is touched.
+    gcc = ct(provisioned, "readlink -f \"$(command -v gcc)\"").stdout.strip()
+    assert gcc.startswith("/usr/bin/"), gcc
+    unit_before = ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout
+    try:
+        assert ct(provisioned, f"chmod a-x {gcc}").returncode == 0
+        rc, summary, _ = apply(provisioned, work)
+        assert rc != 0
+        failures = summary["failures"]
+        assert [f["task"] for f in failures] == ["Fail the deploy when the JIT toolchain is missing"], failures
+        assert "Failed to find C compiler. Please specify via CC environment variable." in failures[0]["message"]
+        assert "install build-essential" in failures[0]["message"]
+        assert ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout == unit_before
+    finally:
+        ct(provisioned, f"chmod 0755 {gcc}")
+    rc, _, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+
+
 def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: Target, work: Path,
                                                                     tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from toolkit.adapters.ansible import run_playbook
+from toolkit.adapters.wheelhouse import tarball_path
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "-d", str(dest), f"sglang=={SGLANG_VERSION}"],
         check=True,
     )
-    with tarfile.open(dest.with_suffix(".tar"), "w") as tar:  # the shape toolkit.adapters.wheelhouse gives
+    with tarfile.open(tarball_path(dest), "w") as tar:  # the shape toolkit.adapters.wheelhouse gives
         for p in sorted(dest.iterdir()):
             tar.add(p, arcname=p.name)
     return dest
@@ -49,7 +50,7 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]]) -> Any:
+def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]], **extra: Any) -> Any:
     inventory = tmp / "inventory.ini"
     inventory.write_text(f"[local]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     return run_playbook(
@@ -61,14 +62,20 @@ def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]]) -> Any:
             "sglang_venv_sglang_version": SGLANG_VERSION,
             "sglang_venv_requirements": [f"sglang=={SGLANG_VERSION}"],
             "sglang_venv_wheelhouse_src": str(wheelhouse),
-            "sglang_venv_wheelhouse_tar": str(wheelhouse.with_suffix(".tar")),
+            "sglang_venv_wheelhouse_tar": str(tarball_path(wheelhouse)),
             "sglang_venv_wheelhouse_dir": str(tmp / "wheelhouse"),
             "sglang_venv_patch_dir": str(tmp / "patches"),
             "sglang_venv_hf_home": str(tmp / "hf"),
             "sglang_venv_python": "/usr/bin/python3",
             "sglang_venv_patches": patches,
+            **extra,
         },
     )
+
+
+def _system_python() -> str:
+    return subprocess.run(["/usr/bin/python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _site(tmp: Path) -> Path:
@@ -81,7 +88,7 @@ def test_install_patch_idempotent_and_refuse_wrong_sha(tmp_path: Path, wheelhous
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").symlink_to("/usr/bin/python3")
     # 1. Install without patches, to learn the real file the patch is written against.
-    first = _run(tmp_path, wheelhouse, [])
+    first = _run(tmp_path, wheelhouse, [], sglang_venv_wheelhouse_pythons=["3.13", _system_python()])
     assert first.rc == 0, first.failures
     assert (tmp_path / "venv" / "bin" / "pip").exists()
     # The JIT toolchain check ran and passed (this machine has gcc and Python.h).
@@ -130,3 +137,16 @@ def test_install_patch_idempotent_and_refuse_wrong_sha(tmp_path: Path, wheelhous
     assert _tree_digest(tmp_path / "venv") == before
     assert "must never be applied" not in other.read_text()
 
+
+
+def test_a_python_the_wheelhouse_has_no_wheels_for_is_refused_before_any_change(tmp_path: Path,
+                                                                                  wheelhouse: Path) -> None:
+    # A wheelhouse for other CPythons (as for a container made from another template): pip would fail on the
+    # first per-CPython wheel after the venv was already cleared, so the role refuses in preflight.
+    mine = _system_python()
+    result = _run(tmp_path, wheelhouse, [], sglang_venv_wheelhouse_pythons=["3.9", "3.10"])
+    assert result.rc != 0
+    message = "\n".join(f.message for f in result.failures)
+    assert f"/usr/bin/python3 is CPython {mine}" in message and "CPython 3.9, 3.10 only" in message, message
+    assert "Nothing was changed" in message and "lxc_gpu_container_template_pattern" in message
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "wheelhouse").exists()

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from toolkit.lab import template as template_index
 from toolkit.lab.plan import TEMPLATE_NAME, LabState
 
 VMID = 100
@@ -63,7 +64,9 @@ def test_pve1_answers_as_a_debian_12_proxmox_stand_in(lab: LabState) -> None:
     assert lines[1].startswith("12.")
     assert lines[2].startswith("pve-manager/8.") and "lab stand-in" in lines[2]
     assert "lab stand-in" in lines[3]
-    assert lines[4:] == [f"system          {TEMPLATE_NAME}"]
+    # Proxmox's index lists a standard template per supported Debian release; the lab serves both.
+    assert lines[4:] == [f"system          {a.file_name}" for a in template_index.APPLIANCES.values()]
+    assert template_index.APPLIANCES["bookworm"].file_name == TEMPLATE_NAME
     with open(lab.inventory_path) as fh:
         inventory = yaml.safe_load(fh)
     assert inventory["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] == lab.host_address

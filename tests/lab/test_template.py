@@ -90,10 +90,12 @@ def test_dab_selection_follows_priorities_depends_and_excludes() -> None:
 def test_file_name_is_the_index_current_one() -> None:
     assert template.APPLIANCES["bookworm"].file_name == "debian-12-standard_12.12-1_amd64.tar.zst"
     assert template.APPLIANCES["bookworm"].file_name not in template.RETIRED_FILE_NAMES
+    assert template.APPLIANCES["trixie"].file_name == "debian-13-standard_13.1-2_amd64.tar.zst"
 
 
-def test_cached_template_has_exactly_dabs_package_set() -> None:
-    built = rootfs.template_dir()
+@pytest.mark.parametrize("suite", sorted(template.APPLIANCES))
+def test_cached_template_has_exactly_dabs_package_set(suite: str) -> None:
+    built = rootfs.template_dir(suite)
     if not (built / ".toolkit-lab-complete").is_file():
         pytest.skip("no cached CT template here (`toolkit lab up` builds it)")
     index = template.parse_packages(lzma.decompress((built / "Packages.xz").read_bytes()).decode())

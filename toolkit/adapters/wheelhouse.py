@@ -2,8 +2,9 @@
 
 The lab container (and many real GPU containers) cannot reach PyPI, so `toolkit apply` fills a
 directory here once per SGLang release, copies it in, and the roles install from it with
-`pip install --no-index --find-links`. Built for the container's interpreter (CPython 3.11,
-manylinux x86_64: Debian 12), not the controller's.
+`pip install --no-index --find-links`. Built for the containers' interpreters, not the controller's:
+CPython 3.11 (Proxmox's debian-12-standard) and 3.13 (debian-13-standard), manylinux x86_64, in one
+directory, so pip in either container picks its own wheels (sglang_venv refuses any other Python).
 
 What goes in: the pinned `sglang` wheel itself (without its dependencies), SGLang's serving-side
 Python imports that install without a GPU (toolkit.core.deploy.SERVING_REQUIREMENTS, with SGLang's
@@ -27,8 +28,10 @@ from pathlib import Path
 from toolkit.core.deploy import SERVING_REQUIREMENTS
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
-TARGET_PYTHON = "3.11"
-# Debian 12 has glibc 2.36: every manylinux tag up to 2_36 installs there.
+# The CPython of each Debian release Proxmox ships a standard template of (dab-pve-appliances:
+# debian-12-standard has 3.11, debian-13-standard 3.13).
+TARGET_PYTHONS = ("3.11", "3.13")
+# Debian 12 has glibc 2.36 (Debian 13: 2.41): every manylinux tag up to 2_36 installs on both.
 PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "linux_x86_64")
 # prometheus-client: the probe's server timeline parses SGLang's /metrics with it (adapters/sglang_metrics.py).
@@ -44,15 +47,20 @@ class Wheelhouse:
     built: bool  # False when a complete cached one was reused
     tarball: Path  # the same wheels in one tar, what the hosts get
     toolkit_wheel: Path  # the toolkit's own wheel, for the probe's venv (kept apart from the wheelhouse)
+    pythons: tuple[str, ...]  # the CPython versions ("3.11") it has wheels for
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("TOOLKIT_WHEELHOUSE_DIR", "/var/cache/toolkit/wheelhouse"))
 
 
-def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool) -> None:
+def _abi(python: str) -> str:
+    return "cp" + python.replace(".", "")
+
+
+def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool, python: str) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
-           "--only-binary=:all:", "--python-version", TARGET_PYTHON, "--implementation", "cp", "--abi", "cp311",
+           "--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", _abi(python),
            "--abi", "abi3", "--abi", "none"]
     for plat in PLATFORMS:
         cmd += ["--platform", plat]
@@ -63,7 +71,7 @@ def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool) -> None:
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
         raise ToolkitError.of(
-            f"pip download failed for {' '.join(reqs)}:\n{tail}",
+            f"pip download for CPython {python} failed for {' '.join(reqs)}:\n{tail}",
             field="wheelhouse",
             fix="check that PyPI is reachable from this machine and that the pinned release exists",
             exit_code=EXIT_FAILED,
@@ -127,13 +135,24 @@ def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
                               exit_code=EXIT_FAILED)
 
 
+def directory(base: Path, sglang_version: str) -> Path:
+    """Where this SGLang release's wheels for every target Python live: one directory per release."""
+    return base / f"sglang-{sglang_version}-{'-'.join(_abi(v) for v in TARGET_PYTHONS)}"
+
+
+def tarball_path(dest: Path) -> Path:
+    # Beside the directory, named after all of it: with_suffix would cut `sglang-0.5.9-...` to `sglang-0.5.tar`,
+    # one tar for every 0.5.x release, so a second release's apply shipped the first one's wheels.
+    return dest.with_name(dest.name + ".tar")
+
+
 def _tarball(dest: Path) -> Path:
     """The wheelhouse as one uncompressed tar (wheels are zips already): the host gets one file to
     checksum and copy instead of sixty, which is most of a no-change apply's time otherwise.
     Members are sorted and their metadata fixed, so the same wheels give the same bytes."""
     import tarfile
 
-    out = dest.with_suffix(".tar")
+    out = tarball_path(dest)
     tmp = out.with_name(out.name + ".tmp")
 
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -151,7 +170,7 @@ def _tarball(dest: Path) -> Path:
 def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) -> Wheelhouse:
     """A complete wheelhouse for this SGLang release (built once, then reused), and the toolkit's wheel."""
     base = root or cache_root()
-    dest = base / f"sglang-{sglang_version}-cp311"
+    dest = directory(base, sglang_version)
     dest.mkdir(parents=True, exist_ok=True)
     # The toolkit's own wheel follows the checkout: rebuilt when its sources changed. It lives apart
     # from the wheelhouse, so a toolkit change never makes the SGLang venv's wheelhouse look changed.
@@ -172,19 +191,22 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
             shutil.rmtree(building, ignore_errors=True)
     toolkit_wheel = next(tk_dir.glob("gpu_serving_toolkit-*.whl"))
     # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
-    wanted = json.dumps([sglang_version, list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
-    tar = dest.with_suffix(".tar")
+    wanted = json.dumps([sglang_version, list(TARGET_PYTHONS), list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
+    tar = tarball_path(dest)
     if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists():
         left = (dest / "LEFT_OUT.txt").read_text().split()
-        return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel)
+        return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel,
+                          pythons=TARGET_PYTHONS)
     for stale in dest.glob("gpu_serving_toolkit-*.whl"):  # from before the toolkit wheel moved out
         stale.unlink()
-    _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True)
+    for python in TARGET_PYTHONS:
+        _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True, python=python)
     wheel = next(dest.glob(f"sglang-{sglang_version}-*.whl"))
     sglang_reqs = _requires(wheel)
     pins = _pins(sglang_reqs)
     serving = [f"{r}{pins.get(_name(r), '')}" for r in SERVING_REQUIREMENTS]
-    _pip_download(dest, [*serving, *PROBE_REQUIREMENTS], no_deps=False)
+    for python in TARGET_PYTHONS:  # pip skips what an earlier Python's pass downloaded (pure-Python wheels)
+        _pip_download(dest, [*serving, *PROBE_REQUIREMENTS], no_deps=False, python=python)
     have = {_name(p.name.split("-")[0]) for p in dest.glob("*.whl")}
     left_out = sorted({_name(r) for r in sglang_reqs} - have)
     tmp = dest / "LEFT_OUT.txt.tmp"
@@ -192,4 +214,5 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     os.replace(tmp, dest / "LEFT_OUT.txt")
     (dest / STAMP).write_text(wanted + "\n")
     tar = _tarball(dest)
-    return Wheelhouse(dest, sglang_version, left_out, built=True, tarball=tar, toolkit_wheel=toolkit_wheel)
+    return Wheelhouse(dest, sglang_version, left_out, built=True, tarball=tar, toolkit_wheel=toolkit_wheel,
+                      pythons=TARGET_PYTHONS)

@@ -224,6 +224,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         wheelhouse_dir=str(wheelhouse.path),
         wheelhouse_tar=str(wheelhouse.tarball),
         toolkit_wheel=str(wheelhouse.toolkit_wheel),
+        wheelhouse_pythons=wheelhouse.pythons,
         fetch_dir=str(fetch_dir),
         standin_server_src=str(SERVER_PATH),
         lab=lab,

@@ -278,6 +278,7 @@ def build_extravars(
     fetch_dir: str,
     wheelhouse_tar: str = "",
     toolkit_wheel: str = "",
+    wheelhouse_pythons: Sequence[str] = (),  # the CPython versions the wheelhouse has wheels for; () = not checked
     standin_server_src: str,
     lab: LabOptions | None = None,
     bench_argv: Sequence[str] | None = None,
@@ -300,6 +301,7 @@ def build_extravars(
         "sglang_venv_requirements": requirements,
         "sglang_venv_wheelhouse_src": wheelhouse_dir,
         "sglang_venv_wheelhouse_tar": wheelhouse_tar or f"{wheelhouse_dir.rstrip('/')}.tar",
+        "sglang_venv_wheelhouse_pythons": list(wheelhouse_pythons),
         "sglang_venv_patches": [
             {"name": p.name, "target": p.target, "patch_src": str(p.patch_file), "sha256": p.sha256}
             for p in inputs.patches

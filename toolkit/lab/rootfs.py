@@ -128,13 +128,22 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     by debootstrap. Its own debootstrap, not pve1's userland: the template must lack what Proxmox's
     lacks (python3-venv, patch, a compiler). Kept beside it: the Packages index it was chosen from
     and the dpkg status it ended with, so a test can compare the two. Safe to interrupt."""
-    import lzma
-    import urllib.request
-
     final = template_dir(suite, cache_dir)
     if (final / ".toolkit-lab-complete").is_file():
         return final / template.APPLIANCES[suite].file_name
     cache_dir.mkdir(parents=True, exist_ok=True)
+    # Two labs coming up at once on a cold machine (CI's two shards) would both build in `.building`.
+    with open(cache_dir / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / ".toolkit-lab-complete").is_file():
+            return final / template.APPLIANCES[suite].file_name
+        return _build_template_locked(suite, final, cache_dir, mirror)
+
+
+def _build_template_locked(suite: str, final: Path, cache_dir: Path, mirror: str) -> Path:
+    import lzma
+    import urllib.request
+
     work = final.with_name(final.name + ".building")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()

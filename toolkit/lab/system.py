@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
-from toolkit.lab import plan, rootfs
+from toolkit.lab import plan, rootfs, template
 from toolkit.lab.plan import LabConfig, LabState
 
 STATE_DIR = Path("/var/lib") / plan.STATE_DIR_NAME
@@ -355,32 +355,33 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     return f"{config.host_address} {pub[0]} {pub[1]}\n"
 
 
-def place_templates(upper: Path, lower: Path, template_file: Path) -> None:
-    """The appliance index and the template where pveam's stand-in downloads from; none in
+def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -> None:
+    """The appliance index and the templates (suite -> file) where pveam's stand-in downloads from, as
+    Proxmox's index lists them (debian-12-standard and debian-13-standard); none in
     /var/lib/vz/template/cache (a fresh Proxmox host has none), and the toolkit's old template,
     still inside cached userlands, hidden by an overlay whiteout."""
     import hashlib
     import stat
 
-    from toolkit.lab import template
-
     mirror = upper / "var/lib/lab-standin/aplinfo"
     mirror.mkdir(parents=True, exist_ok=True)
-    dst = mirror / template_file.name
-    try:
-        os.link(template_file, dst)  # same filesystem: no 140 MB copy per up
-    except OSError:
-        shutil.copyfile(template_file, dst)
-    sums_file = template_file.with_name(template_file.name + ".sha512")
-    if not sums_file.is_file():
-        h = hashlib.sha512()
-        with open(template_file, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        write_atomic(sums_file, h.hexdigest() + "\n")
-    appliance = template.APPLIANCES[template.DEFAULT_SUITE]
+    sums: dict[str, str] = {}
+    for template_file in template_files.values():
+        dst = mirror / template_file.name
+        try:
+            os.link(template_file, dst)  # same filesystem: no 140 MB copy per up
+        except OSError:
+            shutil.copyfile(template_file, dst)
+        sums_file = template_file.with_name(template_file.name + ".sha512")
+        if not sums_file.is_file():
+            h = hashlib.sha512()
+            with open(template_file, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+            write_atomic(sums_file, h.hexdigest() + "\n")
+        sums[template_file.name] = sums_file.read_text().strip()
     write_atomic(mirror / "aplinfo.dat", template.render_aplinfo(
-        [appliance], {template_file.name: sums_file.read_text().strip()}, "http://download.proxmox.com/images/system"))
+        [template.APPLIANCES[suite] for suite in template_files], sums, "http://download.proxmox.com/images/system"))
     for name in ("pveam", "pvesm", "pvesh"):
         write_atomic(upper / "usr/bin" / name, standin_bytes(name), 0o755)
     cache = plan.TEMPLATE_DIR.lstrip("/")
@@ -629,8 +630,9 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
              (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
     installers, mirror, mirror_key = build_flavour(config, lower)
     installer = installers[0]
-    progress("CT template: Proxmox's debian-12-standard package set (cached after the first up)")
-    template_file = rootfs.build_template()
+    progress("CT templates: Proxmox's debian-12-standard and debian-13-standard package sets "
+             "(cached after the first up)")
+    template_files = {suite: rootfs.build_template(suite) for suite in template.APPLIANCES}
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
                      known_hosts_path=str(SSH_DIR / "known_hosts"))
@@ -644,7 +646,7 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         upper = PVE1_DIR / "upper"
         upper.mkdir(parents=True)
         known = populate_upper(config, upper, key, installer)
-        place_templates(upper, lower, template_file)
+        place_templates(upper, lower, template_files)
         if mirror is not None:
             import hashlib
 
