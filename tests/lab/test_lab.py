@@ -157,6 +157,29 @@ def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(la
         lab.ssh("pve1", "pct stop 120; pct destroy 120")
 
 
+@pytest.mark.parametrize(("suite", "vmid"), [("bookworm", 121), ("trixie", 122)])
+def test_ip_dhcp_gets_the_reserved_address_from_the_lans_dhcp_server(lab: LabState, suite: str, vmid: int) -> None:
+    # The role's default net0 is ip=dhcp. Each template's own client asks (debian-12-standard: isc-dhcp-client,
+    # debian-13-standard: dhcpcd-base) from the stanza pve-container writes; the lab's dnsmasq on vmbr0 answers.
+    from toolkit.lab import system
+
+    name = template_index.APPLIANCES[suite].file_name
+    reserved = lab.config.ct_subnet.replace(".0/24", f".{vmid}")
+    system.reserve_dhcp_address(f"dhcp-{vmid}", reserved)
+    lab.ssh("pve1", f"pct stop {vmid}; pct destroy {vmid}")
+    ok(lab, "pve1", f"test -f /var/lib/vz/template/cache/{name} || pveam download local {name} >/dev/null; "
+                    f"pct create {vmid} local:vztmpl/{name} --hostname dhcp-{vmid} --unprivileged 0 "
+                    f"--net0 name=eth0,bridge=vmbr0,ip=dhcp,type=veth && pct start {vmid}")
+    try:
+        assert "iface eth0 inet dhcp" in ok(lab, "pve1", f"pct exec {vmid} -- cat /etc/network/interfaces")
+        addr = f"pct exec {vmid} -- ip -4 -o addr show dev eth0"
+        wait_for(lambda: f" {reserved}/24 " in lab.ssh("pve1", addr).stdout, 60, f"{reserved} by DHCP")
+        assert "ipv4.address" not in ok(lab, "pve1", f"cat /var/lib/lxc/{vmid}/config")  # not LXC's, the client's
+        ok(lab, "pve1", f"ping -c 1 -W 2 {reserved}")
+    finally:
+        lab.ssh("pve1", f"pct stop {vmid}; pct destroy {vmid}")
+
+
 def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusals(lab: LabState) -> None:
     ok(lab, "pve1", f"pct create 101 {template(lab)} --hostname missing-dev "
                     f"--dev0 /dev/nvidia-does-not-exist")

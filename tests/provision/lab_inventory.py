@@ -15,9 +15,9 @@ def own_container_inventory(lab: Any, directory: Path, vmid: int, name: str, **o
     cts = data["all"]["children"]["gpu_containers"]["hosts"]
     ct = dict(cts.pop("ct"))
     address = re.sub(r"\.\d+$", f".{vmid}", ct["ansible_host"])
-    ct.update(ansible_host=address, lxc_gpu_container_vmid=vmid, lxc_gpu_container_address=address,
-              lxc_gpu_container_net0=re.sub(r"ip=[\d.]+/", f"ip={address}/", ct["lxc_gpu_container_net0"]),
-              **overrides)
+    ct.update({"ansible_host": address, "lxc_gpu_container_vmid": vmid, "lxc_gpu_container_address": address,
+               "lxc_gpu_container_net0": re.sub(r"ip=[\d.]+/", f"ip={address}/", ct["lxc_gpu_container_net0"]),
+               **overrides})
     cts[name] = ct
     path = directory / f"lab-{name}.yml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -2,7 +2,8 @@
 to end in the strict lab: `toolkit host reproduce` makes it from the template `pveam available` lists,
 the userspace role brings trixie's python3-venv, patch and compiler from the controller's debhouse, and
 apply installs SGLang from the wheelhouse's cp313 wheels and starts the unit. A second reproduce changes
-nothing. Its own container (vmid 152, host `ct-deb13`), so the lab's `ct` is left alone.
+nothing. Its own container (vmid 152, host `ct-deb13`), so the lab's `ct` is left alone. Its net0 is the
+role's default (ip=dhcp): trixie's dhcpcd gets the address the lab's DHCP server keeps for `ct-deb13`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.provision.lab_inventory import own_container_inventory
+from toolkit.lab import system
 from toolkit.lab.template import APPLIANCES
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -23,6 +26,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 VMID = 152
 CT = "ct-deb13"
+ROLE_DEFAULT_NET0 = yaml.safe_load((REPO / "roles/lxc_gpu_container/defaults/main.yml").read_text())[
+    "lxc_gpu_container_net0"]
 PATTERN = r"^debian-13-standard_[0-9.]+-[0-9]+_amd64\.tar\.zst$"
 
 
@@ -56,9 +61,13 @@ def changed(report: dict[str, Any]) -> dict[str, int]:
 
 @pytest.fixture(scope="module")
 def inv(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
+    path = own_container_inventory(lab, tmp_path_factory.mktemp("inv"), VMID, CT,
                                    lxc_gpu_container_template_pattern=PATTERN,
+                                   lxc_gpu_container_net0=ROLE_DEFAULT_NET0,
                                    lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-deb13")
+    host = yaml.safe_load(path.read_text())["all"]["children"]["gpu_containers"]["hosts"][CT]
+    system.reserve_dhcp_address(CT, host["lxc_gpu_container_address"])
+    return path
 
 
 def test_reproduce_from_debian_13_standard_then_no_change(lab: Any, inv: Path) -> None:
@@ -71,6 +80,8 @@ def test_reproduce_from_debian_13_standard_then_no_change(lab: Any, inv: Path) -
     assert APPLIANCES["trixie"].file_name in pve(lab, "pveam list local")
     ct = f"pct exec {VMID} --"
     assert pve(lab, f"{ct} sh -c '. /etc/os-release; echo $VERSION_ID'").strip() == "13"
+    assert "ip=dhcp" in pve(lab, f"pct config {VMID}")  # reached at its DHCP address, not one LXC set
+    assert "inet dhcp" in pve(lab, f"{ct} cat /etc/network/interfaces")
     # The venv is the container's own CPython 3.13 with the wheelhouse's cp313 wheels (numpy, pydantic-core).
     probe = ("import sys, numpy, pydantic_core, importlib.metadata as m; "
              "print('%d.%d' % sys.version_info[:2], m.version('sglang'))")
