@@ -206,6 +206,20 @@ def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusa
         ok(lab, "pve1", "echo 'lock: backup' >> /etc/pve/lxc/101.conf")
         locked = lab.ssh("pve1", "pct set 101 --cores 2")
         assert locked.returncode != 0 and "CT is locked (backup)" in locked.stderr
+        ok(lab, "pve1", "sed -i '/^lock:/d' /etc/pve/lxc/101.conf")
+        # Another writer holds the config's flock: pct waits as lock_file_full does (blocking, so it goes on
+        # the moment the holder lets go), and gives up after 10 s with Proxmox's message.
+        lock = "/run/lock/lxc/pve-config-101.lock"
+        t0 = time.monotonic()
+        waited = lab.ssh("pve1", f"(flock {lock} sleep 1.5 &) ; sleep 0.3; pct set 101 --cores 2")
+        waited_s = time.monotonic() - t0
+        assert waited.returncode == 0 and "trying to acquire lock... OK" in waited.stderr, waited.stderr
+        assert 1.4 < waited_s < 3, waited_s
+        t0 = time.monotonic()
+        timed_out = lab.ssh("pve1", f"(flock {lock} sleep 12 &) ; sleep 0.3; pct set 101 --cores 3")
+        assert timed_out.returncode != 0 and time.monotonic() - t0 > 10
+        assert f"can't lock file '{lock}' - got timeout" in timed_out.stderr, timed_out.stderr
+        assert "cores: 2\n" in ok(lab, "pve1", "pct config 101")
     finally:
         lab.ssh("pve1", "sed -i '/^lock:/d' /etc/pve/lxc/101.conf; rm -rf /etc/pve/nodes/pve2")
         ok(lab, "pve1", "pct destroy 101")

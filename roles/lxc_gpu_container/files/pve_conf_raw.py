@@ -19,8 +19,8 @@ import fcntl
 import json
 import os
 import re
+import signal
 import sys
-import time
 
 LOCK_DIR = "/run/lock/lxc"
 RAW = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(:|\s*=)\s*(.*?)\s*$")
@@ -28,17 +28,30 @@ ALLOW = re.compile(r"^c (\d+):(\*|\d+) [rwm]+$")
 
 
 def lock(vmid):
+    """Proxmox's lock_file_full: a non-blocking try, then a blocking flock under a 10 s alarm (so the lock
+    is taken the moment its holder lets go, not at the next poll), with Proxmox's messages."""
     os.makedirs(LOCK_DIR, exist_ok=True)
-    fh = open(os.path.join(LOCK_DIR, "pve-config-%s.lock" % vmid), "w")
-    deadline = time.monotonic() + 10  # AbstractConfig.pm lock_config: 10 s
-    while True:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fh
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                sys.exit("can't lock file '%s' - got timeout" % fh.name)
-            time.sleep(0.1)
+    fh = open(os.path.join(LOCK_DIR, "pve-config-%s.lock" % vmid), "a")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fh
+    except BlockingIOError:
+        sys.stderr.write("trying to acquire lock...")
+        sys.stderr.flush()
+
+    def rang(signum, frame):
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, rang)
+    signal.alarm(10)  # AbstractConfig.pm lock_config: 10 s
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+    except TimeoutError:
+        sys.exit("\ncan't lock file '%s' - got timeout" % fh.name)
+    finally:
+        signal.alarm(0)
+    sys.stderr.write(" OK\n")
+    return fh
 
 
 def registered_majors(path):
