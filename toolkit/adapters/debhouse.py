@@ -25,6 +25,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.adapters import cache_lock
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -84,6 +85,14 @@ def ensure(suite: str, status_text: str, packages: list[str], *, mirror: str = D
     tarball = out.with_suffix(".tar")
     if (out / STAMP).is_file() and tarball.is_file():
         return Debhouse(out, tarball, sorted(p.name for p in out.glob("*.deb")), built=False)
+    with cache_lock.building(out):
+        if (out / STAMP).is_file() and tarball.is_file():
+            return Debhouse(out, tarball, sorted(p.name for p in out.glob("*.deb")), built=False)
+        return _build_locked(out, tarball, suite, status_text, packages, mirror, security)
+
+
+def _build_locked(out: Path, tarball: Path, suite: str, status_text: str, packages: list[str], mirror: str,
+                  security: bool) -> Debhouse:
     work = out.with_name(out.name + ".building")
     shutil.rmtree(work, ignore_errors=True)
     for d in ("lists/partial", "cache", "archives/partial", "sources.list.d", "preferences.d"):

@@ -25,6 +25,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.adapters import cache_lock
 from toolkit.core.deploy import SERVING_REQUIREMENTS
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
@@ -193,10 +194,24 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
     wanted = json.dumps([sglang_version, list(TARGET_PYTHONS), list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
     tar = tarball_path(dest)
-    if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists():
-        left = (dest / "LEFT_OUT.txt").read_text().split()
-        return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel,
-                          pythons=TARGET_PYTHONS)
+
+    def complete() -> Wheelhouse | None:
+        if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists():
+            left = (dest / "LEFT_OUT.txt").read_text().split()
+            return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel,
+                              pythons=TARGET_PYTHONS)
+        return None
+
+    if (done := complete()) is not None:
+        return done
+    # Two applies filling one wheelhouse at once would share pip's downloads and the tarball's .tmp.
+    with cache_lock.building(dest):
+        if (done := complete()) is not None:
+            return done
+        return _fill_locked(dest, sglang_version, wanted, toolkit_wheel)
+
+
+def _fill_locked(dest: Path, sglang_version: str, wanted: str, toolkit_wheel: Path) -> Wheelhouse:
     for stale in dest.glob("gpu_serving_toolkit-*.whl"):  # from before the toolkit wheel moved out
         stale.unlink()
     for python in TARGET_PYTHONS:

@@ -27,6 +27,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from toolkit.adapters import cache_lock
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.lab import plan
 
@@ -54,6 +55,13 @@ def debian_debs(cache_dir: Path, rootfs: Path) -> Path:
     out = cache_dir / f"debian-debs-{key}"
     if (out / ".complete").is_file():
         return out
+    with cache_lock.building(out):
+        if (out / ".complete").is_file():
+            return out
+        return _debian_debs_locked(cache_dir, rootfs, out)
+
+
+def _debian_debs_locked(cache_dir: Path, rootfs: Path, out: Path) -> Path:
     work = Path(tempfile.mkdtemp(prefix="toolkit-lab-apt-", dir=cache_dir))
     try:
         archives = work / "archives"
@@ -190,21 +198,26 @@ def _sign_key(cache_dir: Path) -> tuple[Path, bytes]:
     """The lab's archive key (made once, cached): GNUPGHOME and the exported public key."""
     home = cache_dir / "apt-signing-key"
     pub = home / "lab-standin-archive.gpg"
-    if not pub.is_file():
-        tmp = home.with_name(home.name + ".building")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(mode=0o700)
-        env = {"GNUPGHOME": str(tmp)}
-        _run(["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
-              "toolkit lab stand-in archive <lab@invalid>", "ed25519", "sign", "never"], "gpg --quick-gen-key", env)
-        data = subprocess.run(["gpg", "--batch", "--export"], capture_output=True, env={**os.environ, **env},
-                              check=True).stdout
-        (tmp / "lab-standin-archive.gpg").write_bytes(data)
-        # The agent knows its home by path: stop it before the rename (a new one starts on use).
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, **env}, check=False)
-        shutil.rmtree(home, ignore_errors=True)
-        os.replace(tmp, home)
+    with cache_lock.building(home):
+        if not pub.is_file():
+            _make_sign_key(home)
     return home, pub.read_bytes()
+
+
+def _make_sign_key(home: Path) -> None:
+    tmp = home.with_name(home.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(mode=0o700)
+    env = {"GNUPGHOME": str(tmp)}
+    _run(["gpg", "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key",
+          "toolkit lab stand-in archive <lab@invalid>", "ed25519", "sign", "never"], "gpg --quick-gen-key", env)
+    data = subprocess.run(["gpg", "--batch", "--export"], capture_output=True, env={**os.environ, **env},
+                          check=True).stdout
+    (tmp / "lab-standin-archive.gpg").write_bytes(data)
+    # The agent knows its home by path: stop it before the rename (a new one starts on use).
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, **env}, check=False)
+    shutil.rmtree(home, ignore_errors=True)
+    os.replace(tmp, home)
 
 
 def _index(repo_root: Path, dist_dir: Path, pool_rel: str, suite: str, components: tuple[str, ...],
@@ -245,8 +258,14 @@ def build(cache_dir: Path, rootfs: Path, flavour: plan.Flavour, installers: list
                  *(i.name for i in installers), *(str(i.stat().st_mtime_ns) for i in installers)):
         h.update(part.encode())
     out = cache_dir / f"mirror-{h.hexdigest()[:12]}"
-    if (out / ".complete").is_file():
-        return out, pubkey
+    with cache_lock.building(out):
+        if not (out / ".complete").is_file():
+            _build_mirror_locked(out, h.hexdigest(), gnupg, debian, flavour, installers)
+    return out, pubkey
+
+
+def _build_mirror_locked(out: Path, digest: str, gnupg: Path, debian: Path, flavour: plan.Flavour,
+                         installers: list[Path]) -> None:
     tmp = out.with_name(out.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
     suite = flavour.debian_suite
@@ -278,7 +297,6 @@ def build(cache_dir: Path, rootfs: Path, flavour: plan.Flavour, installers: list
         dest.parent.mkdir(parents=True)
         shutil.copy2(inst, dest)
     subprocess.run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, "GNUPGHOME": str(gnupg)}, check=False)
-    (tmp / ".complete").write_text(h.hexdigest() + "\n")
+    (tmp / ".complete").write_text(digest + "\n")
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
-    return out, pubkey

@@ -8,13 +8,13 @@ builds a new one instead of silently reusing a stale one.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
+from toolkit.adapters import cache_lock
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.lab import plan, template
 
@@ -67,12 +67,7 @@ def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path
     final = rootfs_dir(cache_dir)
     if is_cached(cache_dir):
         return final
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Two labs coming up at once on a cold machine (CI runs two test shards, each with its own lab
-    # instance) would otherwise both debootstrap into the same `.building` directory: one waits here,
-    # then finds the other's finished cache.
-    with open(cache_dir / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock.building(final):
         if is_cached(cache_dir):
             return final
         return _build_locked(final, cache_dir, mirror)
@@ -131,13 +126,26 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     final = template_dir(suite, cache_dir)
     if (final / ".toolkit-lab-complete").is_file():
         return final / template.APPLIANCES[suite].file_name
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    # Two labs coming up at once on a cold machine (CI's two shards) would both build in `.building`.
-    with open(cache_dir / f".{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with cache_lock.building(final):
         if (final / ".toolkit-lab-complete").is_file():
             return final / template.APPLIANCES[suite].file_name
         return _build_template_locked(suite, final, cache_dir, mirror)
+
+
+def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
+              side_by_side: bool = True) -> tuple[Path, dict[str, Path]]:
+    """pve1's userland and every CT template, built where not cached. Side by side: each is its own
+    debootstrap that waits mostly on the mirror and on dpkg, so on a cold machine (every CI run) the three at
+    once take little more than the longest alone (benchmarks/bench_cold_caches.py). An error in one is
+    raised once the others are done, so what they built is kept for the next `up`."""
+    if not side_by_side:
+        return build(cache_dir, mirror), {s: build_template(s, cache_dir, mirror) for s in template.APPLIANCES}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(template.APPLIANCES), thread_name_prefix="template") as pool:
+        futures = {s: pool.submit(build_template, s, cache_dir, mirror) for s in template.APPLIANCES}
+        lower = build(cache_dir, mirror)
+        return lower, {s: f.result() for s, f in futures.items()}
 
 
 def _build_template_locked(suite: str, final: Path, cache_dir: Path, mirror: str) -> Path:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
+from toolkit.adapters import cache_lock
 from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
 from toolkit.lab import plan, rootfs, template
 from toolkit.lab.plan import LabConfig, LabState
@@ -280,6 +281,13 @@ def build_installer(driver_version: str) -> Path:
     run_file = out_dir / f"NVIDIA-Linux-x86_64-{driver_version}.run"
     if run_file.is_file():
         return run_file
+    with cache_lock.building(out_dir):
+        if run_file.is_file():
+            return run_file
+        return _build_installer_locked(driver_version, out_dir, run_file)
+
+
+def _build_installer_locked(driver_version: str, out_dir: Path, run_file: Path) -> Path:
     work = out_dir.with_name(out_dir.name + ".building")
     shutil.rmtree(work, ignore_errors=True)
     payload = work / "payload"
@@ -657,15 +665,13 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         down(progress=progress)
     preflight(config)
 
-    progress("Debian 12 userland (cached after the first up)")
-    lower = rootfs.build()
+    progress("Debian 12 userland and the CT templates with the package sets of Proxmox's debian-12-standard "
+             "and debian-13-standard, side by side (cached after the first up)")
+    lower, template_files = rootfs.build_all()
     progress("stand-ins: compiling libcuda, packing the driver installer" +
              (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
     installers, mirror, mirror_key = build_flavour(config, lower)
     installer = installers[0]
-    progress("CT templates: Proxmox's debian-12-standard and debian-13-standard package sets "
-             "(cached after the first up)")
-    template_files = {suite: rootfs.build_template(suite) for suite in template.APPLIANCES}
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
                      known_hosts_path=str(SSH_DIR / "known_hosts"))

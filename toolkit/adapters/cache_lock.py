@@ -1,0 +1,25 @@
+"""One builder at a time per cache entry on the controller (/var/cache/toolkit, /var/cache/toolkit-lab).
+
+Two runs that need the same entry on a cold machine (CI's two test shards, each with its own lab; two
+applies from two checkouts) would otherwise build it in the same `.building` path, and the second one's
+clean start removes the first one's half-made files (seen in CI: the stand-in installer's tar "Cannot open"
+its payload, whose directory the other shard had just removed). The lock is flock(2) on `.<entry>.lock`
+beside the entry, so a builder killed however it is killed frees it at once. Callers check for a finished
+entry, take the lock, and check again before building: the waiter finds the other's finished entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def building(entry: Path) -> Iterator[None]:
+    """Held while `entry` (a cache directory or file) is built; waits for another builder of it."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f".{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
