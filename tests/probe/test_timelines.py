@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -133,13 +134,19 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
             rows = read_host_trace(host.header(2.0) + "".join(lines))
             return any(p != parent.pid and (n or 0) >= 2 for p, n in zip(rows.pid, rows.threads, strict=True))
 
-        lines = host.tick(0.0)
+        def timed_tick(t_s: float) -> tuple[list[str], float]:
+            start = time.monotonic()
+            return host.tick(t_s), time.monotonic() - start
+
+        lines, prev_call_s = timed_tick(0.0)
+        t_prev = 0.0
         while time.monotonic() - t0 < 3 and not spinning(lines):
             time.sleep(0.05)
-            lines = host.tick(time.monotonic() - t0)  # every thread has its first sample from here on
+            t_prev = time.monotonic() - t0
+            lines, prev_call_s = timed_tick(t_prev)  # every thread has its first sample from here on
         time.sleep(1.0)
         t1 = time.monotonic() - t0
-        lines = host.tick(t1)
+        lines, call_s = timed_tick(t1)
         tr = read_host_trace(host.header(2.0) + "".join(lines))
     finally:
         parent.wait()
@@ -149,9 +156,12 @@ def test_host_sampler_sees_a_busy_thread_of_a_child_process() -> None:
     # The spinning thread (not the main one, which sleeps) is the busiest, and holds most of the process's CPU.
     assert tr.busiest_tid[child] != tr.pid[child]
     # On a loaded 2-core CI machine the spinner gets what the scheduler gives it; whatever that is, it is nearly
-    # all of its process's CPU (the main thread sleeps).
+    # all of its process's CPU (the main thread sleeps). The thread can read a little above its process: each
+    # count is cut to whole clock ticks, and a tick reads the process before its threads, so the spinner runs on
+    # between the two reads, for at most as long as each tick call took (seen: 97.47 against 95.48 under load).
     busiest, total = tr.busiest_thread_cpu_pct[child] or 0.0, tr.cpu_pct[child] or 0.0
-    assert busiest > 3 and busiest >= 0.7 * total and total >= busiest - 1
+    slack_pct = 100 * (2 / os.sysconf("SC_CLK_TCK") + prev_call_s + call_s) / (t1 - t_prev)
+    assert busiest > 3 and busiest >= 0.7 * total and total >= busiest - slack_pct, slack_pct
     win = host_window(tr, 0, t1 + 1)
     assert win["bench"]["busiest_thread"]["pid"] == tr.pid[child] and win["server"] is None
 
