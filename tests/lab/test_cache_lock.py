@@ -67,3 +67,16 @@ def test_a_second_builder_waits_for_the_first_and_a_killed_holder_frees_the_lock
     t0 = time.monotonic()
     with cache_lock.building(entry):
         assert time.monotonic() - t0 < 2
+
+
+def test_build_once_builds_a_missing_entry_and_leaves_a_finished_one(tmp_path: Path) -> None:
+    entry = tmp_path / "entry"
+    calls: list[str] = []
+
+    def build() -> None:
+        calls.append("built")
+        entry.write_text("done\n")
+
+    assert cache_lock.build_once(entry, entry.is_file, build) is True
+    assert cache_lock.build_once(entry, entry.is_file, build) is False
+    assert calls == ["built"] and entry.read_text() == "done\n"

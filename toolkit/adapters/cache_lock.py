@@ -4,15 +4,15 @@ Two runs that need the same entry on a cold machine (CI's two test shards, each 
 applies from two checkouts) would otherwise build it in the same `.building` path, and the second one's
 clean start removes the first one's half-made files (seen in CI: the stand-in installer's tar "Cannot open"
 its payload, whose directory the other shard had just removed). The lock is flock(2) on `.<entry>.lock`
-beside the entry, so a builder killed however it is killed frees it at once. Callers check for a finished
-entry, take the lock, and check again before building: the waiter finds the other's finished entry.
+beside the entry, so a builder killed however it is killed frees it at once. `build_once` checks for a
+finished entry, takes the lock, and checks again before building: the waiter finds the other's finished entry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
@@ -23,3 +23,15 @@ def building(entry: Path) -> Iterator[None]:
     with open(entry.parent / f".{entry.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+def build_once(entry: Path, finished: Callable[[], bool], build: Callable[[], object]) -> bool:
+    """Build `entry` unless `finished()` says it is there, waiting for whoever else is building it;
+    True when this call built it. The first check takes no lock, so a warm cache costs one stat."""
+    if finished():
+        return False
+    with building(entry):
+        if finished():
+            return False
+        build()
+        return True

@@ -83,16 +83,13 @@ def ensure(suite: str, status_text: str, packages: list[str], *, mirror: str = D
     key = hashlib.sha256(key_text.encode()).hexdigest()[:12]
     out = (root or cache_root()) / f"debhouse-{suite}-{key}"
     tarball = out.with_suffix(".tar")
-    if (out / STAMP).is_file() and tarball.is_file():
-        return Debhouse(out, tarball, sorted(p.name for p in out.glob("*.deb")), built=False)
-    with cache_lock.building(out):
-        if (out / STAMP).is_file() and tarball.is_file():
-            return Debhouse(out, tarball, sorted(p.name for p in out.glob("*.deb")), built=False)
-        return _build_locked(out, tarball, suite, status_text, packages, mirror, security)
+    built = cache_lock.build_once(out, lambda: (out / STAMP).is_file() and tarball.is_file(),
+                                  lambda: _build_locked(out, tarball, suite, status_text, packages, mirror, security))
+    return Debhouse(out, tarball, sorted(p.name for p in out.glob("*.deb")), built=built)
 
 
 def _build_locked(out: Path, tarball: Path, suite: str, status_text: str, packages: list[str], mirror: str,
-                  security: bool) -> Debhouse:
+                  security: bool) -> None:
     work = out.with_name(out.name + ".building")
     shutil.rmtree(work, ignore_errors=True)
     for d in ("lists/partial", "cache", "archives/partial", "sources.list.d", "preferences.d"):
@@ -108,7 +105,9 @@ def _build_locked(out: Path, tarball: Path, suite: str, status_text: str, packag
                 f"{(proc.stderr or proc.stdout).strip()[-800:]}",
                 fix=f"check that {mirror} is reachable from the controller and the package names exist in {suite}",
                 exit_code=EXIT_FAILED)
-    out.mkdir(parents=True, exist_ok=True)
+    # What an interrupted build left is no part of this one: the entry's .debs are exactly the tarball's.
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     debs = sorted((work / "archives").glob("*.deb"))
     for deb in debs:
         os.replace(deb, out / deb.name)
@@ -119,7 +118,6 @@ def _build_locked(out: Path, tarball: Path, suite: str, status_text: str, packag
     os.replace(tmp, tarball)
     (out / STAMP).write_text(json.dumps({"suite": suite, "packages": sorted(packages)}) + "\n")
     shutil.rmtree(work, ignore_errors=True)
-    return Debhouse(out, tarball, [d.name for d in debs], built=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -195,23 +195,17 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
     wanted = json.dumps([sglang_version, list(TARGET_PYTHONS), list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
     tar = tarball_path(dest)
 
-    def complete() -> Wheelhouse | None:
-        if (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists():
-            left = (dest / "LEFT_OUT.txt").read_text().split()
-            return Wheelhouse(dest, sglang_version, left, built=False, tarball=tar, toolkit_wheel=toolkit_wheel,
-                              pythons=TARGET_PYTHONS)
-        return None
+    def complete() -> bool:
+        return (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists()
 
-    if (done := complete()) is not None:
-        return done
     # Two applies filling one wheelhouse at once would share pip's downloads and the tarball's .tmp.
-    with cache_lock.building(dest):
-        if (done := complete()) is not None:
-            return done
-        return _fill_locked(dest, sglang_version, wanted, toolkit_wheel)
+    built = cache_lock.build_once(dest, complete, lambda: _fill_locked(dest, sglang_version, wanted))
+    left = (dest / "LEFT_OUT.txt").read_text().split()
+    return Wheelhouse(dest, sglang_version, left, built=built, tarball=tar, toolkit_wheel=toolkit_wheel,
+                      pythons=TARGET_PYTHONS)
 
 
-def _fill_locked(dest: Path, sglang_version: str, wanted: str, toolkit_wheel: Path) -> Wheelhouse:
+def _fill_locked(dest: Path, sglang_version: str, wanted: str) -> None:
     for stale in dest.glob("gpu_serving_toolkit-*.whl"):  # from before the toolkit wheel moved out
         stale.unlink()
     for python in TARGET_PYTHONS:
@@ -228,6 +222,4 @@ def _fill_locked(dest: Path, sglang_version: str, wanted: str, toolkit_wheel: Pa
     tmp.write_text("\n".join(left_out) + "\n")
     os.replace(tmp, dest / "LEFT_OUT.txt")
     (dest / STAMP).write_text(wanted + "\n")
-    tar = _tarball(dest)
-    return Wheelhouse(dest, sglang_version, left_out, built=True, tarball=tar, toolkit_wheel=toolkit_wheel,
-                      pythons=TARGET_PYTHONS)
+    _tarball(dest)

@@ -53,12 +53,8 @@ def debian_debs(cache_dir: Path, rootfs: Path) -> Path:
     will ask for. Cached by (userland, package list)."""
     key = hashlib.sha256("\n".join([rootfs.name, *DEBIAN_TOOLCHAIN]).encode()).hexdigest()[:12]
     out = cache_dir / f"debian-debs-{key}"
-    if (out / ".complete").is_file():
-        return out
-    with cache_lock.building(out):
-        if (out / ".complete").is_file():
-            return out
-        return _debian_debs_locked(cache_dir, rootfs, out)
+    cache_lock.build_once(out, (out / ".complete").is_file, lambda: _debian_debs_locked(cache_dir, rootfs, out))
+    return out
 
 
 def _debian_debs_locked(cache_dir: Path, rootfs: Path, out: Path) -> Path:
@@ -198,9 +194,7 @@ def _sign_key(cache_dir: Path) -> tuple[Path, bytes]:
     """The lab's archive key (made once, cached): GNUPGHOME and the exported public key."""
     home = cache_dir / "apt-signing-key"
     pub = home / "lab-standin-archive.gpg"
-    with cache_lock.building(home):
-        if not pub.is_file():
-            _make_sign_key(home)
+    cache_lock.build_once(home, pub.is_file, lambda: _make_sign_key(home))
     return home, pub.read_bytes()
 
 
@@ -258,9 +252,8 @@ def build(cache_dir: Path, rootfs: Path, flavour: plan.Flavour, installers: list
                  *(i.name for i in installers), *(str(i.stat().st_mtime_ns) for i in installers)):
         h.update(part.encode())
     out = cache_dir / f"mirror-{h.hexdigest()[:12]}"
-    with cache_lock.building(out):
-        if not (out / ".complete").is_file():
-            _build_mirror_locked(out, h.hexdigest(), gnupg, debian, flavour, installers)
+    cache_lock.build_once(out, (out / ".complete").is_file,
+                          lambda: _build_mirror_locked(out, h.hexdigest(), gnupg, debian, flavour, installers))
     return out, pubkey
 
 

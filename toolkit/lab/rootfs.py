@@ -65,12 +65,8 @@ def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path
     """Build the userland if it is not cached; return its directory. Safe to interrupt: the
     directory only gets its final name once it is complete."""
     final = rootfs_dir(cache_dir)
-    if is_cached(cache_dir):
-        return final
-    with cache_lock.building(final):
-        if is_cached(cache_dir):
-            return final
-        return _build_locked(final, cache_dir, mirror)
+    cache_lock.build_once(final, lambda: is_cached(cache_dir), lambda: _build_locked(final, cache_dir, mirror))
+    return final
 
 
 def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
@@ -124,12 +120,9 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     lacks (python3-venv, patch, a compiler). Kept beside it: the Packages index it was chosen from
     and the dpkg status it ended with, so a test can compare the two. Safe to interrupt."""
     final = template_dir(suite, cache_dir)
-    if (final / ".toolkit-lab-complete").is_file():
-        return final / template.APPLIANCES[suite].file_name
-    with cache_lock.building(final):
-        if (final / ".toolkit-lab-complete").is_file():
-            return final / template.APPLIANCES[suite].file_name
-        return _build_template_locked(suite, final, cache_dir, mirror)
+    cache_lock.build_once(final, (final / ".toolkit-lab-complete").is_file,
+                          lambda: _build_template_locked(suite, final, cache_dir, mirror))
+    return final / template.APPLIANCES[suite].file_name
 
 
 def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,

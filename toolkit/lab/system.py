@@ -279,12 +279,8 @@ def build_installer(driver_version: str) -> Path:
     real makeself archive, so it runs unchanged on pve1 and inside the container."""
     out_dir = _standin_build_dir()
     run_file = out_dir / f"NVIDIA-Linux-x86_64-{driver_version}.run"
-    if run_file.is_file():
-        return run_file
-    with cache_lock.building(out_dir):
-        if run_file.is_file():
-            return run_file
-        return _build_installer_locked(driver_version, out_dir, run_file)
+    cache_lock.build_once(out_dir, run_file.is_file, lambda: _build_installer_locked(driver_version, out_dir, run_file))
+    return run_file
 
 
 def _build_installer_locked(driver_version: str, out_dir: Path, run_file: Path) -> Path:
