@@ -124,7 +124,8 @@ class ProfileStore:
         return check_file(source), source.text
 
     def resolve(self, name: str) -> ResolvedProfile:
-        return resolve(name, self.source)
+        """The merged profile with its pinned release's flag catalogue attached (rendering follows it)."""
+        return resolve(name, self.source, load_catalogue)
 
     def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
         """Files a profile names (patches, requirements lock), relative to the repository holding the

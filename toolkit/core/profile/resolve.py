@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.source import Path, ProfileSource, dotted
 
@@ -48,6 +49,9 @@ class ResolvedProfile:
     data: dict[str, Any]  # the merged data the spec was validated from
     origins: dict[str, Origin] = field(default_factory=dict)  # dotted path -> where it was set
     source: ProfileSource | None = None
+    # The pinned release's flag catalogue (the store attaches it): rendering spells each knob as that release
+    # does. None: no catalogue known, each knob renders its first (0.5.9) spelling and validate() says so.
+    catalogue: Catalogue | None = field(default=None, repr=False)
 
     # Section shortcuts, so callers write resolved.server.tp_size.
     @property
@@ -224,8 +228,9 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
 
 
-def resolve(name: str, loader: Loader) -> ResolvedProfile:
-    """Load `name` and its parents, merge them child-over-parent and validate the result's types."""
+def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | None] | None = None) -> ResolvedProfile:
+    """Load `name` and its parents, merge them child-over-parent and validate the result's types.
+    `catalogues(version)` gives the pinned release's flag catalogue to attach (rendering follows it)."""
     chain: list[ProfileSource] = []
     seen: list[str] = []
     current: str | None = name
@@ -300,6 +305,7 @@ def resolve(name: str, loader: Loader) -> ResolvedProfile:
                 )
             )
         raise ToolkitError(problems) from None
+    version = spec.engine.sglang_version
     return ResolvedProfile(
         name=own.name,
         file=own.file,
@@ -308,6 +314,7 @@ def resolve(name: str, loader: Loader) -> ResolvedProfile:
         data=merged,
         origins=origins,
         source=own,
+        catalogue=catalogues(version) if catalogues is not None and version else None,
     )
 
 

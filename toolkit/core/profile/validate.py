@@ -4,14 +4,24 @@ target, hardware rules, secrets, and every rendered flag against the pinned SGLa
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
+from toolkit.core.profile.flagmap import renamed_flag
 from toolkit.core.profile.model import SECRET_SCHEMES
-from toolkit.core.profile.render import extra_arg_flags, rendered_flags
+from toolkit.core.profile.render import extra_arg_flags, knob_rendering
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.profile.rules import FIELD_RULES, RULES, FieldRule, Rule, field_rule_hits, matching_rules
+from toolkit.core.profile.rules import (
+    FIELD_RULES,
+    RULES,
+    FieldRule,
+    Rule,
+    field_rule_hits,
+    matching_rules,
+    release_in,
+)
 
 REQUIRED = (
     ("target.gpu_count", "the number of GPUs per node, e.g. 8"),
@@ -220,7 +230,17 @@ def _whys(resolved: ResolvedProfile) -> list[Problem]:
 
 def _patches(resolved: ResolvedProfile) -> list[Problem]:
     out = []
+    version = resolved.spec.engine.sglang_version
     for i, patch in enumerate(resolved.spec.engine.patches):
+        if patch.upstream is not None and version and release_in(version, f">={patch.upstream.release}"):
+            out.append(
+                resolved.problem(
+                    f"engine.patches.{i}",
+                    f"patch {patch.name} is not needed on SGLang {version}: SGLang makes the change itself since "
+                    f"{patch.upstream.release} ({patch.upstream.link})",
+                    "remove the patch for this release (`toolkit profile migrate` drops it)",
+                )
+            )
         if not patch.patch.startswith("profiles/patches/") or ".." in patch.patch.split("/"):
             out.append(
                 resolved.problem(
@@ -243,7 +263,17 @@ def _patches(resolved: ResolvedProfile) -> list[Problem]:
 def _flags(resolved: ResolvedProfile, catalogue: Catalogue) -> list[Problem]:
     version = catalogue.sglang_version
     out = []
-    checks = [(rf.path, rf.flag, rf.value) for rf in rendered_flags(resolved)]
+    flags, missing = knob_rendering(dataclasses.replace(resolved, catalogue=catalogue))
+    for path, choice in missing:
+        out.append(
+            resolved.problem(
+                path,
+                f"{path} has no counterpart in SGLang {version}: {choice.reason}",
+                f"unset {path} (SGLang's default), or pin a release that has it "
+                f"(toolkit/data/sglang_flags/); `toolkit profile migrate` says what moved where",
+            )
+        )
+    checks = [(rf.path, rf.flag, rf.value) for rf in flags]
     extra = resolved.spec.server.extra_args
     for i, flag in extra_arg_flags(resolved.spec.server):
         token = extra[i]
@@ -256,15 +286,22 @@ def _flags(resolved: ResolvedProfile, catalogue: Catalogue) -> list[Problem]:
     for path, flag, value in checks:
         info = catalogue.get(flag)
         if info is None:
+            moved = renamed_flag(flag, None, catalogue)
             close = catalogue.suggest(flag)
-            hint = f"did you mean {', '.join(close)}?" if close else f"see toolkit/data/sglang_flags/{version}.json"
+            if moved is not None:
+                hint = f"use {' '.join(f for f, _ in moved.new)} ({moved.source})"
+            else:
+                hint = f"did you mean {', '.join(close)}?" if close else f"see toolkit/data/sglang_flags/{version}.json"
             out.append(
                 resolved.problem(
                     path,
                     f"SGLang {version} has no flag {flag}",
-                    f"{hint} (catalogue of SGLang {version}, read from its server_args.py)",
+                    f"{hint} (catalogue of SGLang {version}, read from its own argument declarations)",
                 )
             )
+            continue
+        if info.error is not None:
+            out.append(resolved.problem(path, f"SGLang {version} refuses {flag}: {info.error}", "remove it"))
             continue
         if info.deprecated:
             instead = f"use {info.replacement}" if info.replacement else "see SGLang's release notes"
