@@ -21,6 +21,7 @@ def test_validate_all_passes(capsys) -> None:
     assert code == 0
     assert [line.split()[:2] for line in out.splitlines() if not line.startswith(" ")] == [
         ["ok", "glm5-baseline"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"], ["ok", "glm5-tp8"],
+        ["ok", "glm5-tp8-0.5.23"],
     ]  # fmt: skip
 
 
