@@ -237,6 +237,12 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     extravars["bench_probe_bench_data_src"] = str(SERVER_PATH.with_name("make_bench_data.py"))
     if is_lab:
         extravars["sglang_service_health_timeout_s"] = LAB_HEALTH_TIMEOUT_S
+        # The stand-in parses its flags as the pinned release's parser does: that release's catalogue goes with it.
+        from toolkit.adapters.sglang_catalogue import catalogue_path
+
+        extravars["sglang_service_standin_extra_src"] = [
+            *extravars["sglang_service_standin_extra_src"], str(catalogue_path(inputs.sglang_version))
+        ]
     secrets, key_vars = _api_key(inputs.api_key_secret)
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
