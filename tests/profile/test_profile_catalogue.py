@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -261,6 +262,13 @@ def test_choices_and_renames_across_releases() -> None:
     assert {"--nsa-decode-backend", "--nsa-prefill-backend", "--cuda-graph-max-bs"} <= set(gone)
 
 
+def test_the_release_tables_in_the_docs_are_current() -> None:
+    """docs/profiles.md's "SGLang releases" section is what scripts/sglang_releases_doc.py writes from the data."""
+    proc = subprocess.run([sys.executable, str(REPO / "scripts/sglang_releases_doc.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_schema_1_is_migrated_on_read() -> None:
     v1 = {"schema_version": 1, "sglang_version": "0.0.1", "source": {},
           "flags": [{"names": ["--x"], "dest": "x", "action": "store_true", "choices": None, "default": False,
@@ -419,12 +427,18 @@ def test_sglang_reads_the_config_yaml_back_into_the_same_flags(
 
 
 @pytest.mark.slow
-def test_bench_argv_flags_exist_in_the_pinned_bench_serving(wheel_0_5_9: Path, write_profiles, base_yaml) -> None:
-    """Every flag render_bench_argv can emit is one that 0.5.9's sglang/bench_serving.py defines."""
+@pytest.mark.parametrize(("version", "module"), [("0.5.9", "sglang/bench_serving.py"),
+                                                 ("0.5.23", "sglang/benchmark/serving.py")])
+def test_bench_argv_flags_exist_in_the_pinned_bench_serving(version: str, module: str, write_profiles,
+                                                            base_yaml) -> None:
+    """Every flag render_bench_argv can emit is one that the release's bench_serving defines (0.5.23 keeps
+    `python -m sglang.bench_serving` as a deprecated path to sglang.benchmark.serving)."""
     from toolkit.core.profile.render import render_bench_argv
 
-    with zipfile.ZipFile(wheel_0_5_9) as zf:
-        bench = Catalogue("0.5.9", extract_from_source(zf.read("sglang/bench_serving.py").decode()))
+    with zipfile.ZipFile(_wheel(version)) as zf:
+        bench = Catalogue(version, extract_from_source(zf.read(module).decode()))
+        if version != "0.5.9":
+            assert "from sglang.benchmark.serving import cli_main" in zf.read("sglang/bench_serving.py").decode()
     every = "bench:\n  random_range_ratio: 1.0\n  max_concurrency: 64\n  warmup_requests: 4\n  seed: 1\n"
     store = write_profiles({"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\n" + every})
     argv = render_bench_argv(store.resolve("c"), base_url="http://127.0.0.1:8000", output_file="o.jsonl")

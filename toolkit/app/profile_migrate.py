@@ -18,6 +18,7 @@ from toolkit.adapters.profile_store import ProfileStore, atomic_write_text, load
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.migrate import Migration, PatchTarget, lock_path, lock_text, plan_migration
 from toolkit.core.profile.resolve import resolve
+from toolkit.core.profile.rules import release_in
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
 from toolkit.core.profile.validate import validate
 
@@ -55,11 +56,13 @@ def migrate_profile(
     source = store.source(name)
     root = store.dir.resolve().parent
     lock = root / lock_path(version)
-    patches = resolved.spec.engine.patches
-    needs_wheel = bool(patches) or not lock.is_file()
-    wheel = sglang_catalogue.ensure_wheel(version) if needs_wheel else None
+    # The wheel (cached, else downloaded) is read for the lock file and for patches SGLang does not carry itself.
+    upstream = {i for i, p in enumerate(resolved.spec.engine.patches)
+                if p.upstream is not None and release_in(version, f">={p.upstream.release}")}
+    to_check = [(i, p) for i, p in enumerate(resolved.spec.engine.patches) if i not in upstream]
+    wheel = sglang_catalogue.ensure_wheel(version) if to_check or not lock.is_file() else None
     targets: dict[int, PatchTarget] = {}
-    for i, patch in enumerate(patches):
+    for i, patch in to_check:
         assert wheel is not None
         data = sglang_catalogue.wheel_file(wheel, patch.target)
         targets[i] = PatchTarget(data is not None, hashlib.sha256(data).hexdigest() if data is not None else None)

@@ -355,11 +355,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     if mig.refusals:
         print(f"\nrefused: {len(mig.refusals)} thing(s) have no counterpart in SGLang {mig.to_version}")
         raise ToolkitError(mig.refusals)
-    for name, problems in result.problems.items():
+    for i, (name, problems) in enumerate(result.problems.items()):
         errors = [p for p in problems if p.severity == "error"]
-        print(f"{'FAIL' if errors else 'ok':4} {name} validates on SGLang {mig.to_version}"
-              + (f" ({len(problems) - len(errors)} warning(s))" if len(problems) > len(errors) else ""))
-        for p in problems:
+        others = len(problems) - len(errors)
+        print(f"{'FAIL' if errors else 'ok':4} {name} on SGLang {mig.to_version}"
+              + (f" ({others} warning(s){'' if i == 0 else ': toolkit profile validate ' + name})" if others else ""))
+        for p in problems if i == 0 else []:  # the migrated profile's in full; those extending it share most
             if p.severity != "error":
                 print("  " + p.render().replace("\n", "\n  "))
     if not result.ok:

@@ -191,8 +191,8 @@ def removed_between(older: Catalogue, newer: Catalogue) -> list[str]:
     """Flags the older release accepts and the newer one does not (gone, or refused with an error)."""
     gone = []
     for name in older.names():
-        info = newer.get(name)
-        if info is None or info.error is not None:
+        before, info = older.get(name), newer.get(name)
+        if before is not None and before.error is None and (info is None or info.error is not None):
             gone.append(name)
     return gone
 
