@@ -45,7 +45,8 @@ def _ranges(rows: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
 
 
 def catalogues_table(catalogues: list[Catalogue]) -> list[str]:
-    lines = ["| release | flags | deprecated | removed since the previous release | read from |", "|---|---|---|---|---|"]
+    lines = ["| release | flags | deprecated | removed since the previous release | read from |",
+             "|---|---|---|---|---|"]
     previous: Catalogue | None = None
     for cat in catalogues:
         removed = removed_between(previous, cat) if previous is not None else []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -508,3 +509,34 @@ def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, wo
     step = next(k for k in verdict["knob_steps"] if k["knob"] == "server.mem_fraction_static")
     assert step["current"] == 0.54 and step["proposed"][0] > 0.54
     assert verdict["evidence"]["over_time"]["server"]["token_usage"] >= 0.7
+
+
+def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses_the_old_render(
+        provisioned: Target, work: Path) -> None:
+    """glm5-tp8-0.5.23 (glm5-tp8 migrated: --dsa-decode-backend, the CUDA graph backend flags, no patch) deploys
+    SGLang 0.5.23 from its wheelhouse and probes; the stand-in beside it parses as 0.5.23 does, so glm5-tp8's 0.5.9
+    render is refused there with argparse's line, as the real 0.5.23 server would refuse it."""
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.deploy import standin_argv
+    from toolkit.core.profile.render import render_launch_argv
+
+    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-tp8-0.5.23")
+    assert rc == 0, err[-4000:]
+    unit = ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
+    assert "--dsa-decode-backend trtllm" in unit and "--cuda-graph-backend-decode disabled" in unit
+    assert "--nsa-decode-backend" not in unit and "--disable-cuda-graph" not in unit
+    installed = ct(provisioned, "/opt/sglang/venv/bin/python -c 'import importlib.metadata as m; "
+                                "print(m.version(\"sglang\"))'").stdout.strip()
+    assert installed == "0.5.23"
+    journal = ct(provisioned, "journalctl -u sglang --no-pager -o cat -n 200").stdout
+    assert "parsing the flags as SGLang 0.5.23's parser does (the installed SGLang 0.5.23)" in journal
+    assert summary["probe"][provisioned.name]["verdict"]["class"], summary["probe"]
+
+    old = standin_argv(render_launch_argv(ProfileStore(work / "profiles").resolve("glm5-tp8")),
+                       "/opt/sglang/standin/server.py")
+    old[old.index("--port") + 1] = "18000"  # beside the running service (the parse fails before any bind)
+    refused = ct(provisioned, shlex.join(old))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"
+    )
