@@ -531,6 +531,8 @@ def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses
     journal = ct(provisioned, "journalctl -u sglang --no-pager -o cat -n 200").stdout
     assert "parsing the flags as SGLang 0.5.23's parser does (the installed SGLang 0.5.23)" in journal
     assert summary["probe"][provisioned.name]["verdict"]["class"], summary["probe"]
+    # 0.5.23's own bench_serving imports torch, which the lab has not: 0.5.9's client runs the same flags, announced.
+    assert "lab: the benchmark client is SGLang 0.5.9's bench_serving" in " ".join(err.split())
 
     old = standin_argv(render_launch_argv(ProfileStore(work / "profiles").resolve("glm5-tp8")),
                        "/opt/sglang/standin/server.py")

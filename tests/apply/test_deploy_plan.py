@@ -58,8 +58,21 @@ def test_lab_runs_the_standin_with_the_same_flags(store: ProfileStore) -> None:
     assert bench[bench.index("--tokenizer") + 1] == "/t"
     assert bench[bench.index("--dataset-path") + 1] == "/d.json"
     assert ev["sglang_venv_model_fetch"] is False
+    assert bench[:3] == ["python3", "-m", "sglang.bench_serving"]  # its own release's client
     assert any("lab stand-in" in n for n in ev["deploy_lab_notes"])
     assert any("--num-prompts 64" in n for n in ev["deploy_lab_notes"])
+
+
+def test_lab_bench_client_of_another_release_is_put_first_and_announced(store: ProfileStore) -> None:
+    lab = deploy.LabOptions(standin_server=True, bench_client=("0.5.9", "/opt/sglang/standin/bench-client-0.5.9"))
+    ev = _extravars(store, "glm5-tp8-0.5.23", lab)
+    bench = ev["bench_probe_bench_argv"]
+    assert bench[:5] == ["env", "PYTHONPATH=/opt/sglang/standin/bench-client-0.5.9", "python3",
+                         "-m", "sglang.bench_serving"]
+    (note,) = [n for n in ev["deploy_lab_notes"] if "benchmark client" in n]
+    assert "SGLang 0.5.9's bench_serving" in note and "SGLang 0.5.23's imports torch" in note
+    standin = shlex.split(ev["sglang_service_standin_exec"])
+    assert "--dsa-decode-backend" in standin and "--nsa-decode-backend" not in standin
 
 
 def test_standin_needs_a_launch_server_argv() -> None:

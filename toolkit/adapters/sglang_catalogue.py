@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import os
 import re
@@ -153,6 +154,29 @@ def wheel_requires(wheel: Path) -> list[str]:
         for line in meta.splitlines()
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     ]
+
+
+def package_tarball(version: str, cache: Path | None = None) -> Path:
+    """SGLang `version`'s `sglang/` package from its wheel as one tar beside the wheel (built once, members sorted
+    and their metadata fixed, so the same wheel gives the same bytes): what a host unpacks to import that
+    release's pure-Python parts without installing it."""
+    import tarfile
+
+    wheel = ensure_wheel(version, cache)
+    out = wheel.with_name(f"sglang-{version}-package.tar")
+
+    def build() -> None:
+        tmp = out.with_name(out.name + ".tmp")
+        with zipfile.ZipFile(wheel) as zf, tarfile.open(tmp, "w") as tar:
+            for name in sorted(n for n in zf.namelist() if n.startswith("sglang/") and not n.endswith("/")):
+                data = zf.read(name)
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o644, 0
+                tar.addfile(info, io.BytesIO(data))
+        os.replace(tmp, out)
+
+    cache_lock.build_once(out, out.exists, build)
+    return out
 
 
 def from_wheel(wheel: Path, version: str) -> Catalogue:

@@ -167,7 +167,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
     from toolkit.core import deploy
     from toolkit.core.profile.render import render_bench_argv
-    from toolkit.lab.standin_server import SERVER_PATH
+    from toolkit.lab.standin_server import LAB_BENCH_CLIENT_DIR, LAB_BENCH_CLIENT_RELEASE, SERVER_PATH
 
     if args.record and not args.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
@@ -181,6 +181,9 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
 
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(args.runs_dir).resolve() / run_id
+    bench_client = None
+    if is_lab and inputs.sglang_version != LAB_BENCH_CLIENT_RELEASE:
+        bench_client = (LAB_BENCH_CLIENT_RELEASE, LAB_BENCH_CLIENT_DIR)
     lab = deploy.LabOptions(
         standin_server=is_lab,
         standin_fail_health=args.lab_fail_health,
@@ -188,6 +191,7 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         bench_num_prompts=args.lab_num_prompts if is_lab else None,
         tokenizer_dir=LAB_TOKENIZER_DIR if is_lab else None,
         dataset_path=LAB_DATASET_PATH if is_lab else None,
+        bench_client=bench_client,
     )
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
     bench_argv = render_bench_argv(
@@ -243,6 +247,11 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
         extravars["sglang_service_standin_extra_src"] = [
             *extravars["sglang_service_standin_extra_src"], str(catalogue_path(inputs.sglang_version))
         ]
+        if bench_client is not None:
+            from toolkit.adapters.sglang_catalogue import package_tarball
+
+            extravars["bench_probe_bench_client_src"] = str(package_tarball(bench_client[0]))
+            extravars["bench_probe_bench_client_dir"] = bench_client[1]
     secrets, key_vars = _api_key(inputs.api_key_secret)
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):

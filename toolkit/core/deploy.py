@@ -117,6 +117,9 @@ class LabOptions:
     bench_num_prompts: int | None = None  # the profile's 1024 would take minutes against the stand-in
     tokenizer_dir: str | None = None  # a local tokenizer generated in the container: HF is unreachable
     dataset_path: str | None = None  # a local ShareGPT-format file: bench_serving's random set samples text from it
+    # Another release's bench_serving, unpacked here, when the pinned one's cannot import in the lab (needs torch):
+    # (its release, the directory put first on PYTHONPATH).
+    bench_client: tuple[str, str] | None = None
 
 
 def _flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -247,6 +250,8 @@ def with_bench_overrides(bench_argv: Sequence[str], lab: LabOptions) -> list[str
         setflag("--tokenizer", lab.tokenizer_dir)
     if lab.dataset_path:
         setflag("--dataset-path", lab.dataset_path)
+    if lab.bench_client is not None:
+        argv = ["env", f"PYTHONPATH={lab.bench_client[1]}", *argv]
     return argv
 
 
@@ -265,6 +270,10 @@ def lab_notes(inputs: DeployInputs, lab: LabOptions) -> list[str]:
         notes.append(f"lab: bench --tokenizer {lab.tokenizer_dir} (generated locally: Hugging Face is unreachable)")
     if lab.dataset_path:
         notes.append(f"lab: bench --dataset-path {lab.dataset_path} (generated ShareGPT-format text: no download)")
+    if lab.bench_client is not None:
+        release, where = lab.bench_client
+        notes.append(f"lab: the benchmark client is SGLang {release}'s bench_serving ({where}), the same flags: "
+                     f"SGLang {inputs.sglang_version}'s imports torch, which the lab has not")
     if inputs.model_local_path is None and lab.standin_server:
         notes.append("lab: the model is not fetched (no Hugging Face access, and the stand-in needs no weights)")
     return notes
