@@ -2,7 +2,7 @@
 
     python3 benchmarks/check_catalogues_against_sglang.py --setup /var/cache/toolkit/sglang-parser-env
     python3 benchmarks/check_catalogues_against_sglang.py --env /var/cache/toolkit/sglang-parser-env \
-        [--releases 0.5.9 0.5.23] [--parse glm5-tp8@0.5.23 glm5-tp8-0.5.23@0.5.23] [--json OUT]
+        [--releases 0.5.9 0.5.23] [--parse glm5-tp8@0.5.23 glm5-tp8-0.5.23@0.5.23] [--profiles-dir DIR] [--json OUT]
 
 The catalogues are read statically from each release's wheel (toolkit/core/profile/catalogue.py). This script
 imports the release itself: its `sglang` package from the cached wheel (no install, no compiled parts) on a CPU
@@ -144,6 +144,8 @@ def main() -> int:
     ap.add_argument("--parse", nargs="*", default=["glm5-tp8@0.5.9", "glm5-tp8@0.5.23", "glm5-tp8-0.5.23@0.5.23"],
                     metavar="NAME@VERSION")
     ap.add_argument("--json", type=Path, metavar="OUT", help="also write the result here")
+    ap.add_argument("--profiles-dir", type=Path, default=REPO / "profiles",
+                    help="where the --parse profiles are (e.g. a copy after `toolkit profile migrate ... --write`)")
     args = ap.parse_args()
     releases = args.releases or sglang_catalogue.available_versions()
     if args.setup:
@@ -151,7 +153,7 @@ def main() -> int:
         return 0
     if args.env is None:
         ap.error("give --env DIR (built with --setup DIR)")
-    profiles = ProfileStore(REPO / "profiles")
+    profiles = ProfileStore(args.profiles_dir)
     wanted: dict[str, list[tuple[str, list[str]]]] = {}
     for item in args.parse:
         name, _, version = item.partition("@")
