@@ -28,6 +28,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.results_block import join_results_block, split_results_block
+from toolkit.core.profile.validate import results_block_problems
 from toolkit.core.results.block import add_entry, parse_block, render_block
 from toolkit.core.results.build import build_entry
 from toolkit.core.results.model import ResultsBlock, ResultsEntry
@@ -132,8 +133,8 @@ def load_profile_results(profile_name: str, profiles_dir: Path | str | None = No
         known = ", ".join(store.names()) or "none"
         raise ToolkitError.of(f"no profile {profile_name!r} in {store.dir}", file=str(path), field="--profile",
                               fix=f"use one of: {known} (or pass --profiles-dir)")
-    _, block = read_block(path, path.read_text(encoding="utf-8"))
-    resolved = store.resolve(profile_name)
+    resolved = store.resolve(profile_name)  # read as every profile is (UTF-8, bounded), or refused
+    _, block = read_block(path, resolved.source.text if resolved.source else path.read_text(encoding="utf-8"))
     return ProfileResults(profile_name, path, block, spec_hash(resolved), resolved)
 
 
@@ -206,6 +207,9 @@ def record_run(run_dir: Path | str, profile_name: str, profiles_dir: Path | str 
 def _record_locked(run_path: Path, profile_name: str, profiles: ProfileStore, keep_last: int | None
                    ) -> RecordOutcome:
     current = load_profile_results(profile_name, profiles.dir)
+    unreadable = [p for p in results_block_problems(current.resolved) if p.severity == "error"]
+    if unreadable:  # what it cannot read as its own block, it does not write over
+        raise ToolkitError(unreadable)
     run, summary, verdict, topology, bench_raw = _run_artifacts(run_path)
     entry = build_entry(
         summary, verdict, run,

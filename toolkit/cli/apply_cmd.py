@@ -97,7 +97,11 @@ def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
             )
         return {"sglang_service_api_key": value}, {}
     if kind == "file":
-        return {"sglang_service_api_key": Path(name).expanduser().read_text().strip()}, {}
+        try:
+            return {"sglang_service_api_key": Path(name).read_text().strip()}, {}
+        except OSError as err:
+            raise ToolkitError.of(f"cannot read the API key file {name}: {err.strerror}", field="server.api_key_secret",
+                                  fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
     if kind == "vault":
         # Ansible resolves the vaulted variable on the host side; the value never passes through here.
         return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
@@ -111,6 +115,8 @@ def _resolve(name: str, profiles_dir: str | None) -> Any:
     store = ProfileStore(find_profiles_dir(profiles_dir))
     resolved = store.resolve(name)
     problems = _validate(resolved)
+    if not any(p.severity == "error" for p in problems):  # the files it names go to every host: confined
+        problems += store.file_problems(resolved)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)  # nothing has touched a host yet

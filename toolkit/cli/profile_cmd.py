@@ -165,7 +165,8 @@ def validate_profiles(store: Any, names: list[str]) -> dict[str, list[Problem]]:
             out[name] = list(err.problems)
             continue
         out[name] = validate(resolved, load_catalogue(resolved.spec.engine.sglang_version))
-        out[name] += store.file_problems(resolved)
+        if not any(p.severity == "error" for p in out[name]):  # a path refused as written is not looked up
+            out[name] += store.file_problems(resolved)
     return out
 
 
