@@ -207,8 +207,9 @@ class ResultsBlock(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    schema_version: int = 1
-    keep_last: int = Field(default=10, ge=1)
+    # Strict like the author's part: `keep_last: yes` would otherwise keep one entry.
+    schema_version: int = Field(default=1, strict=True)
+    keep_last: int = Field(default=10, ge=1, strict=True)
     entries: list[dict[str, Any]] = Field(default_factory=list)
 
 
