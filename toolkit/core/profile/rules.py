@@ -276,6 +276,17 @@ def control_char_problem(value: str) -> str | None:
     return None
 
 
+def prose_problem(value: str) -> str | None:
+    """Prose may hold line breaks and tabs (folded YAML blocks end in one), nothing else that drives a terminal."""
+    for i, c in enumerate(value):
+        category = unicodedata.category(c)
+        if (category == "Cc" and c not in "\n\t") or category in ("Zl", "Zp") or "\u202a" <= c <= "\u202e" \
+                or "\u2066" <= c <= "\u2069":
+            name = _CONTROL_NAMES.get(c) or unicodedata.name(c, "") or "control character"
+            return f"U+{ord(c):04X} ({name}) at position {i}"
+    return None
+
+
 def template_problem(value: str) -> str | None:
     for marker in ("{{", "{%", "{#"):
         if marker in value:
@@ -405,6 +416,7 @@ def argv_value_problem(value: str) -> str | None:
 
 CHECKS: dict[str, Callable[[str], str | None]] = {
     "control_chars": control_char_problem,
+    "prose": prose_problem,
     "template": template_problem,
     "host": host_problem,
     "host_port": host_port_problem,
@@ -442,6 +454,16 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         fix="remove it (YAML turns \\n in a double-quoted string, and the end of a block scalar, into a newline; "
         "\\u escapes and pasted text can carry invisible characters)",
         source="systemd.syntax(7): a newline ends an assignment; Unicode TR9 (bidirectional overrides), CVE-2021-42574",
+    ),
+    FieldRule(
+        id="prose-control-characters",
+        paths=("description", "why.*.reason", "why.*.link", "engine.patches.*.reason", "engine.patches.*.link"),
+        check="prose",
+        severity="error",
+        message="contains {detail}: prose reaches the terminal through `profile show`, `diff` and git's textconv, "
+        "where an escape sequence or a bidirectional control rewrites what is shown",
+        fix="remove it (a YAML \\e or \\x1b escape in a double-quoted string makes one)",
+        source="ECMA-48 control sequences; Unicode TR9, CVE-2021-42574",
     ),
     FieldRule(
         id="ansible-template",
@@ -570,18 +592,20 @@ FIELD_RULES: tuple[FieldRule, ...] = (
 
 
 def _path_matches(pattern: str, path: str) -> bool:
-    """`*` in a pattern stands for one part of the dotted path (engine.patches.*.patch)."""
-    want, got = pattern.split("."), path.split(".")
-    return len(want) == len(got) and all(w in ("*", g) for w, g in zip(want, got, strict=True))
+    """`*` in a pattern stands for one or more parts of the dotted path: an index (engine.patches.*.patch) or
+    a key with dots in it (why.*.reason matches why.server.tp_size.reason)."""
+    parts = (".+" if part == "*" else re.escape(part) for part in pattern.split("."))
+    return re.fullmatch(r"\.".join(parts), path) is not None
 
 
-def string_fields(resolved: ResolvedProfile) -> Iterator[tuple[str, str]]:
-    """(dotted path, value) of every string of the spec that is rendered somewhere (not prose, not results)."""
+def string_fields(resolved: ResolvedProfile, *, prose: bool = False) -> Iterator[tuple[str, str]]:
+    """(dotted path, value) of every string of the spec that is rendered somewhere (not results); with
+    `prose`, the prose too (description, why, reasons and links)."""
 
     def walk(prefix: str, value: Any) -> Iterator[tuple[str, str]]:
         if isinstance(value, dict):
             for k, v in value.items():
-                if k not in PROSE_KEYS:
+                if prose or k not in PROSE_KEYS:
                     yield from walk(f"{prefix}.{k}" if prefix else str(k), v)
         elif isinstance(value, list):
             for i, v in enumerate(value):
@@ -589,7 +613,8 @@ def string_fields(resolved: ResolvedProfile) -> Iterator[tuple[str, str]]:
         elif isinstance(value, str):
             yield prefix, value
 
-    yield from walk("", resolved.spec.model_dump(mode="json", exclude={"results", "why", "description"}))
+    exclude = {"results"} if prose else {"results", "why", "description"}
+    yield from walk("", resolved.spec.model_dump(mode="json", exclude=exclude))
 
 
 def field_rule_hits(
@@ -597,12 +622,13 @@ def field_rule_hits(
 ) -> list[tuple[FieldRule, str, str]]:
     """(rule, path, detail) for each field a rule finds wrong; one hit per field (the first rule wins), so a
     value with a newline is not also reported as a bad host."""
-    strings = dict(string_fields(resolved))
+    rendered = dict(string_fields(resolved))
+    strings = dict(string_fields(resolved, prose=True))
     hits: list[tuple[FieldRule, str, str]] = []
     seen: set[str] = set()
     for rule in rules:
-        if rule.paths == ("*",):
-            paths = sorted(strings)
+        if rule.paths == ("*",):  # every rendered string; prose is named by its own rules
+            paths = sorted(rendered)
         else:
             paths = [p for p in strings if any(_path_matches(pattern, p) for pattern in rule.paths)]
         for path in paths:
