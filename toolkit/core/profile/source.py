@@ -392,6 +392,10 @@ class _Builder:
                               f"keys are names: quote it if it is one, e.g. '{shown}':")
         key = self.constructor.construct_object(node, deep=True)
         assert isinstance(key, str)
+        hidden = next((c for c in key if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
+        if hidden is not None:  # a key is printed as it is (show, diff, textconv, every error's field)
+            raise self.refuse(node, path, f"the key {key!r} holds U+{ord(hidden):04X}, a character that does "
+                              "not show or drives the terminal", "write the key in plain text")
         return key
 
 
