@@ -65,6 +65,7 @@ RAW_VALUES = [
 RAW_LINES = [
     "<<: *a", "a: &a [*a]", "a: &a {b: *a}", "x: &l [lol, lol, lol]", "y: [*l, *l, *l, *l, *l, *l, *l, *l]",
     "server: {}", "name: other", "extends: glm5-tp8", "extends: missing", "\tserver:", "%YAML 1.1", "---", "...",
+    "--- !!set", "!!omap",
     "? [a, b]\n: c", "1: x", "true: x", "null: x", "results: []", RESULTS_MARKER, "why: {server.nope: {reason: x}}",
     "env: {NÇCL: x}",
 ]  # fmt: skip
@@ -262,12 +263,13 @@ def test_the_shipped_profiles_pass_unmutated() -> None:
 
 
 # Mutations the fuzzing found refused without a field, kept as plain cases: a file of one invisible character,
-# a line separator in the first comment, and a list as a top-level key.
+# a line separator in the first comment, a list as a top-level key, a zero-width space before the first comment.
 FOUND = [
     ("glm5-ep8", lambda t: "\u202e"),
     ("glm5-baseline", lambda t: "#\u2028" + t),
     ("glm5-baseline", lambda t: "? [a, b]\n: c\n" + t),
     ("glm5-baseline", lambda t: t.replace("schema_version: 1", "schema_version: \x08", 1)),
+    ("glm5-baseline", lambda t: "\u200b" + t),  # the first comment becomes a key with an invisible character
 ]
 
 

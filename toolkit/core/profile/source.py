@@ -133,6 +133,13 @@ def parse_profile_text(name: str, file: str, text: str) -> ProfileSource:
             line=node.start_mark.line + 1,
             fix="write `key: value` sections at the top level (schema_version:, name:, server:, ...)",
         )
+    if node.tag != _TAG + "map":
+        raise ToolkitError.of(
+            f"a profile must be a mapping of sections, this file is tagged {node.tag.replace(_TAG, '!!')}",
+            file=file,
+            line=node.start_mark.line + 1,
+            fix="remove the tag before the first key",
+        )
     lines: dict[Path, int] = {(): node.start_mark.line + 1}
     builder = _Builder(file, lines)
     data = builder.build(node, ())
@@ -394,8 +401,9 @@ class _Builder:
         assert isinstance(key, str)
         hidden = next((c for c in key if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")), None)
         if hidden is not None:  # a key is printed as it is (show, diff, textconv, every error's field)
-            raise self.refuse(node, path, f"the key {key!r} holds U+{ord(hidden):04X}, a character that does "
-                              "not show or drives the terminal", "write the key in plain text")
+            shown = ascii(key)[1:-1]  # the field names it with the character escaped, never the character
+            raise self.refuse(node, (*path, shown), f"the key {key!r} holds U+{ord(hidden):04X}, a character that "
+                              "does not show or drives the terminal", "write the key in plain text")
         return key
 
 
