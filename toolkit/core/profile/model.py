@@ -7,7 +7,6 @@ when the merged profile still lacks them, naming the file to put them in.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -46,7 +45,7 @@ MAX_COUNT = 2**31 - 1
 MAX_BENCH_SEED = 2**32 - 1
 
 # Environment variable names as systemd and POSIX shells take them (env_name_is_valid): ASCII only.
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Hugging Face repo ids (huggingface_hub validate_repo_id): ASCII word characters, '-' and '.', at most 96
 # characters a part, a word character at each end; '--' and '..' are refused there (ModelSpec below), and '..'
 # would climb out of the model cache here.
@@ -224,7 +223,7 @@ class Profile(_Strict):
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
-    env: dict[Annotated[str, Field(pattern=ENV_NAME.pattern)], str] = Field(default_factory=dict)
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
     why: dict[str, Why] = Field(default_factory=dict)
