@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.results.conftest import REPO, Scratch
+from toolkit.adapters.files import stale_temp_files
 from toolkit.adapters.profile_store import ProfileStore
-from toolkit.adapters.results_store import load_profile_results, stale_temp_files
+from toolkit.adapters.results_store import load_profile_results
 from toolkit.cli.main import main
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.results_block import join_results_block, split_results_block

@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from toolkit.adapters.files import write_atomic
 from toolkit.core.ansible_summary import (
     HostStats,
     PlaybookEvent,
@@ -136,11 +137,7 @@ def _scrub_artifacts(root: Path, secret_values: list[str]) -> None:
         data = path.read_bytes()
         if not any(n in data for n in needles):
             continue
-        text = redact(data.decode("utf-8", errors="replace"), secret_values)
-        tmp = path.with_name(f".{path.name}.scrub")
-        tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        write_atomic(path, redact(data.decode("utf-8", errors="replace"), secret_values), mode=0o600)
 
 
 def run_playbook(
@@ -390,9 +387,7 @@ def _runner_settings(private_data_dir: Path) -> None:
     if path.is_file() and path.read_text() == _RUNNER_SETTINGS:
         return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".settings.{os.getpid()}.tmp")
-    tmp.write_text(_RUNNER_SETTINGS)
-    os.replace(tmp, path)
+    write_atomic(path, _RUNNER_SETTINGS, mode=0o600)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

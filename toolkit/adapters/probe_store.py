@@ -8,8 +8,6 @@ schema_version; a newer one than this toolkit knows is refused.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,25 +25,6 @@ RUN_SCHEMA_VERSION = 1
 TOPOLOGY_SCHEMA_VERSION = 1
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
                   "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:

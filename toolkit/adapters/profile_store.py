@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
+from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import Problem, ToolkitError
-from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
@@ -53,28 +52,6 @@ def find_profiles_dir(explicit: str | None = None, *, cwd: str | Path | None = N
         fix=f"run from a repository with profiles/, pass --profiles-dir DIR or set {PROFILES_ENV} "
         f"(the shipped examples are in {_shipped_profiles()})",
     )
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one:
-    a temp file in the same directory, fsync, then os.replace (keeps the old file's mode)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        else:  # mkstemp makes 0600; a new profile gets the usual mode
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
@@ -168,14 +145,6 @@ class ProfileStore:
 
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""
-        atomic_write_text(self.path(name), text)
+        write_atomic(self.path(name), text)
         self._cache.pop(name, None)
 
-
-def load_catalogue(version: str | None) -> Catalogue | None:
-    """The stored SGLang flag catalogue of `version` (None when there is none)."""
-    if not version:
-        return None
-    from toolkit.adapters.sglang_catalogue import load_catalogue as _load
-
-    return _load(version)

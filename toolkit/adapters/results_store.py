@@ -3,13 +3,7 @@
 `record_run(run_dir, profile_name, profiles_dir)` is the entry point (`toolkit results record`,
 `toolkit probe run --record`, `toolkit apply --record`).
 
-Atomic file replacement: a reader (or a crash) sees the old file or the new one, never a mix.
-
-The new text goes to a temporary file in the same directory (same filesystem, so the rename is
-atomic), is flushed to disk, then `os.replace`d over the target; the directory is synced so the
-rename itself survives a power cut. A process killed at any point before the rename leaves the
-original untouched and at most a `.NAME.*.tmp` file beside it, which no profile loader reads
-(it does not end in `.yaml`) and the next write of the same file removes.
+The write is toolkit.adapters.files.write_atomic: a reader (or a crash) sees the old file or the new one.
 """
 
 from __future__ import annotations
@@ -17,12 +11,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.adapters.files import write_atomic
 from toolkit.adapters.profile_store import ProfileStore
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.hashing import spec_hash
@@ -31,52 +25,6 @@ from toolkit.core.profile.results_block import join_results_block, split_results
 from toolkit.core.results.block import add_entry, parse_block, render_block
 from toolkit.core.results.build import build_entry
 from toolkit.core.results.model import ResultsBlock, ResultsEntry
-
-_CHUNK_BYTES = 64 * 1024
-
-
-def _tmp_prefix(path: Path) -> str:
-    return f".{path.name}."
-
-
-def stale_temp_files(path: Path) -> list[Path]:
-    """Temporary files an interrupted write of `path` left behind."""
-    return sorted(p for p in path.parent.glob(_tmp_prefix(path) + "*.tmp") if p.is_file())
-
-
-def write_atomic(path: Path, text: str | bytes) -> None:
-    """Replace `path` with `text` (str as UTF-8, or bytes) atomically, keeping its permission bits."""
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o644
-    for leftover in stale_temp_files(path):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
-    tmp = path.parent / f"{_tmp_prefix(path)}{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view[:_CHUNK_BYTES])
-                view = view[written:]
-            os.fchmod(fd, mode)  # O_CREAT's mode is filtered by the umask; the profile keeps its own
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
 
 # --- Recording a probe run into a profile -------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.sampler import Row
-from toolkit.core.probe.trace import NUMERIC_COLUMNS
+from toolkit.core.probe.series import NUMERIC_COLUMNS
 
 SIMULATED_LABEL = "simulated GPUs: the lab's engine model (not measured on a GPU)"
 

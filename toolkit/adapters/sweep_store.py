@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolkit.adapters.profile_store import atomic_write_text
+from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep.promote import variant_profile_name, variant_profile_text
 from toolkit.core.sweep.run import PointFailed, PointRequest, VariantFailed
@@ -80,7 +80,7 @@ class SweepStore:
     def save(self, state: SweepState) -> None:
         """Atomic (temp file, fsync, os.replace): a kill at any moment leaves the previous state or this one."""
         text = json.dumps(state.to_dict(), indent=1, ensure_ascii=False) + "\n"
-        atomic_write_text(self.state_path(state.run_id), text)
+        write_atomic(self.state_path(state.run_id), text)
 
     def load(self, run_id: str) -> SweepState:
         path = self.state_path(run_id)
@@ -102,7 +102,7 @@ class SweepStore:
 
     def write_text(self, run_id: str, name: str, text: str) -> Path:
         path = self.run_dir(run_id) / name
-        atomic_write_text(path, text)
+        write_atomic(path, text)
         return path
 
 
@@ -184,7 +184,7 @@ class ApplyProbeRunner:
             extra={"bench.max_concurrency": request.concurrency},
             header=[f"Written by `toolkit {self.command}` for run {self.run_id}; deployed by `toolkit apply`."],
         )
-        atomic_write_text(profiles / f"{name}.yaml", text)
+        write_atomic(profiles / f"{name}.yaml", text)
         runs = self.store.run_dir(self.run_id) / request.artifacts
         runs.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "toolkit", "apply", "profile", name, "--probe", "--json"]

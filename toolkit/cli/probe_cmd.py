@@ -262,14 +262,14 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
     """The idle baseline, the benchmark under sampling and the artifacts: (run result, summary, verdict).
     side_cfg: (server pid, server URL, scrape Hz) for the host and server timelines."""
     from toolkit.adapters.bench_process import read_bench_jsonl, redact_argv, run_sampled, server_log_tail
-    from toolkit.adapters.probe_store import write_json_atomic
+    from toolkit.adapters.files import write_json
     from toolkit.core.probe.bench import failed_requests, normalize_bench_result, requests_sent
 
     started_epoch_s = time.time()
     try:
         out.mkdir(parents=True, exist_ok=True)
         topology = {"schema_version": 1, **sampler.topology()}
-        write_json_atomic(out / "topology.json", topology)
+        write_json(out / "topology.json", topology)
         manifest: dict[str, Any] = {
             "schema_version": 1,
             "toolkit_version": __version__,
@@ -288,7 +288,7 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
             "steady_state": plan["steady_state"] or {"plateau_fraction": 0.8, "smooth_s": 2.0, "min_window_s": 5.0},
             "status": "running",
         }
-        write_json_atomic(out / "run.json", manifest)
+        write_json(out / "run.json", manifest)
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str(bench_jsonl.resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         live_on = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
@@ -329,7 +329,7 @@ def _sampled_run(args: argparse.Namespace, sampler: Any, gpus: list[int], plan: 
                   "summary.json", "verdict.json", *(tl.path.name for tl in side)],
         **{k: f() for k, f in side_info.items()},
     })
-    write_json_atomic(out / "run.json", manifest)
+    write_json(out / "run.json", manifest)
     summary, verdict = _judge_and_write(out)
     return result, summary, verdict
 
@@ -397,7 +397,8 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     """The run directory's disk filled up mid-run. Files written whole (JSON: temp file + rename) are complete or
     absent; the streamed ones (trace.csv.partial, bench.*.log, the side timelines) may be cut mid-line, so they go,
     which also gives back the space to mark run.json as failed."""
-    from toolkit.adapters.probe_store import read_json, write_json_atomic
+    from toolkit.adapters.files import write_json
+    from toolkit.adapters.probe_store import read_json
 
     removed = []
     for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
@@ -412,7 +413,7 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     try:
         manifest = read_json(out / "run.json", required=False)
         if manifest is not None:
-            write_json_atomic(out / "run.json", {**manifest, "status": "failed", "error": note})
+            write_json(out / "run.json", {**manifest, "status": "failed", "error": note})
     except (OSError, ToolkitError):
         pass  # still full: run.json stays as it was, complete (status running)
     return ToolkitError.of(
@@ -425,24 +426,26 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
 
 
 def _judge_and_write(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    from toolkit.adapters.probe_store import judge_run, load_run, write_json_atomic
+    from toolkit.adapters.files import write_json
+    from toolkit.adapters.probe_store import judge_run, load_run
 
     summary, verdict = judge_run(load_run(out))
     vd = verdict.to_dict()
-    write_json_atomic(out / "summary.json", summary)
-    write_json_atomic(out / "verdict.json", vd)
+    write_json(out / "summary.json", summary)
+    write_json(out / "verdict.json", vd)
     return summary, vd
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from toolkit.adapters.probe_store import judge_run, load_run, write_json_atomic
+    from toolkit.adapters.files import write_json
+    from toolkit.adapters.probe_store import judge_run, load_run
 
     run = load_run(args.dir)
     summary, verdict = judge_run(run)
     vd = verdict.to_dict()
     if args.write:
-        write_json_atomic(args.dir / "summary.json", summary)
-        write_json_atomic(args.dir / "verdict.json", vd)
+        write_json(args.dir / "summary.json", summary)
+        write_json(args.dir / "verdict.json", vd)
     _print(summary, vd, args.dir, as_json=args.json, replay=True)
     return 0
 

@@ -272,10 +272,10 @@ def _refuse_errors(store: Any, name: str) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from toolkit.core.profile.diff import diff_profiles
+    from toolkit.core.results.profile_diff import profile_diff
 
     store = _store(args)
-    result = diff_profiles(store.resolve(args.a), store.resolve(args.b))
+    result = profile_diff(store.resolve(args.a), store.resolve(args.b))
     if args.json:
         _print_json(result.to_json())
     else:
@@ -289,8 +289,8 @@ def cmd_textconv(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir, read_source
-    from toolkit.core.profile.diff import textconv_text
     from toolkit.core.profile.resolve import resolve
+    from toolkit.core.results.profile_diff import textconv_text
 
     path = Path(args.file)
     try:

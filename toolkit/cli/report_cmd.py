@@ -39,8 +39,9 @@ def _run_dir(args: argparse.Namespace, artifacts: str | None, profiles_dir: Path
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from toolkit.adapters.files import write_atomic
     from toolkit.adapters.profile_store import ProfileStore
-    from toolkit.adapters.results_store import load_profile_results, write_atomic
+    from toolkit.adapters.results_store import load_profile_results
     from toolkit.core.profile.diff import diff_profiles
     from toolkit.core.report import ReportData, plot_data, render_html, render_markdown
     from toolkit.core.results.compare import is_stale, latest

@@ -386,7 +386,7 @@ def _promote(console: Any, args: argparse.Namespace, state: Any, base: Any, prof
 def write_promoted(console: Any, profiles: Any, base: Any, name: str, text: str, best: Any) -> None:
     """A promoted profile (sweep or tune) into profiles/, validated and rendered first: a promotion that would not
     deploy is refused, and an existing different file is never overwritten."""
-    from toolkit.adapters.profile_store import atomic_write_text
+    from toolkit.adapters.files import write_atomic
     from toolkit.core.profile import parse_profile_text, resolve
     from toolkit.core.profile.render import render_launch_argv
 
@@ -401,7 +401,7 @@ def write_promoted(console: Any, profiles: Any, base: Any, name: str, text: str,
     if errors:
         raise ToolkitError(errors)
     argv = render_launch_argv(resolved)
-    atomic_write_text(path, text)
+    write_atomic(path, text)
     console.print(
         f"[green]promoted[/] {best.variant_id} ({best.label}) as {path}; it validates and renders "
         f"({len(argv)} launch arguments). Review with `toolkit profile diff {base.name} {name}`."
