@@ -6,8 +6,11 @@ handed to the pure toolkit.core.profile functions.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolkit.adapters.files import write_atomic
@@ -52,6 +55,30 @@ def find_profiles_dir(explicit: str | None = None, *, cwd: str | Path | None = N
         fix=f"run from a repository with profiles/, pass --profiles-dir DIR or set {PROFILES_ENV} "
         f"(the shipped examples are in {_shipped_profiles()})",
     )
+
+
+@contextlib.contextmanager
+def profile_lock(path: Path) -> Iterator[None]:
+    """Exclusive lock on the profile file itself, so two recorders (parallel sweeps, several hosts) never
+    both read the old block and the second write drops the first entry.
+
+    The lock is on the inode; a writer replaces the inode, so after acquiring we check that the path
+    still names the inode we locked, and lock again if it moved on.
+    """
+    while True:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
@@ -142,6 +169,11 @@ class ProfileStore:
                     )
                 )
         return out
+
+    def reread(self, name: str) -> ProfileSource:
+        """The file as it is now (after another writer), not the copy read earlier."""
+        self._cache.pop(name, None)
+        return self.source(name)
 
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""

@@ -77,9 +77,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
+    from toolkit.app.profiles import open_store
 
-    return ProfileStore(find_profiles_dir(args.profiles_dir))
+    return open_store(args.profiles_dir)
 
 
 def _print_json(data: Any) -> None:
@@ -152,29 +152,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def validate_profiles(store: Any, names: list[str]) -> dict[str, list[Problem]]:
-    """name -> problems (a profile that fails to load has its load errors as problems)."""
-    from toolkit.adapters.profile_store import load_catalogue
-    from toolkit.core.profile.validate import validate
-
-    out: dict[str, list[Problem]] = {}
-    for name in names:
-        try:
-            resolved = store.resolve(name)
-        except ToolkitError as err:
-            out[name] = list(err.problems)
-            continue
-        out[name] = validate(resolved, load_catalogue(resolved.spec.engine.sglang_version))
-        out[name] += store.file_problems(resolved)
-    return out
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     store = _store(args)
     names = store.names() if args.name == "all" else [args.name]
     if not names:
         raise ToolkitError.of(f"no profiles in {store.dir}", fix="add a profile file (profiles/NAME.yaml)")
-    results = validate_profiles(store, names)
+    from toolkit.app.profiles import check_profiles
+
+    results = check_profiles(store, names)
     failing = {"error", "warning"} if args.strict else {"error"}
     bad = sorted(name for name, problems in results.items() if any(p.severity in failing for p in problems))
     if args.json:
@@ -265,7 +250,9 @@ def _flag_lines(argv: list[str]) -> list[str]:
 
 
 def _refuse_errors(store: Any, name: str) -> None:
-    problems = validate_profiles(store, [name])[name]
+    from toolkit.app.profiles import check_profiles
+
+    problems = check_profiles(store, [name])[name]
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)

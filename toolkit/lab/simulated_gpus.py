@@ -23,6 +23,10 @@ SIMULATED_LABEL = "simulated GPUs: the lab's engine model (not measured on a GPU
 
 
 class SimulatedSampler:
+    """The lab's GPU source for `toolkit probe run --gpu-source simulated:URL` (a plug-in: toolkit.app.plugins)."""
+
+    data_source = SIMULATED_LABEL
+
     def __init__(self, base_url: str, timeout_s: float = 1.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.source = f"simulated:{self.base_url}/lab/gpus"

@@ -1,0 +1,59 @@
+"""Profiles as every use case needs them: found, resolved, and checked against the rules and the pinned SGLang.
+
+One validation for all: `toolkit profile validate`, `apply` (an invalid profile touches no host), a sweep's
+variants and a tune's steps, and a promotion before it is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
+from toolkit.adapters.sglang_catalogue import load_catalogue
+from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.validate import validate
+
+
+def open_store(profiles_dir: str | None = None) -> ProfileStore:
+    """The profiles of `--profiles-dir`, else $TOOLKIT_PROFILES_DIR, else profiles/ of the repository here."""
+    return ProfileStore(find_profiles_dir(profiles_dir))
+
+
+def check(resolved: ResolvedProfile) -> list[Problem]:
+    """The rules and the flags of the profile's pinned SGLang (its catalogue, read once per process)."""
+    return list(validate(resolved, load_catalogue(resolved.spec.engine.sglang_version)))
+
+
+def check_profiles(store: ProfileStore, names: list[str]) -> dict[str, list[Problem]]:
+    """name -> problems, the files a profile names included (a profile that fails to load: its load errors)."""
+    out: dict[str, list[Problem]] = {}
+    for name in names:
+        try:
+            resolved = store.resolve(name)
+        except ToolkitError as err:
+            out[name] = list(err.problems)
+            continue
+        out[name] = check(resolved) + store.file_problems(resolved)
+    return out
+
+
+@dataclass(frozen=True)
+class CheckedProfile:
+    """A profile that passed: no error (its warnings are kept, to be shown on every use)."""
+
+    resolved: ResolvedProfile
+    warnings: list[Problem]
+    store: ProfileStore
+
+
+def resolve_checked(name: str, profiles_dir: str | None = None, *, store: ProfileStore | None = None
+                    ) -> CheckedProfile:
+    """Resolve and check `name`; its errors raise ToolkitError (exit 2) before anything else happens."""
+    store = store or open_store(profiles_dir)
+    resolved = store.resolve(name)
+    problems = check(resolved)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        raise ToolkitError(errors)
+    return CheckedProfile(resolved, [p for p in problems if p.severity == "warning"], store)
