@@ -81,18 +81,23 @@ def profile_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
-def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
-    """Read and parse one profile file (any path: textconv hands us git's temp files)."""
+def read_text(path: str | Path) -> str:
+    """One profile file's text, as UTF-8; a clear error naming the file otherwise."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
     except UnicodeDecodeError as err:
         raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
     except OSError as err:
         raise ToolkitError.of(f"cannot read: {err.strerror}", file=str(p), fix="check permissions") from None
-    return parse_profile_text(name or p.stem, str(p), text)
+
+
+def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
+    """Read and parse one profile file (any path: textconv hands us git's temp files)."""
+    p = Path(path)
+    return parse_profile_text(name or p.stem, str(p), read_text(p))
 
 
 class ProfileStore:
@@ -101,6 +106,7 @@ class ProfileStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self.dir = Path(directory) if directory is not None else find_profiles_dir(None)
         self._cache: dict[str, ProfileSource] = {}
+        self._texts: dict[str, str] = {}  # read once; parsed (and re-read) only when asked
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.yaml") if not p.name.startswith("."))
@@ -113,13 +119,19 @@ class ProfileStore:
             )
         return self.dir / f"{name}.yaml"
 
-    def source(self, name: str) -> ProfileSource:
-        if name not in self._cache:
+    def text(self, name: str) -> str:
+        """The file's text, read once per store (the source, the results block and a rewrite all use it)."""
+        if name not in self._texts:
             path = self.path(name)
             if not path.is_file():
                 known = ", ".join(self.names()) or "none"
                 raise ProfileNotFound.of(f"no profile {name!r} in {self.dir}", fix=f"use one of: {known}")
-            self._cache[name] = read_source(path, name)
+            self._texts[name] = read_text(path)
+        return self._texts[name]
+
+    def source(self, name: str) -> ProfileSource:
+        if name not in self._cache:
+            self._cache[name] = parse_profile_text(name, str(self.path(name)), self.text(name))
         return self._cache[name]
 
     def load(self, name: str) -> tuple[Profile, str]:
@@ -170,13 +182,13 @@ class ProfileStore:
                 )
         return out
 
-    def reread(self, name: str) -> ProfileSource:
-        """The file as it is now (after another writer), not the copy read earlier."""
+    def forget(self, name: str) -> None:
+        """Read the file afresh next time (another writer may have changed it: after taking its lock)."""
         self._cache.pop(name, None)
-        return self.source(name)
+        self._texts.pop(name, None)
 
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""
         write_atomic(self.path(name), text)
-        self._cache.pop(name, None)
+        self.forget(name)
 

@@ -62,10 +62,10 @@ def _existing(store: ProfileStore, name: str) -> Path:
 
 
 def _results_of(store: ProfileStore, name: str, path: Path) -> ProfileResults:
-    """From the source the store holds: one read of the file gives the spec, its hash and the block."""
-    source = store.source(name)
+    """One read of the file gives the block (checked first: its errors name the block), the spec and its hash."""
+    block = read_block(store.text(name), file=str(path))
     resolved = store.resolve(name)
-    return ProfileResults(name, path, read_block(source.text, file=str(path)), spec_hash(resolved), resolved)
+    return ProfileResults(name, path, block, spec_hash(resolved), resolved)
 
 
 def load_results(profile: str, profiles_dir: str | Path | None = None, *,
@@ -95,8 +95,9 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
     path = _existing(store, profile)
     run, summary, verdict, topology, bench_raw = read_judged(run_path)
     with profile_lock(path):  # two recorders (parallel sweeps, several hosts) never drop each other's entry
-        text = store.reread(profile).text
+        store.forget(profile)
         current = _results_of(store, profile, path)
+        text = store.text(profile)
         entry = build_entry(
             summary, verdict, run,
             run_id=run_path.resolve().name,
@@ -118,7 +119,8 @@ def migrate(profile: str, profiles_dir: str | Path | None = None) -> bool:
     store = _store(profiles_dir)
     path = _existing(store, profile)
     with profile_lock(path):
-        text = store.reread(profile).text
+        store.forget(profile)
+        text = store.text(profile)
         new_text = migrated(text, file=str(path))
         if new_text == text:
             return False
