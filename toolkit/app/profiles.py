@@ -7,6 +7,7 @@ variants and a tune's steps, and a promotion before it is written.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
 from toolkit.adapters.sglang_catalogue import load_catalogue
@@ -57,3 +58,32 @@ def resolve_checked(name: str, profiles_dir: str | None = None, *, store: Profil
     if errors:
         raise ToolkitError(errors)
     return CheckedProfile(resolved, [p for p in problems if p.severity == "warning"], store)
+
+
+def textconv(file: str | Path, profiles_dir: str | None = None) -> str:
+    """A profile file as `git diff` should compare it: one line per set knob with its why, then its results. git
+    runs this on old and new versions; a version that does not resolve (a broken revision, a parent that no longer
+    exists) is shown as its raw text, so `git diff` never fails. The parents come from the profiles directory of
+    the repository the file is in (else the usual one)."""
+    from toolkit.adapters.profile_store import read_source, read_text
+    from toolkit.core.profile.resolve import resolve
+    from toolkit.core.profile.source import ProfileSource
+    from toolkit.core.results.profile_diff import textconv_text
+
+    path = Path(file)
+    text = read_text(path)
+    try:
+        source = read_source(path)
+        name = source.data.get("name") if isinstance(source.data.get("name"), str) else source.name
+        source.name = str(name)
+        try:
+            store = ProfileStore(find_profiles_dir(profiles_dir, cwd=path.parent))
+        except ToolkitError:
+            store = ProfileStore(find_profiles_dir(profiles_dir))
+
+        def loader(n: str) -> ProfileSource:
+            return source if n == source.name else store.source(n)
+
+        return textconv_text(resolve(source.name, loader))
+    except ToolkitError as err:
+        return f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n" + text

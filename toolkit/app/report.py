@@ -11,8 +11,8 @@ from toolkit.adapters.files import write_atomic
 from toolkit.app.record import load_results
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.diff import diff_profiles
-from toolkit.core.report import ReportData, plot_data, render_html, render_markdown
 from toolkit.core.results.compare import is_stale, latest
+from toolkit.core.results.report import ReportData, plot_data, render_html, render_markdown
 
 
 @dataclass

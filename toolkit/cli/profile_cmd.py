@@ -271,35 +271,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:
-    """git runs this on old and new versions of a profile. A version that does not resolve (a broken
-    revision, a parent that no longer exists) is shown as its raw text, so `git diff` never fails."""
-    from pathlib import Path
+    """git runs this on old and new versions of a profile; it never fails (see toolkit.app.profiles.textconv)."""
+    from toolkit.app.profiles import textconv
 
-    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir, read_source
-    from toolkit.core.profile.resolve import resolve
-    from toolkit.core.results.profile_diff import textconv_text
-
-    path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ToolkitError.of(f"cannot read: {err}", file=str(path), fix="give a profile file") from None
-    try:
-        source = read_source(path)
-        name = source.data.get("name") if isinstance(source.data.get("name"), str) else source.name
-        source.name = str(name)
-        try:
-            store: Any = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None), cwd=path.parent))
-        except ToolkitError:
-            store = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None)))
-
-        def loader(n: str) -> Any:
-            return source if n == source.name else store.source(n)
-
-        sys.stdout.write(textconv_text(resolve(source.name, loader)))
-    except ToolkitError as err:
-        sys.stdout.write(f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n")
-        sys.stdout.write(text)
+    sys.stdout.write(textconv(args.file, getattr(args, "profiles_dir", None)))
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from toolkit.app.report import ReportRequest, report
-    from toolkit.core.report import render_markdown
+    from toolkit.core.results.report import render_markdown
 
     data = report(ReportRequest(profile=args.name, html=args.html, markdown=args.markdown, run=args.run,
                                 profiles_dir=args.profiles_dir))
@@ -41,7 +41,7 @@ def _summary(report: object, written: list[Path]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from toolkit.core.report import ReportData, headline_rows
+    from toolkit.core.results.report import ReportData, headline_rows
 
     assert isinstance(report, ReportData)
     con = Console()

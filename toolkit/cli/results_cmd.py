@@ -49,10 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.app.profiles import open_store
     from toolkit.app.record import migrate
 
-    names = ProfileStore(args.profiles_dir).names() if args.profiles == ["all"] else args.profiles
+    names = open_store(args.profiles_dir).names() if args.profiles == ["all"] else args.profiles
     for name in names:
         changed = migrate(name, args.profiles_dir)
         print(f"{name}: {'results block rewritten in the current schema' if changed else 'already current'}")
