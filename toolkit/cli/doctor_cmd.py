@@ -32,7 +32,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     from toolkit.core.doctor import FAIL, judge
 
     inventory = resolve_inventory(args.inventory or os.environ.get("TOOLKIT_INVENTORY"))
-    host_plan(inventory, args.host, None)  # refuses a host the inventory lacks
+    host_plan(inventory, args.host)  # refuses a host the inventory lacks
     console = Console(stderr=True)
     with PlaybookProgress(console, f"doctor {args.host}", show_changes=False) as progress:
         result = run_playbook(

@@ -18,18 +18,6 @@ from typing import Any
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 
 DEFAULT_INVENTORY = Path("inventory/lab.yml")
-# What the lab cannot give the roles; the role defaults switch these when the inventory says `lab: true`
-# (as `toolkit lab up` writes it). Printed on every lab run so it is never silent.
-LAB_NOTES = (
-    "lab: no kernel headers (proxmox_gpu_host_kernel_headers_required=false) and no CUDA repository "
-    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
-)
-# A stock flavour (`toolkit lab up --flavour stock-pve8`): the host role runs as on a real host.
-STOCK_LAB_NOTES = (
-    "lab ({flavour}): the host role installs the toolchain and headers from the lab's package mirror and "
-    "downloads the installer from it; no CUDA repository in the container "
-    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
-)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -64,10 +52,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                    help="set a role variable (YAML value); repeatable. Secrets: TOOLKIT_SECRET_<VAR>, never -e")
     p.add_argument("--tags", help="only these tags (comma-separated), e.g. proxmox_gpu_host_verify")
-    lab = p.add_mutually_exclusive_group()
-    lab.add_argument("--lab", dest="lab", action="store_true", default=None,
-                     help="treat the inventory as the lab's (default: detected from `lab: true`)")
-    lab.add_argument("--no-lab", dest="lab", action="store_false", help="a real host, whatever the inventory says")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -101,8 +85,9 @@ def resolve_inventory(arg: str | None) -> Path:
                           fix="pass -i INVENTORY (shape: inventory/lab.example.yml), or run `toolkit lab up`")
 
 
-def host_plan(inventory: Path, host: str, lab_flag: bool | None) -> tuple[list[str], bool]:
-    """The containers of `host`, and whether this is the lab. Refuses a host the inventory lacks."""
+def host_plan(inventory: Path, host: str) -> tuple[list[str], list[str]]:
+    """The containers of `host`, and the inventory's notes for it (`toolkit_notes`: what an inventory, the lab's
+    for one, substitutes for the roles; printed before every run). Refuses a host the inventory lacks."""
     from toolkit.adapters.ansible import read_inventory
 
     hosts = read_inventory(inventory)
@@ -117,8 +102,8 @@ def host_plan(inventory: Path, host: str, lab_flag: bool | None) -> tuple[list[s
         h for h, v in hosts.items()
         if "gpu_containers" in v["groups"] and v["vars"].get("lxc_gpu_container_proxmox_host", host) == host
     )
-    is_lab = bool(hosts[host]["vars"].get("lab")) if lab_flag is None else lab_flag
-    return containers, is_lab
+    notes = hosts[host]["vars"].get("toolkit_notes") or []
+    return containers, [str(n) for n in (notes if isinstance(notes, list) else [notes])]
 
 
 def _run(book: str, inventory: Path, extravars: dict[str, Any], args: argparse.Namespace, title: str) -> Any:
@@ -147,22 +132,16 @@ def _run(book: str, inventory: Path, extravars: dict[str, Any], args: argparse.N
     return result
 
 
-def lab_flavour(inventory: Path, host: str) -> str:
-    """The lab flavour the inventory was written for (`lab_flavour`; `lab` when absent)."""
-    from toolkit.adapters.ansible import read_inventory
-
-    return str(read_inventory(inventory).get(host, {}).get("vars", {}).get("lab_flavour", "lab"))
-
-
-def _extravars(args: argparse.Namespace, host: str, is_lab: bool, flavour: str = "lab") -> dict[str, Any]:
+def _extravars(args: argparse.Namespace, host: str, notes: list[str]) -> dict[str, Any]:
     from rich.console import Console
+    from rich.markup import escape
 
-    extravars: dict[str, Any] = {}
-    if is_lab:
-        notes = LAB_NOTES if flavour == "lab" else STOCK_LAB_NOTES.format(flavour=flavour)
-        Console(stderr=True).print(f"[yellow]{notes}[/]")
-    extravars["lab"] = is_lab  # --lab/--no-lab win over the inventory's `lab:`
-    extravars.update(parse_extra_vars(args.extra_var))
+    console = Console(stderr=True)
+    for note in notes:
+        console.print(f"[yellow]{escape(note)}[/]")
+    if notes:
+        console.print("[yellow]override any of these with -e VAR=VALUE[/]")
+    extravars: dict[str, Any] = parse_extra_vars(args.extra_var)
     extravars["toolkit_hosts"] = host
     extravars["toolkit_proxmox_host"] = host
     return extravars
@@ -170,9 +149,10 @@ def _extravars(args: argparse.Namespace, host: str, is_lab: bool, flavour: str =
 
 def provision(args: argparse.Namespace, *, containers: bool) -> tuple[int, dict[str, Any]]:
     inventory = resolve_inventory(args.inventory)
-    members, is_lab = host_plan(inventory, args.host, args.lab)
-    extravars = _extravars(args, args.host, is_lab, lab_flavour(inventory, args.host) if is_lab else "lab")
-    report: dict[str, Any] = {"host": args.host, "containers": members if containers else [], "lab": is_lab, "runs": []}
+    members, notes = host_plan(inventory, args.host)
+    extravars = _extravars(args, args.host, notes)
+    report: dict[str, Any] = {"host": args.host, "containers": members if containers else [], "notes": notes,
+                              "runs": []}
     from toolkit.cli.ansible_progress import result_json
 
     books = ["host"] + (["container"] if containers else [])
@@ -207,8 +187,6 @@ def run_reproduce(args: argparse.Namespace) -> int:
     if code == EXIT_OK and not args.check:
         inventory = str(resolve_inventory(args.inventory))
         argv = ["apply", "profile", args.profile, "-i", inventory, "--limit", ",".join(report["containers"])]
-        if args.lab is not None:
-            argv.append("--lab" if args.lab else "--no-lab")
         deploy_start = time.monotonic()
         run: dict[str, Any] = {"command": "toolkit " + " ".join(argv)}
         if args.json:
