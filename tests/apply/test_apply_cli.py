@@ -50,7 +50,7 @@ def test_record_needs_probe(tmp_path: Path) -> None:
 
 def test_lab_inventory_is_detected_and_a_real_one_is_not(tmp_path: Path) -> None:
     lab = tmp_path / "lab.yml"
-    lab.write_text("all:\n  vars:\n    lab: true\n  children:\n    gpu_containers:\n      hosts: {ct: {}}\n")
+    lab.write_text("all:\n  vars:\n    toolkit_overlay: lab\n  children:\n    gpu_containers:\n      hosts: {ct: {}}\n")
     real = tmp_path / "real.yml"
     real.write_text("all:\n  children:\n    gpu_containers:\n      hosts: {gpu1: {ansible_host: 192.0.2.1}}\n")
     assert _is_lab_inventory(lab) and not _is_lab_inventory(real)

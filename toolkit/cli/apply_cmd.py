@@ -26,7 +26,6 @@ LAB_DATASET_PATH = "/opt/sglang/standin/lab-sharegpt.json"
 # glm5-baseline (64 running, the rest queued for most of it) and 7 s for glm5-tp8 (all 160 at once), long
 # enough for the steady-state rule's 5 s plateau. The lab says so in its notes and in the results entry.
 LAB_NUM_PROMPTS = 160
-LAB_HEALTH_TIMEOUT_S = 20  # the stand-in answers within about a second of its start
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
 
 
@@ -64,7 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _is_lab_inventory(path: Path) -> bool:
-    """The lab's inventory says so (`lab: true` in all.vars, written by `toolkit lab up`); a real one never does."""
+    """The lab's inventory says so (`toolkit_overlay: lab` in all.vars, written by `toolkit lab up`; `lab: true`
+    from a lab made before); a real one never does."""
     import yaml
 
     try:
@@ -74,7 +74,7 @@ def _is_lab_inventory(path: Path) -> bool:
 
     def walk(node: Any) -> bool:
         if isinstance(node, dict):
-            if node.get("lab") is True or node.get("toolkit_lab") is True:
+            if node.get("toolkit_overlay") == "lab" or node.get("lab") is True or node.get("toolkit_lab") is True:
                 return True
             return any(walk(v) for v in node.values())
         return False
@@ -235,8 +235,6 @@ def prepare(args: argparse.Namespace, console: Any) -> ApplyPlan:
     extravars["deploy_probe"] = bool(args.probe)
     extravars["bench_probe_gpu_trace_src"] = ""  # recorded traces are the probe's tests' now, not the lab's
     extravars["bench_probe_bench_data_src"] = str(SERVER_PATH.with_name("make_bench_data.py"))
-    if is_lab:
-        extravars["sglang_service_health_timeout_s"] = LAB_HEALTH_TIMEOUT_S
     secrets, key_vars = _api_key(inputs.api_key_secret)
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):

@@ -310,7 +310,6 @@ def build_extravars(
         "sglang_venv_model_repo_id": inputs.model_repo_id,
         "sglang_venv_model_revision": inputs.model_revision,
         "sglang_venv_model_local_path": inputs.model_local_path,
-        "sglang_venv_model_fetch": not lab.standin_server and inputs.model_local_path is None,
         "sglang_service_name": inputs.service_name,
         "sglang_service_unit": inputs.unit_text,
         "sglang_service_argv": site_argv,
