@@ -5,13 +5,14 @@ is made, so `down` removes exactly that (by pid, by name) even after a crash hal
 pve1 is one process tree: `unshare` (new mount, UTS, IPC, PID and cgroup namespaces, inside the
 lab's network namespace) runs stage1.sh as PID 1 of the new PID namespace, which mounts pve1's
 overlay root, /proc, /sys, the cgroup controllers, /dev, pivot_roots into it (LXC refuses to
-start from a plain chroot: DOMAIN.md section 5) and execs lab-init. All mounts live only in that
+start from a plain chroot: DOMAIN.md section 5) and execs systemd. All mounts live only in that
 mount namespace, so they vanish with it; killing PID 1 kills every process in the namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -646,6 +647,8 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
                 fix="`toolkit lab down` first, or run `up` with the options it was made with")
         progress("lab already up: checking pve1 answers")
         wait_for_ssh(preflight_existing, timeout_s=10, boot=False)
+        # The inventory follows this toolkit's roles: a lab made by an older checkout gets today's variables.
+        write_atomic(Path(preflight_existing.inventory_path), plan.render_inventory(preflight_existing))
         return preflight_existing
     if preflight_existing or netns_inode():
         progress("removing what an earlier, unfinished up left")
@@ -673,13 +676,13 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         upper.mkdir(parents=True)
         known = populate_upper(config, upper, key, installer)
         place_templates(upper, lower, template_files)
+        # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
+        # real host's does (staged on pve1 in the flavour lab, downloaded from the mirror in the stock ones).
+        state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
+                                  hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         if mirror is not None:
-            import hashlib
-
             populate_flavour(config, upper, mirror, mirror_key)
             state.mirror_dir = str(mirror)
-            state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
-                                      hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         write_atomic(Path(state.known_hosts_path), known, mode=0o600)
         progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)
