@@ -66,12 +66,14 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
 class ProvisionOutcome:
     host: str
     containers: list[str]
+    notes: list[str] = field(default_factory=list)  # the inventory's own (what it substitutes for a real host)
     runs: list[dict[str, Any]] = field(default_factory=list)  # one per playbook (and the deploy, on reproduce)
     duration_s: float | None = None
     exit_code: int = EXIT_OK
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"host": self.host, "containers": self.containers, "runs": self.runs}
+        out: dict[str, Any] = {"host": self.host, "containers": self.containers, "notes": self.notes,
+                               "runs": self.runs}
         if self.duration_s is not None:
             out["duration_s"] = self.duration_s
         return out
@@ -91,7 +93,7 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
     """host.yml, then (containers) container.yml; stops at the first that fails. `run(book, title, **kw)` runs a
     playbook with the caller's progress display (toolkit.adapters.ansible.run_playbook's keywords)."""
     extravars = {**req.extravars, "toolkit_hosts": req.host, "toolkit_proxmox_host": req.host}
-    outcome = ProvisionOutcome(req.host, plan.containers if req.containers else [])
+    outcome = ProvisionOutcome(req.host, plan.containers if req.containers else [], plan.notes)
     for book in ["host"] + (["container"] if req.containers else []):
         if book == "container" and not plan.containers:
             raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
