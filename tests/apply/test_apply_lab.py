@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit.cli.apply_cmd import LAB_NUM_PROMPTS
+from toolkit.lab.deploy_overlay import LAB_NUM_PROMPTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -92,6 +92,16 @@ def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None,
                    "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
 
 
+def with_host_vars(target: Target, tmp: Path, **host_vars: Any) -> Path:
+    """The lab's inventory with variables added to the target container, as a user sets them: the lab
+    overlay's test switches (toolkit_lab_standin_fail_health, toolkit_lab_standin_nan_log) travel this way."""
+    inv = yaml.safe_load(Path(target.inventory_path).read_text())
+    inv["all"]["children"]["gpu_containers"]["hosts"][target.name].update(host_vars)
+    path = tmp / "switched.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
+
+
 def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) -> None:
     # From scratch even on a developer's reused container: no venv, no unit, no toolkit there.
     ct(provisioned, "systemctl disable --now sglang 2>/dev/null; rm -rf /opt/sglang /opt/toolkit /etc/sglang "
@@ -109,8 +119,10 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
         assert rendered.stdout.strip() == unit.strip()
     assert "-m sglang.launch_server" in unit
     assert ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
-    dropin = ct(provisioned, "cat /etc/systemd/system/sglang.service.d/lab-standin.conf").stdout
-    assert "LAB STAND-IN" in dropin and "/opt/sglang/standin/server.py" in dropin
+    # The lab's overlay: a drop-in runs the stand-in from the toolkit's wheel in the engine's venv, same flags.
+    dropin = ct(provisioned, "cat /etc/systemd/system/sglang.service.d/*.conf").stdout
+    assert "LAB STAND-IN" in dropin and "-m toolkit.lab.standin_server.server" in dropin
+    assert "--nsa-decode-backend trtllm" in dropin.split("ExecStart=/")[1]
 
     # The real pinned SGLang from PyPI, patched for real.
     py = "/opt/sglang/venv/bin/python -c"
@@ -215,9 +227,11 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert over["max_running_requests"] == 64 and over["queue"] > 1 and over["token_usage"] < 0.8
 
 
-def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:
+def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path,
+                                                              tmp_path: Path) -> None:
     before = (work / "profiles" / "glm5-tp8.yaml").read_bytes()
-    rc, summary, err = apply(provisioned, work, "--probe", "--record", "--lab-fail-health")
+    failing = with_host_vars(provisioned, tmp_path, toolkit_lab_standin_fail_health=True)
+    rc, summary, err = apply(provisioned, work, "--probe", "--record", inventory=failing)
     assert rc != 0
     message = "\n".join(f["message"] for f in summary["failures"])
     assert "service sglang did not answer" in message
@@ -229,8 +243,9 @@ def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Targe
     assert rc == 0, err[-4000:]
 
 
-def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path) -> None:
-    rc, summary, _ = apply(provisioned, work, "--lab-nan-log")
+def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path, tmp_path: Path) -> None:
+    rc, summary, _ = apply(provisioned, work, inventory=with_host_vars(provisioned, tmp_path,
+                                                                      toolkit_lab_standin_nan_log=True))
     assert rc != 0
     assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
     rc, _, err = apply(provisioned, work)

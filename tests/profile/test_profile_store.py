@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from toolkit.adapters.profile_store import PROFILES_ENV, ProfileStore, atomic_write_text, find_profiles_dir, read_source
+from toolkit.adapters.profile_store import PROFILES_ENV, ProfileStore, find_profiles_dir, read_source
 from toolkit.core.errors import ToolkitError
 
 
@@ -34,28 +33,6 @@ def test_no_profiles_dir_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
     with pytest.raises(ToolkitError) as err:
         find_profiles_dir(None, cwd=tmp_path)
     assert "--profiles-dir" in (err.value.problems[0].fix or "")
-
-
-def test_atomic_write_keeps_mode_and_leaves_no_temp(tmp_path: Path) -> None:
-    target = tmp_path / "p.yaml"
-    target.write_text("old\n")
-    target.chmod(0o640)
-    atomic_write_text(target, "new\n")
-    assert target.read_text() == "new\n" and (target.stat().st_mode & 0o777) == 0o640
-    assert [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
-    fresh = tmp_path / "q.yaml"
-    atomic_write_text(fresh, "x\n")
-    umask = os.umask(0)
-    os.umask(umask)
-    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
-
-
-def test_failed_write_leaves_the_old_file(tmp_path: Path) -> None:
-    target = tmp_path / "p.yaml"
-    target.write_text("old\n")
-    with pytest.raises(TypeError):
-        atomic_write_text(target, None)  # type: ignore[arg-type]
-    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
 
 
 def test_store_write_text_drops_its_cache(tmp_path: Path) -> None:

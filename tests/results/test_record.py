@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.results.conftest import REPO, Scratch
+from toolkit.adapters.files import stale_temp_files
 from toolkit.adapters.profile_store import ProfileStore
-from toolkit.adapters.results_store import load_profile_results, stale_temp_files
+from toolkit.app.record import load_results
 from toolkit.cli.main import main
 from toolkit.core.profile.hashing import spec_hash
-from toolkit.core.profile.results_block import join_results_block, split_results_block
+from toolkit.core.results.block import join_results_block, split_results_block
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "glm5-tp8.block.yaml"
 
@@ -63,7 +64,7 @@ def test_recorded_profile_still_loads_with_the_same_spec(scratch: Scratch) -> No
     assert _record(scratch) == 0
     resolved = ProfileStore(scratch.profiles).resolve("glm5-tp8")
     assert spec_hash(resolved) == before, "recording results must not change what the spec hashes to"
-    pr = load_profile_results("glm5-tp8", scratch.profiles)
+    pr = load_results("glm5-tp8", scratch.profiles)
     entry = pr.block.entries[-1]
     assert entry.run_id == scratch.run.name
     assert entry.spec_hash == before
@@ -162,7 +163,7 @@ def test_keep_last_prunes_toolkit_entries_but_keeps_manual_history(scratch: Scra
         runs.append(d)
     for d in runs:
         assert _record(scratch, "--keep-last", "2", run=d) == 0
-    block = load_profile_results("glm5-tp8", scratch.profiles).block
+    block = load_results("glm5-tp8", scratch.profiles).block
     assert [e.run_id for e in block.entries] == ["manual-1", "run-1", "run-2"]
     assert block.keep_last == 2
 
@@ -291,5 +292,5 @@ def test_parallel_recorders_into_one_profile_lose_no_entry(scratch: Scratch) -> 
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    ids = [e.run_id for e in load_profile_results("glm5-tp8", scratch.profiles).block.entries]
+    ids = [e.run_id for e in load_results("glm5-tp8", scratch.profiles).block.entries]
     assert sorted(ids) == ["manual-1", "par-0", "par-1", "par-2", "par-3"]

@@ -17,6 +17,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.catalogue import Catalogue, extract_from_parser, extract_from_source
 
@@ -37,8 +38,10 @@ def _version_key(v: str) -> tuple[int, ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def load_catalogue(version: str) -> Catalogue | None:
-    """The stored catalogue of `version`, or None when there is none (read once per process)."""
+def load_catalogue(version: str | None) -> Catalogue | None:
+    """The stored catalogue of `version`, or None when there is none or no version (read once per process)."""
+    if not version:
+        return None
     path = catalogue_path(version)
     if not path.is_file():
         return None
@@ -116,10 +119,7 @@ def regenerate(version: str, *, wheel: Path | None = None, out_dir: Path = DATA_
 
 def store(catalogue: Catalogue, out_dir: Path = DATA_DIR) -> tuple[Path, Catalogue]:
     """Write <out_dir>/<version>.json atomically, keys sorted (a regenerated catalogue diffs cleanly)."""
-    from toolkit.adapters.profile_store import atomic_write_text
-
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{catalogue.sglang_version}.json"
-    atomic_write_text(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
     load_catalogue.cache_clear()
     return path, catalogue

@@ -200,9 +200,10 @@ class Why(_Strict):
     link: str | None = None
 
 
-class ResultsBlock(BaseModel):
-    """The toolkit-written block below RESULTS_MARKER. Its writer (toolkit.core.results) owns the full
-    schema and migrations; here only its envelope is checked, so a newer block never blocks a profile."""
+class ResultsEnvelope(BaseModel):
+    """The toolkit-written block below RESULTS_MARKER as the profile sees it: only its envelope. The block's
+    writer (toolkit.core.results: its ResultsBlock) owns the full schema and migrations, so a newer block never
+    blocks a profile."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -227,7 +228,7 @@ class Profile(_Strict):
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
     why: dict[str, Why] = Field(default_factory=dict)
-    results: ResultsBlock | None = None
+    results: ResultsEnvelope | None = None
 
     @field_validator("schema_version")
     @classmethod

@@ -4,12 +4,11 @@ target, hardware rules, secrets, and every rendered flag against the pinned SGLa
 
 from __future__ import annotations
 
-from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.flags import extra_args_problems, rendered_flag_problems
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.rules import FIELD_RULES, RULES, FieldRule, Rule, field_rule_hits, matching_rules
-from toolkit.core.profile.source import marker_line
 
 REQUIRED = (
     ("target.gpu_count", "the number of GPUs per node, e.g. 8"),
@@ -39,7 +38,6 @@ def validate(
     later += _parallelism(resolved)
     later += _secrets(resolved)
     later += _whys(resolved)
-    later += results_block_problems(resolved)
     for rule in matching_rules(resolved, rules):
         later.append(
             resolved.problem(rule.field, f"{rule.message} (source: {rule.source})", rule.fix, rule.severity, rule.id)
@@ -203,50 +201,3 @@ def _whys(resolved: ResolvedProfile) -> list[Problem]:
     return out
 
 
-def results_block_problems(resolved: ResolvedProfile) -> list[Problem]:
-    """The toolkit's results block, read as `toolkit results record` reads it: what it could not read, it could
-    not add to either. A block from a newer toolkit is a warning (the profile itself is fine)."""
-    from toolkit.core.profile.results_block import split_results_block
-    from toolkit.core.results.block import parse_block
-
-    source = resolved.source
-    if source is None:
-        return []
-    author, block_text = split_results_block(source.text)
-    if block_text is None:
-        if "results" in source.data:
-            return [
-                resolved.problem(
-                    "results",
-                    "a results block without the marker line above it: `toolkit results record` would add a "
-                    "second one",
-                    "remove the block (the toolkit writes it), or put the marker line above it: "
-                    "# --- results: written by toolkit, do not edit below this line ---",
-                )
-            ]
-        return []
-    marker = marker_line(source.text) or 0
-    if "results" in source.data and (source.lines.get(("results",)) or 0) < marker:
-        return [
-            resolved.problem(
-                "results",
-                f"results is above the marker line {marker}: only the toolkit writes below it",
-                "move the block below the marker line, or remove it",
-            )
-        ]
-    try:
-        parse_block(block_text, file=source.file, first_line=author.count("\n") + 2)
-    except ToolkitError as err:
-        newer = any("newer" in p.message for p in err.problems)
-        return [
-            Problem(
-                p.message if p.message.startswith("the results block") else f"the results block: {p.message}",
-                file=p.file,
-                line=p.line,
-                field=p.field or "results",
-                fix=p.fix,
-                severity="warning" if newer else "error",
-            )
-            for p in err.problems
-        ]
-    return []
