@@ -31,17 +31,15 @@ sys.path.insert(0, str(REPO))
 
 
 def _plan(profile: str, inventory: str) -> dict[str, object]:
-    from rich.console import Console
+    from toolkit.app.apply import ApplyRequest, plan, target
+    from toolkit.app.profiles import resolve_checked
 
-    from toolkit.cli.apply_cmd import prepare
-
-    args = argparse.Namespace(name=profile, inventory=inventory, limit=None, check=False, probe=False, record=False,
-                              profiles_dir=None, runs_dir=str(REPO / "runs"), lab=None, lab_fail_health=False,
-                              lab_nan_log=False, json=True)
-    plan = prepare(args, Console(stderr=True, quiet=True))
-    if plan.secrets:
+    req = ApplyRequest(profile=profile, inventory=inventory, runs_dir=str(REPO / "runs"))
+    inv, hosts = target(req)
+    deploy_plan = plan(req, resolve_checked(profile), inv, hosts)  # what `toolkit apply` runs, overlay included
+    if deploy_plan.secrets:
         raise SystemExit("bench_apply: this profile needs secrets; benchmark one without an API key")
-    return plan.extravars
+    return deploy_plan.extravars
 
 
 def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, int]:

@@ -1,7 +1,7 @@
 """`toolkit tune` against the full grid `toolkit sweep` over the same knobs (issue #17).
 
     python3 benchmarks/bench_tune.py [--profile glm5-baseline] [--runner engine-model | apply -i INV
-        --lab-num-prompts N] [--repeats 3] [--concurrency 1024] [--grid proposed|powers-of-two]
+        --num-prompts N] [--repeats 3] [--concurrency 1024] [--grid proposed|powers-of-two]
 
 1. `toolkit tune PROFILE` as a process, into a temporary runs directory; its tune.json is the record.
 2. The grid: every knob the tune's verdicts proposed (a candidate's change, the knobs that went with it), each
@@ -84,7 +84,7 @@ def main() -> int:
     parser.add_argument("--profile", default="glm5-baseline")
     parser.add_argument("--runner", default="engine-model")
     parser.add_argument("-i", "--inventory")
-    parser.add_argument("--lab-num-prompts", type=int)
+    parser.add_argument("--num-prompts", type=int)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency")
     parser.add_argument("--grid", choices=("proposed", "powers-of-two"), default="proposed",
@@ -102,8 +102,8 @@ def main() -> int:
     extra = ["--runner", args.runner, "--profiles-dir", str(REPO / "profiles")]
     if args.inventory:
         extra += ["-i", args.inventory]
-    if args.lab_num_prompts:
-        extra += ["--lab-num-prompts", str(args.lab_num_prompts)]
+    if args.num_prompts:
+        extra += ["--num-prompts", str(args.num_prompts)]
     conc = ["--concurrency", args.concurrency] if args.concurrency else []
 
     tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats),

@@ -20,7 +20,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from toolkit.adapters.probe_store import judge_run, load_run  # noqa: E402
+from toolkit.adapters.probe_store import load_run  # noqa: E402
+from toolkit.core.probe.judge import judge_run  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "probe"
 

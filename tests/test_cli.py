@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.cli.main import _available_groups, main
+from toolkit.cli.main import GROUPS, main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_every_command_group_is_in_the_readme() -> None:
     readme = (REPO / "README.md").read_text()
     documented = set(re.findall(r"`toolkit (\w+)", readme))
-    missing = sorted(set(_available_groups()) - documented)
+    missing = sorted(set(GROUPS) - documented)
     assert not missing, f"command groups missing from README.md: {missing}"
 
 
@@ -34,7 +34,7 @@ def test_help_lists_groups_without_heavy_imports() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "HEAVY []" in out
-    for name in _available_groups():
+    for name in GROUPS:
         assert name in out
 
 

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolkit.cli.apply_cmd import _is_lab_inventory
+import pytest
+
+from toolkit.adapters.ansible import read_inventory
+from toolkit.app.apply import _overlay
+from toolkit.core.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -48,15 +52,26 @@ def test_record_needs_probe(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists()
 
 
-def test_lab_inventory_is_detected_and_a_real_one_is_not(tmp_path: Path) -> None:
-    lab = tmp_path / "lab.yml"
-    lab.write_text("all:\n  vars:\n    lab: true\n  children:\n    gpu_containers:\n      hosts: {ct: {}}\n")
-    real = tmp_path / "real.yml"
-    real.write_text("all:\n  children:\n    gpu_containers:\n      hosts: {gpu1: {ansible_host: 192.0.2.1}}\n")
-    assert _is_lab_inventory(lab) and not _is_lab_inventory(real)
-    example = REPO / "inventory" / "lab.example.yml"
-    if example.exists():
-        assert _is_lab_inventory(example)
+def test_the_inventory_names_the_overlay_once_for_all_its_hosts(tmp_path: Path) -> None:
+    """One answer to "is this the lab?": the inventory's toolkit_overlay, the same for every target host."""
+    from toolkit.lab.deploy_overlay import amend
+
+    def hosts(text: str) -> tuple[dict, Path]:
+        path = tmp_path / "inv.yml"
+        path.write_text(text)
+        return read_inventory(path, "gpu_containers"), path
+
+    assert _overlay(*hosts("all:\n  children:\n    gpu_containers:\n      hosts: {gpu1: {ansible_host: 192.0.2.1}}\n"
+                           )) is None
+    assert _overlay(*hosts("all:\n  vars: {toolkit_overlay: lab}\n  children:\n    gpu_containers:\n"
+                           "      hosts: {ct: {}}\n")) is amend
+    with pytest.raises(ToolkitError) as err:
+        _overlay(*hosts("all:\n  vars: {toolkit_overlay: nosuch}\n  children:\n    gpu_containers:\n"
+                        "      hosts: {ct: {}}\n"))
+    assert err.value.problems[0].field == "toolkit_overlay" and "lab" in err.value.problems[0].message
+    with pytest.raises(ToolkitError, match="different deploy overlays"):
+        _overlay(*hosts("all:\n  children:\n    gpu_containers:\n      hosts: {ct: {toolkit_overlay: lab}, "
+                        "gpu1: {ansible_host: 192.0.2.1}}\n"))
 
 
 def test_an_allowed_open_bind_is_a_warning_on_every_apply(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from toolkit.cli.apply_cmd import LAB_NUM_PROMPTS
+from toolkit.lab.deploy_overlay import LAB_NUM_PROMPTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -81,6 +81,12 @@ def ct(target: Target, command: str) -> subprocess.CompletedProcess[str]:
     return target.ssh(command)
 
 
+def installed_of(target: Target, dist: str) -> str:
+    """The version of `dist` in the engine's venv on the container."""
+    return ct(target, "/opt/sglang/venv/bin/python -c 'import importlib.metadata as m, sys; "
+                      f"print(m.version(sys.argv[1]))' {dist}").stdout.strip()
+
+
 def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
     text = (profiles / f"{name}.yaml").read_text()
     data = yaml.safe_load(text) or {}
@@ -91,6 +97,16 @@ def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None,
           profile: str = "glm5-tp8") -> tuple[int, dict[str, Any], str]:
     return toolkit("apply", "profile", profile, "-i", str(inventory or lab.inventory_path),
                    "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
+
+
+def with_host_vars(target: Target, tmp: Path, **host_vars: Any) -> Path:
+    """The lab's inventory with variables added to the target container, as a user sets them: the lab
+    overlay's test switches (toolkit_lab_standin_fail_health, toolkit_lab_standin_nan_log) travel this way."""
+    inv = yaml.safe_load(Path(target.inventory_path).read_text())
+    inv["all"]["children"]["gpu_containers"]["hosts"][target.name].update(host_vars)
+    path = tmp / "switched.yml"
+    path.write_text(yaml.safe_dump(inv))
+    return path
 
 
 def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) -> None:
@@ -110,8 +126,10 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
         assert rendered.stdout.strip() == unit.strip()
     assert "-m sglang.launch_server" in unit
     assert ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
-    dropin = ct(provisioned, "cat /etc/systemd/system/sglang.service.d/lab-standin.conf").stdout
-    assert "LAB STAND-IN" in dropin and "/opt/sglang/standin/server.py" in dropin
+    # The lab's overlay: a drop-in runs the stand-in from the toolkit's wheel in the engine's venv, same flags.
+    dropin = ct(provisioned, "cat /etc/systemd/system/sglang.service.d/*.conf").stdout
+    assert "LAB STAND-IN" in dropin and "-m toolkit.lab.standin_server.server" in dropin
+    assert "--nsa-decode-backend trtllm" in dropin.split("ExecStart=/")[1]
 
     # The real pinned SGLang from PyPI, patched for real.
     py = "/opt/sglang/venv/bin/python -c"
@@ -216,9 +234,11 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert over["max_running_requests"] == 64 and over["queue"] > 1 and over["token_usage"] < 0.8
 
 
-def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path) -> None:
+def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path,
+                                                              tmp_path: Path) -> None:
     before = (work / "profiles" / "glm5-tp8.yaml").read_bytes()
-    rc, summary, err = apply(provisioned, work, "--probe", "--record", "--lab-fail-health")
+    failing = with_host_vars(provisioned, tmp_path, toolkit_lab_standin_fail_health=True)
+    rc, summary, err = apply(provisioned, work, "--probe", "--record", inventory=failing)
     assert rc != 0
     message = "\n".join(f["message"] for f in summary["failures"])
     assert "service sglang did not answer" in message
@@ -230,8 +250,9 @@ def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Targe
     assert rc == 0, err[-4000:]
 
 
-def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path) -> None:
-    rc, summary, _ = apply(provisioned, work, "--lab-nan-log")
+def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path, tmp_path: Path) -> None:
+    rc, summary, _ = apply(provisioned, work, inventory=with_host_vars(provisioned, tmp_path,
+                                                                      toolkit_lab_standin_nan_log=True))
     assert rc != 0
     assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
     rc, _, err = apply(provisioned, work)
@@ -517,25 +538,24 @@ def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses
     SGLang 0.5.23 from its wheelhouse and probes; the stand-in beside it parses as 0.5.23 does, so glm5-tp8's 0.5.9
     render is refused there with argparse's line, as the real 0.5.23 server would refuse it."""
     from toolkit.adapters.profile_store import ProfileStore
-    from toolkit.core.deploy import standin_argv
     from toolkit.core.profile.render import render_launch_argv
+    from toolkit.lab.deploy_overlay import standin_argv
 
     rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-tp8-0.5.23")
     assert rc == 0, err[-4000:]
     unit = ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
     assert "--dsa-decode-backend trtllm" in unit and "--cuda-graph-backend-decode disabled" in unit
     assert "--nsa-decode-backend" not in unit and "--disable-cuda-graph" not in unit
-    installed = ct(provisioned, "/opt/sglang/venv/bin/python -c 'import importlib.metadata as m; "
-                                "print(m.version(\"sglang\"))'").stdout.strip()
-    assert installed == "0.5.23"
+    assert installed_of(provisioned, "sglang") == "0.5.23"
     journal = ct(provisioned, "journalctl -u sglang --no-pager -o cat -n 200").stdout
     assert "parsing the flags as SGLang 0.5.23's parser does (the installed SGLang 0.5.23)" in journal
+    # The probe ran the bench through the lab's bench client (SGLang 0.5.9's bench_serving, beside 0.5.23).
+    assert installed_of(provisioned, "toolkit_lab_bench_client") == "0.5.9"
     assert summary["probe"][provisioned.name]["verdict"]["class"], summary["probe"]
     # 0.5.23's own bench_serving imports torch, which the lab has not: 0.5.9's client runs the same flags, announced.
     assert "lab: the benchmark client is SGLang 0.5.9's bench_serving" in " ".join(err.split())
 
-    old = standin_argv(render_launch_argv(ProfileStore(work / "profiles").resolve("glm5-tp8")),
-                       "/opt/sglang/standin/server.py")
+    old = standin_argv(render_launch_argv(ProfileStore(work / "profiles").resolve("glm5-tp8")))
     old[old.index("--port") + 1] = "18000"  # beside the running service (the parse fails before any bind)
     refused = ct(provisioned, shlex.join(old))
     assert refused.returncode == 2, refused.stderr[-2000:]

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from toolkit.adapters.ansible import InventoryHost
 from toolkit.adapters.profile_store import ProfileStore
+from toolkit.app.apply import Amendment, OverlayContext
 from toolkit.core import deploy
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile import ResolvedProfile
 from toolkit.core.profile.render import render_bench_argv, render_launch_argv, render_systemd_unit
+from toolkit.lab.deploy_overlay import DROPIN, LAB_NUM_PROMPTS, TOKENIZER_DIR, amend, standin_argv
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,12 +24,22 @@ def store() -> ProfileStore:
     return ProfileStore(REPO / "profiles")
 
 
-def _extravars(store: ProfileStore, name: str, lab: deploy.LabOptions | None = None) -> dict:
+def _extravars(store: ProfileStore, name: str) -> dict:
     resolved = store.resolve(name)
     inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
     bench = render_bench_argv(resolved, base_url="http://127.0.0.1:8000", output_file="/x/bench.jsonl")
-    return deploy.build_extravars(inputs, run_id="r1", wheelhouse_dir="/wh", fetch_dir="/f",
-                                  standin_server_src="/s/server.py", lab=lab, bench_argv=bench)
+    return deploy.build_extravars(inputs, run_id="r1", wheelhouse_dir="/wh", fetch_dir="/f", bench_argv=bench)
+
+
+def _lab(store: ProfileStore, name: str, *, nodes: dict | None = None, num_prompts: int | None = None,
+         host_vars: dict | None = None) -> Amendment:
+    """The lab overlay's amendment of one apply (toolkit.app.apply calls it the same way)."""
+    resolved = store.resolve(name)
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
+    bench = render_bench_argv(resolved, base_url="http://127.0.0.1:8000", output_file="/x/bench.jsonl")
+    hosts = {h: InventoryHost(h, ("gpu_containers",), dict(host_vars or {})) for h in (nodes or {"ct": None})}
+    return amend(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes or {}, bench_argv=bench,
+                                num_prompts=num_prompts, toolkit_wheel=Path("/w/gpu_serving_toolkit-0.1.0.whl")))
 
 
 def test_roles_get_exactly_what_profile_render_prints(store: ProfileStore) -> None:
@@ -36,48 +49,93 @@ def test_roles_get_exactly_what_profile_render_prints(store: ProfileStore) -> No
     assert ev["sglang_service_unit"] == render_systemd_unit(resolved)
     assert ev["sglang_venv_requirements"][0] == "sglang==0.5.9"
     assert ev["sglang_service_base_url"] == "http://127.0.0.1:8000"
-    assert ev["sglang_service_standin"] is False and ev["sglang_service_standin_exec"] == ""
-    assert ev["sglang_venv_model_fetch"] is True  # a real host fetches lukealonso/GLM-5-NVFP4
+    # Nothing of the lab, and nothing an inventory may set (extravars would beat it).
+    assert not [k for k in ev if "standin" in k or "lab" in k]
+    assert "sglang_venv_model_fetch" not in ev and "sglang_service_health_timeout_s" not in ev
     (patch,) = ev["sglang_venv_patches"]
     assert patch["name"] == "sm120-cutlass-moe-autotune"
     assert patch["sha256"] == "be071c1567de4b63e82d070623f95aa4bb5f537698659526c68b1c7d05074640"
     assert Path(patch["patch_src"]).is_file()
 
 
-def test_lab_runs_the_standin_with_the_same_flags(store: ProfileStore) -> None:
-    lab = deploy.LabOptions(standin_server=True, bench_num_prompts=64, tokenizer_dir="/t", dataset_path="/d.json")
-    ev = _extravars(store, "glm5-tp8", lab)
-    argv = ev["sglang_service_argv"]
-    standin = shlex.split(ev["sglang_service_standin_exec"])
-    assert standin[0] == argv[0] == "/opt/sglang/venv/bin/python"
-    assert standin[1] == "/opt/sglang/standin/server.py"
-    assert standin[2:] == argv[3:]  # every rendered flag, unchanged
+def test_a_bench_flag_asked_for_replaces_the_rendered_value_or_is_added() -> None:
+    argv = ["/p", "-m", "sglang.bench_serving", "--num-prompts", "1024"]
+    assert deploy.with_bench_flags(argv, {"--num-prompts": "160", "--tokenizer": "/t"}) == [
+        "/p", "-m", "sglang.bench_serving", "--num-prompts", "160", "--tokenizer", "/t"]
+
+
+def test_lab_overlay_runs_the_standin_with_the_same_flags(store: ProfileStore) -> None:
+    resolved = store.resolve("glm5-tp8")
+    argv = render_launch_argv(resolved)
+    lab = _lab(store, "glm5-tp8")
+    text = lab.extravars["sglang_service_dropins_by_host"]["ct"][DROPIN]
+    exec_line = next(line for line in text.splitlines() if line.startswith("ExecStart=/"))
+    standin = shlex.split(exec_line.removeprefix("ExecStart="))
+    assert standin[:3] == [argv[0], "-m", "toolkit.lab.standin_server.server"]
+    assert argv[0] == "/opt/sglang/venv/bin/python"
+    assert standin[3:] == argv[3:]  # every rendered flag, unchanged
     assert "--nsa-decode-backend" in standin and "--disable-cuda-graph" in standin
-    bench = ev["bench_probe_bench_argv"]
-    assert bench[bench.index("--num-prompts") + 1] == "64"
-    assert bench[bench.index("--tokenizer") + 1] == "/t"
-    assert bench[bench.index("--dataset-path") + 1] == "/d.json"
-    assert ev["sglang_venv_model_fetch"] is False
-    assert bench[:3] == ["python3", "-m", "sglang.bench_serving"]  # its own release's client
-    assert any("lab stand-in" in n for n in ev["deploy_lab_notes"])
-    assert any("--num-prompts 64" in n for n in ev["deploy_lab_notes"])
+    assert "LAB STAND-IN" in text and "SGLANG_STANDIN_FAIL_HEALTH" not in text
+    assert lab.extravars["sglang_venv_extra_wheels"] == ["/w/gpu_serving_toolkit-0.1.0.whl"]
+    bench = lab.bench_argv
+    assert bench is not None and bench[bench.index("--num-prompts") + 1] == str(LAB_NUM_PROMPTS)
+    assert bench[bench.index("--tokenizer") + 1] == TOKENIZER_DIR
+    assert lab.probe_args == ["--gpu-source", "simulated:http://127.0.0.1:8000"]
+    assert any("lab stand-in" in n for n in lab.notes) and any("--num-prompts 160" in n for n in lab.notes)
+    # --num-prompts asked for wins over the lab's default (and the lab does not announce a change it did not make).
+    asked = _lab(store, "glm5-tp8", num_prompts=64)
+    assert asked.bench_argv is not None and asked.bench_argv[asked.bench_argv.index("--num-prompts") + 1] == "64"
+    assert not any("--num-prompts" in n for n in asked.notes)
+    failing = _lab(store, "glm5-tp8", host_vars={"toolkit_lab_standin_fail_health": True})
+    assert "SGLANG_STANDIN_FAIL_HEALTH=1" in failing.extravars["sglang_service_dropins_by_host"]["ct"][DROPIN]
 
 
-def test_lab_bench_client_of_another_release_is_put_first_and_announced(store: ProfileStore) -> None:
-    lab = deploy.LabOptions(standin_server=True, bench_client=("0.5.9", "/opt/sglang/standin/bench-client-0.5.9"))
-    ev = _extravars(store, "glm5-tp8-0.5.23", lab)
-    bench = ev["bench_probe_bench_argv"]
-    assert bench[:5] == ["env", "PYTHONPATH=/opt/sglang/standin/bench-client-0.5.9", "python3",
-                         "-m", "sglang.bench_serving"]
-    (note,) = [n for n in ev["deploy_lab_notes"] if "benchmark client" in n]
-    assert "SGLang 0.5.9's bench_serving" in note and "SGLang 0.5.23's imports torch" in note
-    standin = shlex.split(ev["sglang_service_standin_exec"])
-    assert "--dsa-decode-backend" in standin and "--nsa-decode-backend" not in standin
+def test_lab_overlay_runs_a_pin_past_0_5_9_through_the_0_5_9_bench_client(store: ProfileStore) -> None:
+    """0.5.23's own bench_serving imports torch, which the lab has not: the bench goes through
+    toolkit.lab.standin_server.bench_client with the same arguments, its wheel beside the pinned SGLang."""
+    lab = _lab(store, "glm5-tp8-0.5.23")
+    bench = lab.bench_argv
+    assert bench is not None and bench[:3] == ["python3", "-m", "toolkit.lab.standin_server.bench_client"]
+    assert bench[3:] == _lab(store, "glm5-tp8").bench_argv[3:]  # type: ignore[index]
+    wheels = lab.extravars["sglang_venv_extra_wheels"]
+    assert wheels[0] == "/w/gpu_serving_toolkit-0.1.0.whl"
+    assert Path(wheels[1]).name == "toolkit_lab_bench_client-0.5.9-py3-none-any.whl" and Path(wheels[1]).is_file()
+    (note,) = [n for n in lab.notes if "benchmark client" in n]
+    assert "SGLang 0.5.9's bench_serving with the same flags" in note and "SGLang 0.5.23's imports torch" in note
+    text = lab.extravars["sglang_service_dropins_by_host"]["ct"][DROPIN]
+    assert "--dsa-decode-backend trtllm" in text and "--nsa-decode-backend" not in text
+    # The seed's pin keeps its own client.
+    assert _lab(store, "glm5-tp8").bench_argv[:3] == ["python3", "-m", "sglang.bench_serving"]  # type: ignore[index]
+
+
+def test_the_bench_client_wheel_holds_the_release_package_and_installs(tmp_path: Path) -> None:
+    """The wheel pip installs (a real venv, --no-deps) and the runner finds 0.5.9's sglang in it, ahead of any."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from toolkit.lab.deploy_overlay import bench_client_wheel
+
+    wheel = bench_client_wheel("0.5.9")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "toolkit_lab_bench_client/sglang/bench_serving.py" in names
+    assert "toolkit_lab_bench_client-0.5.9.dist-info/RECORD" in names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True)
+    probe = ("import importlib.util, sys; s = importlib.util.find_spec('toolkit_lab_bench_client'); "
+             "sys.path.insert(0, next(iter(s.submodule_search_locations))); "
+             "print(importlib.util.find_spec('sglang').origin)")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("toolkit_lab_bench_client/sglang/__init__.py")
 
 
 def test_standin_needs_a_launch_server_argv() -> None:
     with pytest.raises(ToolkitError, match=r"sglang\.launch_server"):
-        deploy.standin_argv(["/venv/bin/python", "-m", "something.else", "--port", "1"], "/s.py")
+        standin_argv(["/venv/bin/python", "-m", "something.else", "--port", "1"])
 
 
 def test_exec_line_keeps_the_api_key_variable_for_systemd() -> None:
@@ -112,10 +170,10 @@ def test_multi_node_gives_each_host_its_rank_in_inventory_order(store: ProfileSt
         assert f"--node-rank {rank}" in unit
     resolved = store.resolve("glm5-tp8")
     inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
-    ev = deploy.build_extravars(inputs, run_id="r", wheelhouse_dir="/w", fetch_dir="/f", standin_server_src="/s",
-                                lab=deploy.LabOptions(standin_server=True), nodes=nodes)
+    ev = deploy.build_extravars(inputs, run_id="r", wheelhouse_dir="/w", fetch_dir="/f", nodes=nodes)
     assert set(ev["sglang_service_unit_by_host"]) == {"gpu-a", "gpu-b"}
-    assert "--node-rank 1" in ev["sglang_service_standin_exec_by_host"]["gpu-b"]
+    lab = _lab(store, "glm5-tp8", nodes=nodes)
+    assert "--node-rank 1" in lab.extravars["sglang_service_dropins_by_host"]["gpu-b"][DROPIN]
     assert deploy.per_node(resolved, ["only"]) == {}  # one node: every host runs the single unit
 
 

@@ -150,3 +150,74 @@ def test_a_python_the_wheelhouse_has_no_wheels_for_is_refused_before_any_change(
     assert f"/usr/bin/python3 is CPython {mine}" in message and "CPython 3.9, 3.10 only" in message, message
     assert "Nothing was changed" in message and "lxc_gpu_container_template_pattern" in message
     assert not (tmp_path / "venv").exists() and not (tmp_path / "wheelhouse").exists()
+
+
+def _wheel(directory: Path, value: int) -> Path:
+    """A real wheel of a one-module package whose declared dependency exists nowhere: installing it with its
+    dependencies from the offline wheelhouse would fail, so a working install proves --no-deps."""
+    import base64
+    import zipfile
+
+    name, version = "toolkit_extra_check", "1.0"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value}\n",
+        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                                "Requires-Dist: toolkit-no-such-dependency\n",
+        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                             "Tag: py3-none-any\n",
+    }
+    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(text.encode())}" for path, text in files.items()]
+    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join([*record, f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
+    path = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for arcname, text in files.items():
+            zf.writestr(arcname, text)
+    return path
+
+
+def _value(tmp: Path) -> str:
+    return subprocess.run([str(tmp / "venv/bin/python"), "-c", "import toolkit_extra_check as m; print(m.VALUE)"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def _ran(result: Any, task: str) -> list[str]:
+    return [e.kind for e in result.events if e.task.startswith(task) and e.kind in ("ok", "changed", "skipped")]
+
+
+def test_extra_wheels_installed_without_dependencies_again_only_when_changed(tmp_path: Path, wheelhouse: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    wheel = _wheel(wheels, 1)
+    first = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(wheel)])
+    assert first.rc == 0, first.failures
+    assert _value(tmp_path) == "1"
+    assert (tmp_path / "extra-wheels" / wheel.name).is_file()  # beside the wheelhouse, not in it
+    assert not (tmp_path / "wheelhouse" / wheel.name).exists()
+    # No local model path: the role fetches by default (here there is no repo id, so nothing to fetch).
+    assert _ran(first, "Say why the model is not fetched") == ["skipped"]
+
+    again = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(wheel)])
+    assert again.rc == 0, again.failures
+    assert again.hosts["localhost"].changed == 0
+    assert _ran(again, "Install the extra wheels whose file changed") == ["skipped"]
+
+    _wheel(wheels, 2)  # the same file name, other contents (a rebuilt kernel keeps its version)
+    changed = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(wheel)],
+                   sglang_venv_model_local_path="/models/local")
+    assert changed.rc == 0, changed.failures
+    assert _value(tmp_path) == "2"
+    assert "changed" in _ran(changed, "Install the extra wheels whose file changed")
+    assert _ran(changed, "Say why the model is not fetched") == ["ok"]  # a local path: nothing fetched
+
+
+def test_an_extra_wheel_that_is_not_a_wheel_file_is_refused_before_any_change(tmp_path: Path,
+                                                                               wheelhouse: Path) -> None:
+    not_a_wheel = tmp_path / "kernel.whl"
+    not_a_wheel.write_text("x")
+    result = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(tmp_path / "gone-1.0-py3-none-any.whl"),
+                                                                      str(not_a_wheel)])
+    assert result.rc != 0
+    message = "\n".join(f.message for f in result.failures)
+    assert "gone-1.0-py3-none-any.whl" in message and "kernel.whl" in message and "Nothing was changed" in message
+    assert not (tmp_path / "venv").exists() and not (tmp_path / "wheelhouse").exists()

@@ -369,16 +369,16 @@ def test_the_unmigrated_render_is_refused_and_the_migrated_one_parses() -> None:
     """glm5-tp8's 0.5.9 render under SGLang 0.5.23's parser fails as the real server would; glm5-tp8-0.5.23
     (the same knobs, migrated) starts and serves."""
     from toolkit.adapters.profile_store import ProfileStore
-    from toolkit.core.deploy import standin_argv
     from toolkit.core.profile.render import render_launch_argv
+    from toolkit.lab.deploy_overlay import standin_argv
 
     profiles = ProfileStore(Path(__file__).resolve().parents[2] / "profiles")
-    old = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8")), str(SERVER_PATH))[2:]
+    old = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8")))[3:]
     proc = _refusal(old, "0.5.23")
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last == "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"
-    new = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8-0.5.23")), str(SERVER_PATH))[2:]
+    new = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8-0.5.23")))[3:]
     assert "--dsa-decode-backend" in new and "--disable-cuda-graph" not in new
     port = _free_port()
     new[new.index("--port") + 1] = str(port)

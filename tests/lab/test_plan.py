@@ -19,10 +19,23 @@ REPO = Path(__file__).resolve().parents[2]
 BASE = LabConfig(subnet="10.213.0.0/24", ct_subnet="10.213.1.0/24")
 
 
+# A placeholder for the staged installer's sha256 (`up` hashes the real file), as the committed example shows it.
+EXAMPLE_SHA256 = "0" * 64
+
+
 def default_state() -> LabState:
     return LabState(config=BASE, inventory_path="inventory/lab.yml",
                     ssh_key_path="/var/lib/toolkit-lab/ssh/id_ed25519",
-                    known_hosts_path="/var/lib/toolkit-lab/ssh/known_hosts")
+                    known_hosts_path="/var/lib/toolkit-lab/ssh/known_hosts",
+                    installer_sha256={plan.DEFAULT_DRIVER_VERSION: EXAMPLE_SHA256})
+
+
+def role_value(host_vars: dict[str, object], name: str, **extra: object) -> str:
+    """A templated inventory value as a role sees it (the inventory's Jinja rendered over its variables)."""
+    import jinja2
+
+    return jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(str(host_vars[name])).render(
+        **{**host_vars, **extra})
 
 
 def test_addresses_follow_the_subnets() -> None:
@@ -71,6 +84,39 @@ def test_inventory_has_the_contract_groups_and_matches_the_committed_example() -
     example = yaml.safe_load((REPO / "inventory/lab.example.yml").read_text())
     assert example == inv, "inventory/lab.example.yml no longer shows what `lab up` writes"
     assert plan.render_inventory(default_state()) == text  # deterministic
+
+
+def test_the_lab_plugs_in_through_role_variables_and_says_so_once() -> None:
+    """One answer to "is this the lab?" (toolkit_overlay), one note per substitution, and each difference a
+    role variable a real host could set: no bare `lab` and no `lab_*` variable a role could branch on."""
+    inv = yaml.safe_load(plan.render_inventory(default_state()))
+    names: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            names.extend(str(k) for k in node)
+            for v in node.values():
+                walk(v)
+
+    walk(inv)
+    assert [n for n in names if n == "lab" or n.startswith("lab_")] == []
+    assert inv["all"]["vars"]["toolkit_overlay"] == "lab"
+    notes = inv["all"]["vars"]["toolkit_notes"]
+    pve1 = inv["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
+    containers = inv["all"]["children"]["gpu_containers"]["vars"]
+    assert pve1["proxmox_gpu_host_kernel_headers_required"] is False
+    assert pve1["proxmox_gpu_host_build_packages_install"] is False
+    assert containers == {"container_nvidia_userspace_cuda_install_method": "none", "sglang_venv_model_fetch": False,
+                          "sglang_service_health_timeout_s": plan.LAB_HEALTH_TIMEOUT_S}
+    # Every variable the lab sets for the roles is named in a note, so a run never substitutes silently.
+    told = " ".join(notes)
+    for name in [*containers, "proxmox_gpu_host_kernel_headers_required", "proxmox_gpu_host_build_packages_install",
+                 "proxmox_gpu_host_driver_checksum", "proxmox_gpu_host_lspci_command"]:
+        assert name in told, name
+    # The staged installer is checked against its real sha256, as a real host's is.
+    assert role_value(pve1, "proxmox_gpu_host_driver_checksum") == f"sha256:{EXAMPLE_SHA256}"
+    stock = plan.inventory_notes(LabConfig(flavour="stock-pve8"))
+    assert stock[0].startswith("lab (stock-pve8): the host role installs") and len(stock) == len(notes) - 1
 
 
 def test_a_second_instance_gets_its_own_names_and_a_bad_name_is_refused() -> None:
@@ -158,9 +204,15 @@ def test_stock_inventory_downloads_the_installer_with_its_checksum() -> None:
     inv = yaml.safe_load(plan.render_inventory(state))
     host = inv["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
     assert "proxmox_gpu_host_driver_installer" not in host  # the role's default path: it downloads
-    assert host["proxmox_gpu_host_driver_checksums"] == {"580.105.08": "sha256:bb", "580.95.05": "sha256:aa"}
+    # The role's defaults: headers and the toolchain installed from the mirror, as on a real host.
+    assert "proxmox_gpu_host_kernel_headers_required" not in host
+    assert "proxmox_gpu_host_build_packages_install" not in host
+    assert role_value(host, "proxmox_gpu_host_driver_checksum") == "sha256:aa"
+    assert role_value(host, "proxmox_gpu_host_driver_checksum", proxmox_gpu_host_driver_version="580.105.08") == (
+        "sha256:bb")
+    assert role_value(host, "proxmox_gpu_host_driver_checksum", proxmox_gpu_host_driver_version="1.2.3") == ""
     assert host["proxmox_gpu_host_driver_url"].startswith("http://us.download.nvidia.com/XFree86/Linux-x86_64/")
-    assert inv["all"]["vars"]["lab_flavour"] == "stock-pve8"
+    assert inv["all"]["vars"]["toolkit_notes"][0].startswith("lab (stock-pve8):")
     assert LabState.from_json(state.to_json(), "x").config == config
     assert json_of(plan.standin_config(config))["nouveau"] is True
     assert json_of(plan.standin_config(LabConfig()))["nouveau"] is False

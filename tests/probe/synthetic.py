@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from toolkit.core.probe.trace import Trace, trace_from_rows
+from toolkit.core.probe.series import Trace
+from toolkit.core.probe.trace import trace_from_rows
 
 SEED_POWER_W = (256.54, 248.95, 255.94, 247.21, 248.81, 249.72, 255.02, 251.61)
 SEED_LIMIT_W = 600.0

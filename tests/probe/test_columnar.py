@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from toolkit.adapters.probe_store import judge_run, load_run
+from toolkit.adapters.probe_store import load_run
 from toolkit.core.probe import columnar
+from toolkit.core.probe.judge import judge_run
 from toolkit.core.probe.trace import dump_trace, parse_trace
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "probe"

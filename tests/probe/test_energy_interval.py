@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.adapters.probe_store import load_run
+from toolkit.core.probe.series import Trace
 from toolkit.core.probe.summary import summarize
-from toolkit.core.probe.trace import Trace
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "probe"
 RUNS_WITH_1S_READS = ["h200c-compute-10hz", "h200c-memory-10hz", "h200c-spin-10hz", "h200c-launch-10hz",

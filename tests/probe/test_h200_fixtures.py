@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from toolkit.adapters.probe_store import ProbeRun, judge_run, load_run
+from toolkit.adapters.probe_store import load_run
 from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.judge import ProbeRun, judge_run
+from toolkit.core.probe.series import Trace
 from toolkit.core.probe.summary import summarize
-from toolkit.core.probe.trace import Trace
 from toolkit.core.probe.verdict import Verdict, judge
 
 from .synthetic import seed_run

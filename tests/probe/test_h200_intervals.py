@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.adapters.probe_store import judge_run, load_run
+from toolkit.adapters.probe_store import load_run
+from toolkit.core.probe.judge import judge_run
 
 from .test_h200_fixtures import replayed
 

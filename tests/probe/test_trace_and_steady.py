@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.series import COLUMNS
 from toolkit.core.probe.steady import SteadyParams, find_steady_window
-from toolkit.core.probe.trace import COLUMNS, TRACE_SCHEMA_VERSION, dump_trace, parse_trace, trace_from_rows
+from toolkit.core.probe.trace import TRACE_SCHEMA_VERSION, dump_trace, parse_trace, trace_from_rows
 
 from .synthetic import ramp, seed_run
 

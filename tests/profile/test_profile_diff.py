@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.core.profile.diff import _HOOKS, DiffSection, diff_profiles, register_diff_section
+from toolkit.core.profile.diff import diff_profiles
+from toolkit.core.results.profile_diff import profile_diff
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,16 +44,12 @@ def test_removed_knob_and_inherited_change(write_profiles, base_yaml) -> None:
     assert kinds["server.tp_size"] == ("changed", "half the allreduce group (https://example.org/t)")
 
 
-def test_diff_hook_adds_a_section(shipped) -> None:
-    def hook(a, b):
-        return DiffSection("results", [f"{a.name} vs {b.name}"])
-
-    register_diff_section(hook)
-    try:
-        text = diff_profiles(shipped.resolve("glm5-baseline"), shipped.resolve("glm5-tp8")).render()
-        assert "results:\n  glm5-baseline vs glm5-tp8" in text
-    finally:
-        _HOOKS.remove(hook)
+def test_profile_diff_puts_the_results_under_the_knobs(shipped) -> None:
+    """The knob diff alone has no results; `profile diff` adds the latest entries' deltas as a section."""
+    a, b = shipped.resolve("glm5-baseline"), shipped.resolve("glm5-tp8")
+    assert diff_profiles(a, b).sections == []
+    text = profile_diff(a, b).render()
+    assert text.index("~ server.max_running_requests") < text.index("results (glm5-baseline -> glm5-tp8")
 
 
 def test_cli_diff(capsys) -> None:

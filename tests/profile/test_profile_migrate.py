@@ -176,14 +176,22 @@ def test_what_has_no_counterpart_is_refused_with_the_reason(write_profiles, base
     assert words in refusal.message and refusal.fix
 
 
-def test_extra_args_flags_move_with_their_rename(write_profiles, base_yaml) -> None:
-    body = "server:\n  extra_args: [--nsa-prefill-backend, fa3, --enable-metrics]  # the author's note\n"
+def test_extra_args_flags_move_with_their_rename_known_to_the_releases_between(write_profiles, base_yaml) -> None:
+    """--mamba-scheduler-strategy is live in 0.5.9, a deprecated alias of --mamba-radix-cache-strategy in 0.5.14 to
+    0.5.19 and gone in 0.5.20: only the releases between know where it went."""
+    body = "server:\n  extra_args: [--mamba-scheduler-strategy, no_buffer, --enable-metrics]  # the author's note\n"
     store = write_profiles(_child(base_yaml, body))
-    mig = _plan(store, "c", "0.5.23", patch_targets={})
+    alone = _plan(store, "c", "0.5.23", patch_targets={})
+    (refusal,) = alone.refusals
+    assert "SGLang 0.5.23 has no --mamba-scheduler-strategy, and no successor is known" in refusal.message
+    between = [load_catalogue(v) for v in ("0.5.19", "0.5.14")]
+    mig = _plan(store, "c", "0.5.23", patch_targets={}, history=between)
     assert mig.refusals == []
-    assert "  extra_args: [--dsa-prefill-backend, fa3, --enable-metrics]  # the author's note\n" in mig.text
+    want = "  extra_args: [--mamba-radix-cache-strategy, no_buffer, --enable-metrics]  # the author's note\n"
+    assert want in mig.text
     (change,) = [c for c in mig.changes if c.path == "server.extra_args.0"]
-    assert (change.old, change.new) == ("--nsa-prefill-backend", "--dsa-prefill-backend")
+    assert (change.old, change.new) == ("--mamba-scheduler-strategy", "--mamba-radix-cache-strategy")
+    assert "SGLang 0.5.19 deprecates --mamba-scheduler-strategy" in change.source
 
 
 def test_as_new_writes_a_profile_that_extends_the_old_one(shipped) -> None:

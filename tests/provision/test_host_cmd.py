@@ -59,3 +59,31 @@ def test_unreachable_host_exits_1_naming_it(inv: Path, tmp_path: Path, capsys: p
     assert code == 1
     out = capsys.readouterr().out
     assert '"unreachable": 1' in out and "pve-a" in out
+
+
+def test_the_inventorys_notes_are_printed_and_no_lab_variable_is_passed(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any inventory may say what it substitutes (`toolkit_notes`, as the lab's does); the command prints it
+    before the run and passes the roles only the host it was asked for, never a `lab` switch."""
+    import json
+
+    path = tmp_path / "inv.yml"
+    note = "somewhere: the GPUs are stand-ins (some_role_path=/run/x)"
+    path.write_text(INVENTORY.replace("all:\n", f"all:\n  vars:\n    toolkit_notes: [{json.dumps(note)}]\n", 1))
+    monkeypatch.setenv("TOOLKIT_STATE_DIR", str(tmp_path / "state"))
+    assert main(["host", "provision", "pve-a", "-i", str(path), "--json"]) == 1  # unreachable: port 1
+    out, err = capsys.readouterr()
+    assert err.index(note) < err.index("Preflight")  # before the run
+    report = json.loads(out)
+    assert report["notes"] == [note]
+    command = json.loads((Path(report["runs"][0]["artifacts_dir"]) / "command").read_text())["command"]
+    extravars = json.loads(command[command.index("-e") + 1])
+    assert extravars == {"toolkit_hosts": "pve-a", "toolkit_proxmox_host": "pve-a"}
+
+
+@pytest.mark.parametrize("flag", ["--lab", "--no-lab"])
+def test_there_is_no_lab_switch(flag: str, inv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["host", "provision", "pve-a", "-i", str(inv), flag])
+    assert exit_.value.code == 2 and f"unrecognized arguments: {flag}" in capsys.readouterr().err

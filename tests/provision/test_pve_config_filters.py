@@ -143,3 +143,42 @@ def test_raw_edit_removes_only_the_toolkits_own_lines() -> None:
 
 def test_majors() -> None:
     assert pve.nvidia_majors(PROC_DEVICES) == {"nvidia": 195, "uvm": 508, "caps": 509}
+
+
+# /proc/devices as hosts print it: the driver's own names, dynamic majors, a block device of the same name,
+# a name registered twice, the multi-module frontend, nothing loaded, an empty file.
+PROC_DEVICES_TEXTS = [
+    PROC_DEVICES,
+    "Character devices:\n  1 mem\n195 nvidia\n234 nvidia-uvm\n237 nvidia-caps\n\nBlock devices:\n259 blkext\n",
+    "Character devices:\n195 nvidia\n511 nvidia-uvm\n\nBlock devices:\n195 nvidia-uvm\n",
+    "Character devices:\n506 nvidia-uvm\n507 nvidia-uvm\n195 nvidia-frontend\n195 nvidia\n",
+    "Character devices:\n  1 mem\n  4 tty\n\nBlock devices:\n  8 sd\n",
+    "",
+]
+
+
+def test_the_roles_majors_parser_and_the_doctors_agree() -> None:
+    """The role's filter cannot import the toolkit (a controller may have only Ansible), so it parses
+    /proc/devices itself; the doctor judges with its own parser. The same text must give the same majors."""
+    from toolkit.core import doctor
+
+    for text in PROC_DEVICES_TEXTS:
+        assert pve.proc_devices_majors(text) == doctor.char_majors(text), text
+        assert pve.nvidia_majors(text) == doctor.nvidia_majors(text), text
+    assert pve.nvidia_majors(PROC_DEVICES_TEXTS[2]) == {"nvidia": 195, "uvm": 511}  # block devices never count
+    assert pve.nvidia_majors(PROC_DEVICES_TEXTS[3]) == {"nvidia": 195, "uvm": 506}  # the first of a repeat
+
+
+def test_the_filter_plugin_runs_without_the_toolkit(tmp_path: Path) -> None:
+    """Loaded by a Python that cannot import `toolkit` (the plugin alone on its path, -I), it still works."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location('p', sys.argv[1]); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "assert 'toolkit' not in sys.modules; print(sorted(m.FilterModule().filters()))")
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", code,
+                           str(REPO / "roles/lxc_gpu_container/filter_plugins/pve_config.py")],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "nvidia_majors" in proc.stdout

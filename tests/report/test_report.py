@@ -17,7 +17,7 @@ from PIL import Image
 
 from tests.results.conftest import Scratch
 from toolkit.cli.main import main
-from toolkit.core.report import throughput_series
+from toolkit.core.results.report import throughput_series
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"]

@@ -18,7 +18,7 @@ from PIL import Image
 
 from tests.report.test_report import CHROMIUM_FLAGS, LIMIT_RGB, _count_near
 from tests.results.conftest import REPO
-from toolkit.adapters.results_store import load_profile_results
+from toolkit.app.record import load_results
 from toolkit.cli.main import main
 
 FIXTURES = REPO / "tests" / "fixtures" / "probe"
@@ -61,7 +61,7 @@ def test_report_of_a_recorded_h200_run_renders_in_chromium(run: Path | None, tmp
     shutil.copytree(run, copy)
     assert main(["probe", "replay", str(copy), "--write", "--json"]) == 0
     assert main(["results", "record", str(copy), "--profile", "h200-lab", "--profiles-dir", str(profiles)]) == 0
-    entry = load_profile_results("h200-lab", profiles).block.entries[-1]
+    entry = load_results("h200-lab", profiles).block.entries[-1]
     assert entry.verdict is not None
     # Real GPU figures under a stand-in load: the entry must not pass loop iterations off as a model's tokens.
     if (copy / "bench.jsonl").exists():  # a failed or interrupted run left no bench result to name its unit

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from toolkit.adapters.results_store import load_profile_results
+from toolkit.app.record import load_results
 from toolkit.cli.main import main
 from toolkit.core.probe.host_trace import format_host_row, host_header
 from toolkit.core.probe.server_trace import format_server_row, server_header
@@ -65,7 +65,7 @@ def test_steady_throughput_comes_from_the_counter_and_the_report_draws_the_serve
     assert summary["host"]["steady"]["server"]["busiest_thread"]["thread"] == "scheduler"
 
     assert main(["results", "record", str(run), "--profile", "glm5-tp8", "--profiles-dir", str(profiles)]) == 0
-    entry = load_profile_results("glm5-tp8", profiles).block.entries[-1]
+    entry = load_results("glm5-tp8", profiles).block.entries[-1]
     assert entry.throughput.steady_state is not None
     assert entry.throughput.steady_state.output_tok_per_s == 880.0
     assert entry.output_tok_per_s() == (880.0, "steady")  # what compare and sweeps rank on

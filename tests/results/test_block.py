@@ -7,8 +7,7 @@ import pytest
 from tests.results.conftest import REPO
 from toolkit.cli.main import main
 from toolkit.core.errors import ToolkitError
-from toolkit.core.profile.results_block import split_results_block
-from toolkit.core.results.block import add_entry, empty_block, parse_block, render_block
+from toolkit.core.results.block import add_entry, empty_block, parse_block, render_block, split_results_block
 from toolkit.core.results.build import rnd, sig
 from toolkit.core.results.compare import rank, result_deltas
 from toolkit.core.results.model import Energy, Rates, ResultsEntry, SteadyRates, Throughput

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.results.conftest import REPO, Scratch
-from toolkit.adapters.results_store import load_profile_results
+from toolkit.app.record import load_results
 
 
 def _probe(s: Scratch, out: Path, *args: str, bench_s: float = 2.0) -> subprocess.CompletedProcess[str]:
@@ -30,7 +30,7 @@ def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
     proc = _probe(scratch, out, "--profile", "glm5-tp8", "--record", bench_s=9.0)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "recorded into" in proc.stdout
-    entry = load_profile_results("glm5-tp8", scratch.profiles).block.entries[-1]
+    entry = load_results("glm5-tp8", scratch.profiles).block.entries[-1]
     assert entry.run_id == "probe-1" and entry.artifacts == "runs/probe-1"
     # Both the recorded trace and the load (loop iterations, not a model's tokens) are stand-ins, and say so.
     assert entry.lab is not None and entry.lab.kind == "stand-in"

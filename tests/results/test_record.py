@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.results.conftest import REPO, Scratch
+from toolkit.adapters.files import stale_temp_files
 from toolkit.adapters.profile_store import ProfileStore
-from toolkit.adapters.results_store import load_profile_results, stale_temp_files
+from toolkit.app.record import load_results
 from toolkit.cli.main import main
 from toolkit.core.profile.hashing import spec_hash
-from toolkit.core.profile.results_block import join_results_block, split_results_block
+from toolkit.core.results.block import join_results_block, split_results_block
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "glm5-tp8.block.yaml"
 
@@ -63,7 +64,7 @@ def test_recorded_profile_still_loads_with_the_same_spec(scratch: Scratch) -> No
     assert _record(scratch) == 0
     resolved = ProfileStore(scratch.profiles).resolve("glm5-tp8")
     assert spec_hash(resolved) == before, "recording results must not change what the spec hashes to"
-    pr = load_profile_results("glm5-tp8", scratch.profiles)
+    pr = load_results("glm5-tp8", scratch.profiles)
     entry = pr.block.entries[-1]
     assert entry.run_id == scratch.run.name
     assert entry.spec_hash == before
@@ -93,7 +94,24 @@ def _newer_schema(s: Scratch) -> int:
     return n + 1
 
 
-@pytest.mark.parametrize("case", ["no-profile", "no-summary", "broken-block", "newer-schema", "not-a-dir"])
+def _drop_marker(s: Scratch) -> int:
+    """The marker line deleted by hand: the block is now the author's text, and a record would add a second."""
+    path = s.profiles / "glm5-tp8.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    n = next(i for i, ln in enumerate(lines) if ln.startswith("# --- results:"))
+    del lines[n]
+    path.write_text("".join(lines))
+    return n + 1  # the `results:` line now sits where the marker was
+
+
+def _not_utf8(s: Scratch) -> int:
+    path = s.profiles / "glm5-tp8.yaml"
+    path.write_bytes(path.read_bytes().replace(b"3,740 tok/s", b"3\xe9740 tok/s", 1))
+    return 0
+
+
+@pytest.mark.parametrize("case", ["no-profile", "no-summary", "broken-block", "newer-schema", "not-a-dir",
+                                  "no-marker", "not-utf8"])
 def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsys: pytest.CaptureFixture[str]
                                               ) -> None:
     profile, run, want_line = "glm5-tp8", scratch.run, None
@@ -105,6 +123,10 @@ def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsy
         want_line = _break_block(scratch)
     elif case == "newer-schema":
         want_line = _newer_schema(scratch)
+    elif case == "no-marker":
+        want_line = _drop_marker(scratch)
+    elif case == "not-utf8":
+        _not_utf8(scratch)
     else:
         run = scratch.root / "missing-run"
     before = scratch.snapshot()
@@ -120,6 +142,10 @@ def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsy
         assert f"glm5-tp8.yaml:{want_line}" in err, err
     if case == "newer-schema":
         assert "newer than this toolkit" in err
+    if case == "no-marker":
+        assert "results: a results block without the marker line" in err, err
+    if case == "not-utf8":
+        assert "not UTF-8" in err, err
 
 
 def test_keep_last_prunes_toolkit_entries_but_keeps_manual_history(scratch: Scratch) -> None:
@@ -137,7 +163,7 @@ def test_keep_last_prunes_toolkit_entries_but_keeps_manual_history(scratch: Scra
         runs.append(d)
     for d in runs:
         assert _record(scratch, "--keep-last", "2", run=d) == 0
-    block = load_profile_results("glm5-tp8", scratch.profiles).block
+    block = load_results("glm5-tp8", scratch.profiles).block
     assert [e.run_id for e in block.entries] == ["manual-1", "run-1", "run-2"]
     assert block.keep_last == 2
 
@@ -266,5 +292,5 @@ def test_parallel_recorders_into_one_profile_lose_no_entry(scratch: Scratch) -> 
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
-    ids = [e.run_id for e in load_profile_results("glm5-tp8", scratch.profiles).block.entries]
+    ids = [e.run_id for e in load_results("glm5-tp8", scratch.profiles).block.entries]
     assert sorted(ids) == ["manual-1", "par-0", "par-1", "par-2", "par-3"]

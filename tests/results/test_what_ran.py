@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.results.conftest import Scratch
-from toolkit.adapters.results_store import load_profile_results, record_run
+from toolkit.app.record import load_results, record_run
 
 LAB_ARGV = ["/opt/sglang/venv/bin/python", "-m", "sglang.bench_serving", "--backend", "sglang-oai", "--base-url",
             "http://127.0.0.1:8000", "--dataset-name", "random", "--num-prompts", "160", "--random-input-len", "256",
@@ -26,7 +26,7 @@ def _as_lab_run(s: Scratch, completed: int) -> None:
 def test_num_prompts_is_what_completed_and_the_profile_is_kept_apart(scratch: Scratch) -> None:
     _as_lab_run(scratch, 158)
     record_run(scratch.run, "glm5-tp8", scratch.profiles)
-    entry = load_profile_results("glm5-tp8", scratch.profiles).block.entries[-1]
+    entry = load_results("glm5-tp8", scratch.profiles).block.entries[-1]
     b = entry.bench
     assert b.num_prompts == 158 and b.failed == 2  # 160 asked of the benchmark, 158 completed
     assert b.profile_asked == {"num_prompts": 1024}  # the profile's wish, where the run differs

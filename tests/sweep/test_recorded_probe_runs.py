@@ -10,7 +10,7 @@ import json
 
 import yaml
 
-from toolkit.adapters.sweep_store import measurement_from_probe_dir
+from toolkit.app.measure import measurement_from_probe_dir
 from toolkit.core.sweep.ranking import pareto_front, rank_by_efficiency, rank_by_throughput
 from toolkit.core.sweep.recorded import TableRunner
 from toolkit.core.sweep.run import run_sweep

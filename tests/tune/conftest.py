@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from toolkit.adapters.profile_store import ProfileStore
-from toolkit.cli.sweep_cmd import _validator
+from toolkit.app.profiles import check
 from toolkit.core.sweep.promote import base_spec, profile_validator
 from toolkit.core.sweep.run import RunVariant
 from toolkit.core.sweep.state import SweepState, new_state, state_from_dict
@@ -51,6 +51,6 @@ class Saves:
 def tune(profiles: ProfileStore, state: SweepState, spec: dict[str, Any], runner: RunVariant,
          saves: Callable[[SweepState], None] | None = None, on_step: Callable[[str], None] | None = None
          ) -> SweepState:
-    validate = profile_validator(BASE, state.run_id, profiles.source, _validator())
+    validate = profile_validator(BASE, state.run_id, profiles.source, check)
     return run_tune(state, spec, runner, validate=validate, save=saves or (lambda _s: None), clock=time.monotonic,
                     on_step=on_step or (lambda _m: None))

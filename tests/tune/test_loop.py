@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from toolkit.adapters.profile_store import ProfileStore
-from toolkit.cli.sweep_cmd import _validator
+from toolkit.app.profiles import check
 from toolkit.core.profile import parse_profile_text, resolve
 from toolkit.core.profile.render import render_launch_argv
 from toolkit.core.sweep.promote import promote
@@ -88,7 +88,7 @@ def test_glm5_baseline_finds_the_running_cap_then_the_communication_limit(profil
     assert "step 1: the verdict of v01" in text and "scheduler-capped" in text and "noise band" in text
     source = parse_profile_text(name, "glm5-tuned.yaml", text)
     resolved = resolve(name, lambda n: source if n == name else profiles.source(n))
-    assert not [p for p in _validator()(resolved) if p.severity == "error"]
+    assert not [p for p in check(resolved) if p.severity == "error"]
     argv = render_launch_argv(resolved)
     assert argv[argv.index("--max-running-requests") + 1] == str(dict(best.knobs)[MRR])
 

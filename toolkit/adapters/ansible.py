@@ -25,11 +25,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from toolkit.adapters.files import write_atomic
 from toolkit.core.ansible_summary import (
     HostStats,
     PlaybookEvent,
@@ -42,11 +44,15 @@ from toolkit.core.ansible_summary import (
 from toolkit.core.errors import ToolkitError
 
 __all__ = [
+    "DEFAULT_INVENTORY",
     "HostStats",
+    "InventoryHost",
     "PlaybookEvent",
     "PlaybookInterrupted",
     "PlaybookResult",
     "TaskFailure",
+    "find_inventory",
+    "read_inventory",
     "resolve_inventory",
     "run_playbook",
     "secrets_from_environment",
@@ -136,11 +142,7 @@ def _scrub_artifacts(root: Path, secret_values: list[str]) -> None:
         data = path.read_bytes()
         if not any(n in data for n in needles):
             continue
-        text = redact(data.decode("utf-8", errors="replace"), secret_values)
-        tmp = path.with_name(f".{path.name}.scrub")
-        tmp.write_text(text, encoding="utf-8")
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        write_atomic(path, redact(data.decode("utf-8", errors="replace"), secret_values), mode=0o600)
 
 
 def run_playbook(
@@ -390,9 +392,7 @@ def _runner_settings(private_data_dir: Path) -> None:
     if path.is_file() and path.read_text() == _RUNNER_SETTINGS:
         return
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(f".settings.{os.getpid()}.tmp")
-    tmp.write_text(_RUNNER_SETTINGS)
-    os.replace(tmp, path)
+    write_atomic(path, _RUNNER_SETTINGS, mode=0o600)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -412,36 +412,44 @@ def _quote(arg: str) -> str:
     return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else json.dumps(arg)
 
 
-def read_inventory(inventory: Path | str) -> dict[str, dict[str, Any]]:
-    """host -> {"groups": [...], "vars": {...}} as Ansible itself parses the inventory (vault-encrypted
-    values stay encrypted: only plain variables are read)."""
+INVENTORY_ENV = "TOOLKIT_INVENTORY"
+# What `toolkit lab up` writes: with no -i and no $TOOLKIT_INVENTORY, the commands work against the lab.
+DEFAULT_INVENTORY = Path("inventory/lab.yml")
+
+
+def find_inventory(explicit: str | Path | None = None) -> Path:
+    """`-i INVENTORY`, else $TOOLKIT_INVENTORY, else inventory/lab.yml here or beside the toolkit's roles."""
+    given = explicit or os.environ.get(INVENTORY_ENV) or None
+    if given is not None:
+        return resolve_inventory(given)
+    for candidate in (DEFAULT_INVENTORY, share_dir() / DEFAULT_INVENTORY):
+        if candidate.exists():
+            return candidate.resolve()
+    raise ToolkitError.of("no inventory given, and no lab inventory here", field="--inventory",
+                          fix=f"pass -i INVENTORY (shape: inventory/lab.example.yml), set {INVENTORY_ENV}, or run "
+                          "`toolkit lab up` (it writes inventory/lab.yml)")
+
+
+@dataclass(frozen=True)
+class InventoryHost:
+    """One host as Ansible itself reads the inventory: its groups, its variables (group variables merged by depth,
+    then its own; vault-encrypted values stay encrypted), and the address and port it connects to."""
+
+    name: str
+    groups: tuple[str, ...]
+    vars: dict[str, Any]
+
+    @property
+    def address(self) -> str:
+        """`host:port` Ansible connects to: the host lock's key."""
+        return f"{self.vars.get('ansible_host') or self.name}:{self.vars.get('ansible_port') or 22}"
+
+
+def read_inventory(inventory: Path | str, pattern: str = "all", limit: str | None = None) -> dict[str, InventoryHost]:
+    """The hosts a play on `pattern` with `--limit limit` runs on, in the inventory's order (a multi-node profile's
+    node ranks follow it). The toolkit's one reader of inventories: Ansible's own parser, any inventory format."""
     from ansible.inventory.manager import InventoryManager  # type: ignore[import-untyped]
     from ansible.parsing.dataloader import DataLoader  # type: ignore[import-untyped]
-
-    inv = resolve_inventory(inventory)
-    try:
-        manager = InventoryManager(loader=DataLoader(), sources=[str(inv)])
-    except Exception as err:  # ansible raises its own AnsibleError family
-        raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix its syntax") from err
-    hosts: dict[str, dict[str, Any]] = {}
-    for host in manager.get_hosts():
-        groups = sorted(g.name for g in host.get_groups() if g.name not in ("all", "ungrouped"))
-        variables: dict[str, Any] = {}
-        for group in sorted(host.get_groups(), key=lambda g: g.depth):
-            variables.update(group.get_vars())
-        variables.update(host.get_vars())
-        hosts[host.name] = {"groups": groups, "vars": variables}
-    if not hosts:
-        raise ToolkitError.of("the inventory lists no hosts", file=str(inv),
-                              fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
-    return hosts
-
-
-def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: str | None = None) -> dict[str, str]:
-    """{inventory name: "address:port"} of the hosts a play on `pattern` with `--limit limit` runs on, as
-    Ansible itself selects them (the address and port it connects to: the host lock's key)."""
-    from ansible.inventory.manager import InventoryManager
-    from ansible.parsing.dataloader import DataLoader
 
     inv = resolve_inventory(inventory)
     try:
@@ -451,11 +459,17 @@ def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: 
         hosts = manager.get_hosts(pattern=pattern)
     except Exception as err:  # ansible raises its own AnsibleError family
         raise ToolkitError.of(f"cannot parse the inventory: {err}", file=str(inv), fix="fix its syntax") from err
-    out: dict[str, str] = {}
+    out: dict[str, InventoryHost] = {}
     for host in hosts:
         variables: dict[str, Any] = {}
         for group in sorted(host.get_groups(), key=lambda g: g.depth):
             variables.update(group.get_vars())
         variables.update(host.get_vars())
-        out[host.name] = f"{variables.get('ansible_host') or host.name}:{variables.get('ansible_port') or 22}"
+        groups = tuple(sorted(g.name for g in host.get_groups() if g.name not in ("all", "ungrouped")))
+        out[host.name] = InventoryHost(host.name, groups, variables)
     return out
+
+
+def target_hosts(inventory: Path | str, pattern: str = "gpu_containers", limit: str | None = None) -> dict[str, str]:
+    """{inventory name: "address:port"} of the hosts a play on `pattern` runs on (the host locks' keys)."""
+    return {name: host.address for name, host in read_inventory(inventory, pattern, limit).items()}

@@ -24,7 +24,8 @@ from toolkit.adapters.timeline_thread import TimelineThread
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.bench import redact_argv  # noqa: F401  (kept importable from here)
 from toolkit.core.probe.sampler import GpuSampler, Row
-from toolkit.core.probe.trace import COLUMNS, format_row, header_line
+from toolkit.core.probe.series import COLUMNS
+from toolkit.core.probe.trace import format_row, header_line
 
 STDERR_TAIL_CHARS = 4000
 def read_bench_jsonl(path: Path) -> dict[str, Any] | None:

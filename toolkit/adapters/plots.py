@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from toolkit.core.report import GpuLine, Plot, PlotData
+from toolkit.core.results.report import GpuLine, Plot, PlotData
 
 _SIZE_IN = (10.0, 4.0)
 _DPI = 100

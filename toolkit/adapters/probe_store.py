@@ -1,4 +1,4 @@
-"""A probe run's directory: writing its artifacts atomically, and `load_run(dir)` to read them back.
+"""A probe run's directory read back: `load_run(dir)`; the files are written by toolkit.app.probe (atomically).
 
 Files (docs/probe.md has every field): run.json (manifest), trace.csv (per-GPU samples), bench.jsonl (the
 benchmark's raw result, when it wrote one), topology.json, summary.json, verdict.json. Each JSON file has a
@@ -8,44 +8,22 @@ schema_version; a newer one than this toolkit knows is refused.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.probe.bench import normalize_bench_result
-from toolkit.core.probe.host_trace import HostTrace, read_host_trace
-from toolkit.core.probe.server_trace import ServerTrace, read_server_trace
-from toolkit.core.probe.steady import SteadyParams
-from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION, summarize
-from toolkit.core.probe.trace import Trace, parse_trace
-from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION, Verdict, judge
+from toolkit.core.probe.host_trace import read_host_trace
+from toolkit.core.probe.judge import ProbeRun
+from toolkit.core.probe.series import Trace
+from toolkit.core.probe.server_trace import read_server_trace
+from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION
+from toolkit.core.probe.trace import parse_trace
+from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION
 
 RUN_SCHEMA_VERSION = 1
 TOPOLOGY_SCHEMA_VERSION = 1
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
                   "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
@@ -72,19 +50,6 @@ def read_trace(path: Path) -> Trace:
     if not path.exists():
         raise ToolkitError.of("trace missing", file=str(path), fix="give a trace.csv written by `toolkit probe run`")
     return parse_trace(path.read_text(errors="replace"), file=str(path))
-
-
-@dataclass
-class ProbeRun:
-    dir: Path
-    manifest: dict[str, Any]
-    trace: Trace
-    bench_raw: dict[str, Any] | None
-    topology: dict[str, Any]
-    summary: dict[str, Any] | None
-    verdict: dict[str, Any] | None
-    server: ServerTrace | None = None  # server_trace.csv; None for runs without one (old, or no server)
-    host: HostTrace | None = None  # host_trace.csv
 
 
 def _side(d: Path, name: str) -> str | None:
@@ -120,10 +85,26 @@ def load_run(run_dir: str | Path) -> ProbeRun:
     )
 
 
-def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
-    """The same summary and verdict code `probe run` uses, over a recorded directory."""
-    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
-                        SteadyParams.of_manifest(run.manifest), server=run.server, host=run.host)
-    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace,
-                    server=run.server, host=run.host)
-    return summary, verdict
+def read_judged(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any],
+                                           dict[str, Any] | None]:
+    """(run.json, summary.json, verdict.json, topology.json, bench result) of a judged run directory: what a results
+    entry is built from (the traces are not read). A run without its summary or verdict is refused."""
+    from toolkit.adapters.bench_process import read_bench_jsonl
+
+    if not run_dir.is_dir():
+        raise ToolkitError.of("not a directory", file=str(run_dir), field="DIR",
+                              fix="give the --out directory of `toolkit probe run`")
+    for name in ("run.json", "summary.json", "verdict.json"):
+        if not (run_dir / name).is_file():
+            raise ToolkitError.of(
+                f"the run directory has no {name}", file=str(run_dir / name), field="DIR",
+                fix=f"give a directory `toolkit probe run` finished; for one cut short, write it with "
+                f"`toolkit probe replay {run_dir} --write`" if name != "run.json" else
+                "give the --out directory of `toolkit probe run`")
+    run = read_json(run_dir / "run.json")
+    summary = read_json(run_dir / "summary.json")
+    verdict = read_json(run_dir / "verdict.json")
+    topology = read_json(run_dir / "topology.json", required=False) or {}
+    assert run is not None and summary is not None and verdict is not None
+    bench_raw = read_bench_jsonl(run_dir / "bench.jsonl")
+    return run, summary, verdict, topology, bench_raw

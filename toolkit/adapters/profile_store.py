@@ -6,16 +6,19 @@ handed to the pure toolkit.core.profile functions.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
-import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+from toolkit.adapters.files import write_atomic
+from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
-from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
-from toolkit.core.profile.source import ProfileSource, parse_profile_text
+from toolkit.core.profile.source import MAX_PROFILE_BYTES, ProfileSource, parse_profile_text, too_large
 
 PROFILES_ENV = "TOOLKIT_PROFILES_DIR"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -55,40 +58,51 @@ def find_profiles_dir(explicit: str | None = None, *, cwd: str | Path | None = N
     )
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` so a reader sees the old file or the new one, never half of one:
-    a temp file in the same directory, fsync, then os.replace (keeps the old file's mode)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+@contextlib.contextmanager
+def profile_lock(path: Path) -> Iterator[None]:
+    """Exclusive lock on the profile file itself, so two recorders (parallel sweeps, several hosts) never
+    both read the old block and the second write drops the first entry.
+
+    The lock is on the inode; a writer replaces the inode, so after acquiring we check that the path
+    still names the inode we locked, and lock again if it moved on.
+    """
+    while True:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if target.exists():
-            os.chmod(tmp, target.stat().st_mode & 0o7777)
-        else:  # mkstemp makes 0600; a new profile gets the usual mode
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
-def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
-    """Read and parse one profile file (any path: textconv hands us git's temp files)."""
+def read_text(path: str | Path) -> str:
+    """One profile file's text, as UTF-8; a clear error naming the file otherwise."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:  # never more than the loader takes: a huge file (or /dev/zero) stops here
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise too_large(str(p), len(raw))
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
     except UnicodeDecodeError as err:
         raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
     except OSError as err:
         raise ToolkitError.of(f"cannot read: {err.strerror}", file=str(p), fix="check permissions") from None
-    return parse_profile_text(name or p.stem, str(p), text)
+
+
+def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
+    """Read and parse one profile file (any path: textconv hands us git's temp files)."""
+    p = Path(path)
+    return parse_profile_text(name or p.stem, str(p), read_text(p))
 
 
 class ProfileStore:
@@ -97,6 +111,7 @@ class ProfileStore:
     def __init__(self, directory: str | Path | None = None) -> None:
         self.dir = Path(directory) if directory is not None else find_profiles_dir(None)
         self._cache: dict[str, ProfileSource] = {}
+        self._texts: dict[str, str] = {}  # read once; parsed (and re-read) only when asked
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.yaml") if not p.name.startswith("."))
@@ -109,13 +124,22 @@ class ProfileStore:
             )
         return self.dir / f"{name}.yaml"
 
-    def source(self, name: str) -> ProfileSource:
-        if name not in self._cache:
+    def text(self, name: str) -> str:
+        """The file's text, read once per store (the source, the results block and a rewrite all use it)."""
+        if name not in self._texts:
             path = self.path(name)
+            if path.exists() and not path.is_file():
+                raise ToolkitError.of(f"{path} is not a regular file", file=str(path),
+                                      fix="a profile is a YAML file (not a device, a pipe or a directory)")
             if not path.is_file():
                 known = ", ".join(self.names()) or "none"
                 raise ProfileNotFound.of(f"no profile {name!r} in {self.dir}", fix=f"use one of: {known}")
-            self._cache[name] = read_source(path, name)
+            self._texts[name] = read_text(path)
+        return self._texts[name]
+
+    def source(self, name: str) -> ProfileSource:
+        if name not in self._cache:
+            self._cache[name] = parse_profile_text(name, str(self.path(name)), self.text(name))
         return self._cache[name]
 
     def load(self, name: str) -> tuple[Profile, str]:
@@ -129,32 +153,39 @@ class ProfileStore:
 
     def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
         """Files a profile names (patches, requirements lock), relative to the repository holding the
-        profiles dir: they must exist, and a patch must change the file its entry says."""
+        profiles dir: they must be regular files inside the profiles' tree once every symbolic link is
+        followed (the deploy copies them to hosts), and a patch must change the file its entry says."""
         root = self.dir.resolve().parent
         out: list[Problem] = []
         engine = resolved.spec.engine
-        if engine.requirements and not (root / engine.requirements).is_file():
-            out.append(
-                resolved.problem(
-                    "engine.requirements",
-                    f"{engine.requirements} does not exist (looked in {root})",
-                    "commit the lock file there, or fix the path (it is relative to the repository root)",
-                )
-            )
+        named = [("engine.requirements", engine.requirements, "commit the lock file there")] if engine.requirements \
+            else []
+        named += [(f"engine.patches.{i}.patch", p.patch, "commit the patch file under profiles/patches/")
+                  for i, p in enumerate(engine.patches)]
+        confined: dict[str, Path] = {}
+        for field, rel, commit in named:
+            path = (root / rel).resolve()
+            if not path.is_relative_to(self.dir.resolve()):
+                out.append(resolved.problem(
+                    field,
+                    f"{rel} resolves to {path}, outside the profiles' tree {self.dir.resolve()}",
+                    "keep the file itself under the profiles directory (a symbolic link out of it is refused)",
+                ))
+            elif not path.is_file():
+                out.append(resolved.problem(
+                    field,
+                    f"{rel} does not exist (looked in {root})",
+                    f"{commit}, or fix the path (it is relative to the repository root)",
+                ))
+            else:
+                confined[field] = path
         for i, patch in enumerate(engine.patches):
-            path = root / patch.patch
-            if not path.is_file():
-                out.append(
-                    resolved.problem(
-                        f"engine.patches.{i}.patch",
-                        f"{patch.patch} does not exist (looked in {root})",
-                        "commit the patch file under profiles/patches/, or fix the path",
-                    )
-                )
+            patch_file = confined.get(f"engine.patches.{i}.patch")
+            if patch_file is None:
                 continue
             touched = {
                 line[6:].split("\t")[0].strip()
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                for line in patch_file.read_text(encoding="utf-8", errors="replace").splitlines()
                 if line.startswith("+++ b/")
             }
             if touched != {patch.target}:
@@ -167,16 +198,13 @@ class ProfileStore:
                 )
         return out
 
+    def forget(self, name: str) -> None:
+        """Read the file afresh next time (another writer may have changed it: after taking its lock)."""
+        self._cache.pop(name, None)
+        self._texts.pop(name, None)
+
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""
-        atomic_write_text(self.path(name), text)
-        self._cache.pop(name, None)
+        write_atomic(self.path(name), text)
+        self.forget(name)
 
-
-def load_catalogue(version: str | None) -> Catalogue | None:
-    """The stored SGLang flag catalogue of `version` (None when there is none)."""
-    if not version:
-        return None
-    from toolkit.adapters.sglang_catalogue import load_catalogue as _load
-
-    return _load(version)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from toolkit.adapters import cache_lock
+from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ToolkitError
 from toolkit.core.profile.catalogue import (
     SERVER_ARGS,
@@ -48,8 +48,10 @@ def available_versions(data_dir: Path = DATA_DIR) -> list[str]:
 
 
 @functools.lru_cache(maxsize=32)
-def load_catalogue(version: str) -> Catalogue | None:
-    """The stored catalogue of `version`, or None when there is none (read once per process)."""
+def load_catalogue(version: str | None) -> Catalogue | None:
+    """The stored catalogue of `version`, or None when there is none or no version (read once per process)."""
+    if not version:
+        return None
     path = catalogue_path(version)
     if not path.is_file():
         return None
@@ -156,29 +158,6 @@ def wheel_requires(wheel: Path) -> list[str]:
     ]
 
 
-def package_tarball(version: str, cache: Path | None = None) -> Path:
-    """SGLang `version`'s `sglang/` package from its wheel as one tar beside the wheel (built once, members sorted
-    and their metadata fixed, so the same wheel gives the same bytes): what a host unpacks to import that
-    release's pure-Python parts without installing it."""
-    import tarfile
-
-    wheel = ensure_wheel(version, cache)
-    out = wheel.with_name(f"sglang-{version}-package.tar")
-
-    def build() -> None:
-        tmp = out.with_name(out.name + ".tmp")
-        with zipfile.ZipFile(wheel) as zf, tarfile.open(tmp, "w") as tar:
-            for name in sorted(n for n in zf.namelist() if n.startswith("sglang/") and not n.endswith("/")):
-                data = zf.read(name)
-                info = tarfile.TarInfo(name)
-                info.size, info.mode, info.mtime = len(data), 0o644, 0
-                tar.addfile(info, io.BytesIO(data))
-        os.replace(tmp, out)
-
-    cache_lock.build_once(out, out.exists, build)
-    return out
-
-
 def from_wheel(wheel: Path, version: str) -> Catalogue:
     """The catalogue of the release in `wheel`. An extraction that finds too little is refused (exit 2)
     with what it found: a layout this reader does not know must never become a catalogue."""
@@ -250,10 +229,8 @@ def regenerate(version: str, *, wheel: Path | None = None, out_dir: Path = DATA_
 def store(catalogue: Catalogue, out_dir: Path = DATA_DIR) -> tuple[Path, Catalogue]:
     """Write <out_dir>/<version>.json atomically; flags in registration order, keys sorted (a regenerated
     catalogue diffs cleanly)."""
-    from toolkit.adapters.profile_store import atomic_write_text
-
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{catalogue.sglang_version}.json"
-    atomic_write_text(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(catalogue.to_json(), indent=1, sort_keys=True) + "\n")
     load_catalogue.cache_clear()
     return path, catalogue

@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.adapters import sglang_catalogue
-from toolkit.adapters.profile_store import ProfileStore, atomic_write_text, load_catalogue
+from toolkit.adapters.files import write_atomic
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.adapters.sglang_catalogue import load_catalogue
+from toolkit.app.profiles import check
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.catalogue import release_key
 from toolkit.core.profile.migrate import Migration, PatchTarget, lock_path, lock_text, plan_migration
 from toolkit.core.profile.resolve import resolve
 from toolkit.core.profile.rules import release_in
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
-from toolkit.core.profile.validate import validate
 
 
 @dataclass
@@ -66,7 +69,12 @@ def migrate_profile(
         assert wheel is not None
         data = sglang_catalogue.wheel_file(wheel, patch.target)
         targets[i] = PatchTarget(data is not None, hashlib.sha256(data).hexdigest() if data is not None else None)
-    migration = plan_migration(source, resolved, resolved.catalogue, new, patch_targets=targets, new_name=new_name)
+    pinned = resolved.spec.engine.sglang_version
+    between = [c for v in sglang_catalogue.available_versions()
+               if pinned and release_key(pinned) < release_key(v) < release_key(version)
+               and (c := load_catalogue(v)) is not None]
+    migration = plan_migration(source, resolved, resolved.catalogue, new, patch_targets=targets, new_name=new_name,
+                               history=between[::-1])
     result = MigrateResult(migration, lock_file=lock_path(version))
     if migration.text is None:
         return result
@@ -87,15 +95,15 @@ def migrate_profile(
     affected = [target_name] + ([] if new_name else _children(store, name))
     for profile in affected:
         migrated = resolve(profile, loader, load_catalogue)
-        result.problems[profile] = validate(migrated, load_catalogue(str(migrated.spec.engine.sglang_version)))
+        result.problems[profile] = check(migrated)
     if not write or not result.ok:
         return result
     if not lock.is_file():
         assert wheel is not None
         lock.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(lock, lock_text(version, sglang_catalogue.wheel_requires(wheel), wheel.name))
+        write_atomic(lock, lock_text(version, sglang_catalogue.wheel_requires(wheel), wheel.name))
         result.lock_written = True
-    atomic_write_text(target_file, migration.text)
+    write_atomic(target_file, migration.text)
     result.written = True
     return result
 

@@ -1,7 +1,7 @@
 """`toolkit doctor HOST`: read-only checks of a Proxmox GPU host and its containers, each failing one with its fix.
 
-Thin: run playbooks/doctor.yml (it only reads) through the ansible-runner adapter, judge the readings
-with toolkit.core.doctor, print a rich table (or --json). Exit 0 when nothing fails, 1 otherwise.
+Thin: call toolkit.app.host.doctor (playbooks/doctor.yml only reads; toolkit.core.doctor judges), print a rich
+table (or --json). Exit 0 when nothing fails, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -15,36 +15,23 @@ from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("host", help="inventory name of the Proxmox host")
-    parser.add_argument("-i", "--inventory", help="Ansible inventory (default: TOOLKIT_INVENTORY, else the lab's)")
+    parser.add_argument("-i", "--inventory",
+                        help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.set_defaults(func=run_doctor)
 
 
 def run_doctor(args: argparse.Namespace) -> int:
-    import os
-
     from rich.console import Console
     from rich.table import Table
 
-    from toolkit.adapters.ansible import run_playbook
-    from toolkit.cli.ansible_progress import PlaybookProgress
-    from toolkit.cli.host_cmd import host_plan, resolve_inventory
-    from toolkit.core.doctor import FAIL, judge
+    from toolkit.app.host import doctor
+    from toolkit.cli.render import PlaybookProgress
+    from toolkit.core.doctor import FAIL
 
-    inventory = resolve_inventory(args.inventory or os.environ.get("TOOLKIT_INVENTORY"))
-    host_plan(inventory, args.host, None)  # refuses a host the inventory lacks
     console = Console(stderr=True)
     with PlaybookProgress(console, f"doctor {args.host}", show_changes=False) as progress:
-        result = run_playbook(
-            "doctor",
-            inventory=inventory,
-            extravars={"toolkit_hosts": args.host, "toolkit_proxmox_host": args.host},
-            on_event=progress.on_event,
-        )
-    reports = {h: dict(r.get("doctor") or {}) for h, r in result.results_of("Doctor | report").items()}
-    unreachable = {f.host: f.message for f in result.failures if f.unreachable}
-    unreachable |= {e.host: e.message for e in result.events if e.kind == "unreachable"}
-    checks = judge(args.host, reports, unreachable)
+        checks = doctor(args.host, args.inventory, on_event=progress.on_event)
     if args.json:
         print(json.dumps([asdict(c) for c in checks], indent=2))
     else:

@@ -1,35 +1,16 @@
 """`toolkit host provision HOST` and `toolkit host reproduce HOST --profile NAME`.
 
-Thin: check HOST against the inventory (a typo must not become "no hosts matched, nothing done"),
-run playbooks/host.yml (and container.yml) through the ansible-runner adapter with live progress,
-print the per-host summary, exit 1 naming the failing task. `reproduce` then deploys the profile
-with `toolkit apply profile` (issue #7), so a bare host becomes a serving container in one command.
+Thin: parse, call toolkit.app.host with live playbook progress, print the per-host summary (exit 1 naming the
+failing task). `reproduce` then deploys the profile, so a bare host becomes a serving container in one command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import time
-from pathlib import Path
 from typing import Any
 
-from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
-
-DEFAULT_INVENTORY = Path("inventory/lab.yml")
-# What the lab cannot give the roles; the role defaults switch these when the inventory says `lab: true`
-# (as `toolkit lab up` writes it). Printed on every lab run so it is never silent.
-LAB_NOTES = (
-    "lab: no kernel headers (proxmox_gpu_host_kernel_headers_required=false) and no CUDA repository "
-    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
-)
-# A stock flavour (`toolkit lab up --flavour stock-pve8`): the host role runs as on a real host.
-STOCK_LAB_NOTES = (
-    "lab ({flavour}): the host role installs the toolchain and headers from the lab's package mirror and "
-    "downloads the installer from it; no CUDA repository in the container "
-    "(container_nvidia_userspace_cuda_install_method=none); override with -e"
-)
+from toolkit.core.errors import EXIT_OK, ToolkitError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,17 +38,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--inventory", default=os.environ.get("TOOLKIT_INVENTORY"),
-                   help=f"Ansible inventory (default: TOOLKIT_INVENTORY, else the lab's {DEFAULT_INVENTORY})")
+    p.add_argument("-i", "--inventory",
+                   help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="show the changes to files")
     p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                    help="set a role variable (YAML value); repeatable. Secrets: TOOLKIT_SECRET_<VAR>, never -e")
     p.add_argument("--tags", help="only these tags (comma-separated), e.g. proxmox_gpu_host_verify")
-    lab = p.add_mutually_exclusive_group()
-    lab.add_argument("--lab", dest="lab", action="store_true", default=None,
-                     help="treat the inventory as the lab's (default: detected from `lab: true`)")
-    lab.add_argument("--no-lab", dest="lab", action="store_false", help="a real host, whatever the inventory says")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -87,150 +64,74 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def resolve_inventory(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    if DEFAULT_INVENTORY.exists():
-        return DEFAULT_INVENTORY
-    from toolkit.adapters.ansible import share_dir
+def _request(args: argparse.Namespace) -> Any:
+    from toolkit.app.host import HostRequest
 
-    candidate = share_dir() / DEFAULT_INVENTORY
-    if candidate.exists():
-        return candidate
-    raise ToolkitError.of("no inventory given and no lab inventory found", field="--inventory",
-                          fix="pass -i INVENTORY (shape: inventory/lab.example.yml), or run `toolkit lab up`")
+    return HostRequest(host=args.host, inventory=args.inventory, containers=getattr(args, "containers", False),
+                       check=args.check, diff=args.diff, extravars=parse_extra_vars(args.extra_var),
+                       tags=[t for t in (args.tags or "").split(",") if t])
 
 
-def host_plan(inventory: Path, host: str, lab_flag: bool | None) -> tuple[list[str], bool]:
-    """The containers of `host`, and whether this is the lab. Refuses a host the inventory lacks."""
-    from toolkit.adapters.ansible import read_inventory
+def _runner(console: Any, as_json: bool) -> Any:
+    """run_playbook with a live progress display, then (not --json) the per-host table and each failure."""
+    from toolkit.adapters.ansible import run_playbook
+    from toolkit.cli.render import PlaybookProgress, summary_table
 
-    hosts = read_inventory(inventory)
-    if host not in hosts or "proxmox_hosts" not in hosts[host]["groups"]:
-        known = sorted(h for h, v in hosts.items() if "proxmox_hosts" in v["groups"])
-        raise ToolkitError.of(
-            f"{host!r} is not a host of the group proxmox_hosts in this inventory",
-            file=str(inventory), field="HOST",
-            fix=f"name one of {known}" if known else "add it under proxmox_hosts (see inventory/lab.example.yml)",
-        )
-    containers = sorted(
-        h for h, v in hosts.items()
-        if "gpu_containers" in v["groups"] and v["vars"].get("lxc_gpu_container_proxmox_host", host) == host
-    )
-    is_lab = bool(hosts[host]["vars"].get("lab")) if lab_flag is None else lab_flag
-    return containers, is_lab
+    def run(book: str, title: str, **kw: Any) -> Any:
+        with PlaybookProgress(console, title) as progress:
+            result = run_playbook(book, on_event=progress.on_event, **kw)
+        if not as_json:
+            console.print(summary_table(result, f"{title}: {result.status}"))
+            for failure in result.failures:
+                what = "unreachable" if failure.unreachable else f"task {failure.task!r} failed"
+                console.print(f"[red]{failure.host}: {what}[/]\n  {failure.message}", markup=True)
+            console.print(f"[dim]artifacts: {result.artifacts_dir}[/]")
+        return result
+
+    return run
 
 
-def _run(book: str, inventory: Path, extravars: dict[str, Any], args: argparse.Namespace, title: str) -> Any:
+def _start(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     from rich.console import Console
 
-    from toolkit.adapters.ansible import run_playbook
-    from toolkit.cli.ansible_progress import PlaybookProgress, summary_table
+    from toolkit.app.host import host_plan
 
     console = Console(stderr=True)
-    with PlaybookProgress(console, title) as progress:
-        result = run_playbook(
-            book,
-            inventory=inventory,
-            extravars=extravars,
-            check=args.check,
-            diff=args.diff,
-            tags=[t for t in (args.tags or "").split(",") if t] or None,
-            on_event=progress.on_event,
-        )
-    if not args.json:
-        console.print(summary_table(result, f"{title}: {result.status}"))
-        for failure in result.failures:
-            what = "unreachable" if failure.unreachable else f"task {failure.task!r} failed"
-            console.print(f"[red]{failure.host}: {what}[/]\n  {failure.message}")
-        console.print(f"[dim]artifacts: {result.artifacts_dir}[/]")
-    return result
-
-
-def lab_flavour(inventory: Path, host: str) -> str:
-    """The lab flavour the inventory was written for (`lab_flavour`; `lab` when absent)."""
-    from toolkit.adapters.ansible import read_inventory
-
-    return str(read_inventory(inventory).get(host, {}).get("vars", {}).get("lab_flavour", "lab"))
-
-
-def _extravars(args: argparse.Namespace, host: str, is_lab: bool, flavour: str = "lab") -> dict[str, Any]:
-    from rich.console import Console
-
-    extravars: dict[str, Any] = {}
-    if is_lab:
-        notes = LAB_NOTES if flavour == "lab" else STOCK_LAB_NOTES.format(flavour=flavour)
-        Console(stderr=True).print(f"[yellow]{notes}[/]")
-    extravars["lab"] = is_lab  # --lab/--no-lab win over the inventory's `lab:`
-    extravars.update(parse_extra_vars(args.extra_var))
-    extravars["toolkit_hosts"] = host
-    extravars["toolkit_proxmox_host"] = host
-    return extravars
-
-
-def provision(args: argparse.Namespace, *, containers: bool) -> tuple[int, dict[str, Any]]:
-    inventory = resolve_inventory(args.inventory)
-    members, is_lab = host_plan(inventory, args.host, args.lab)
-    extravars = _extravars(args, args.host, is_lab, lab_flavour(inventory, args.host) if is_lab else "lab")
-    report: dict[str, Any] = {"host": args.host, "containers": members if containers else [], "lab": is_lab, "runs": []}
-    from toolkit.cli.ansible_progress import result_json
-
-    books = ["host"] + (["container"] if containers else [])
-    for book in books:
-        if book == "container" and not members:
-            raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {args.host}",
-                                  file=str(inventory), field="gpu_containers",
-                                  fix="add one under gpu_containers (see inventory/lab.example.yml)")
-        start = time.monotonic()
-        result = _run(book, inventory, extravars, args, f"{book}.yml on {args.host}")
-        run = result_json(result) | {"playbook": f"{book}.yml", "duration_s": round(time.monotonic() - start, 1)}
-        report["runs"].append(run)
-        if result.rc != 0 or result.failures:
-            return EXIT_FAILED, report
-    return EXIT_OK, report
+    req = _request(args)
+    plan = host_plan(req.host, req.inventory)
+    for note in plan.notes:  # what this inventory substitutes for a real host, on every run
+        console.print(f"[yellow]{note}[/]", highlight=False)
+    return console, req, plan
 
 
 def run_provision(args: argparse.Namespace) -> int:
-    code, report = provision(args, containers=args.containers)
+    from toolkit.app.host import provision
+
+    console, req, plan = _start(args)
+    outcome = provision(req, plan, _runner(console, args.json))
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    return code
+        print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
+    return outcome.exit_code
 
 
 def run_reproduce(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from toolkit.app.apply import ApplyOutcome, ApplyRequest, apply
+    from toolkit.app.host import reproduce
+    from toolkit.cli.render import PlaybookProgress, print_apply_summary, say
 
-    from toolkit.cli.main import main as toolkit_main
+    console, req, plan = _start(args)
 
-    start = time.monotonic()
-    code, report = provision(args, containers=True)
-    if code == EXIT_OK and not args.check:
-        inventory = str(resolve_inventory(args.inventory))
-        argv = ["apply", "profile", args.profile, "-i", inventory, "--limit", ",".join(report["containers"])]
-        if args.lab is not None:
-            argv.append("--lab" if args.lab else "--no-lab")
-        deploy_start = time.monotonic()
-        run: dict[str, Any] = {"command": "toolkit " + " ".join(argv)}
-        if args.json:
-            # One JSON document on stdout: apply's own summary goes inside ours.
-            import contextlib
-            import io
+    def deploy(apply_req: ApplyRequest) -> ApplyOutcome:
+        with PlaybookProgress(console, f"apply {args.profile}") as progress:
+            applied = apply(apply_req, on_event=progress.on_event, on_message=say(console))
+        if not args.json:
+            print_apply_summary(console, applied.summary, as_json=False)
+        return applied
 
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                code = toolkit_main([*argv, "--json"])
-            try:
-                run["summary"] = json.loads(buf.getvalue())
-            except json.JSONDecodeError:
-                run["output"] = buf.getvalue()
-        else:
-            code = toolkit_main(argv)
-        run.update(rc=code, duration_s=round(time.monotonic() - deploy_start, 1))
-        report["runs"].append(run)
-    report["duration_s"] = round(time.monotonic() - start, 1)
+    outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy)
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     else:
-        Console(stderr=True).print(f"reproduce {args.host} with {args.profile}: "
-                                   f"{'done' if code == EXIT_OK else 'FAILED'} in {report['duration_s']} s")
-    return code
+        console.print(f"reproduce {args.host} with {args.profile}: "
+                      f"{'done' if outcome.exit_code == EXIT_OK else 'FAILED'} in {outcome.duration_s} s")
+    return outcome.exit_code

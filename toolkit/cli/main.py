@@ -30,13 +30,6 @@ GROUPS: dict[str, tuple[str, str]] = {
 }
 
 
-def _available_groups() -> dict[str, tuple[str, str]]:
-    """Groups whose module exists in this checkout (work in progress is not advertised)."""
-    import importlib.util
-
-    return {name: spec for name, spec in GROUPS.items() if importlib.util.find_spec(spec[0]) is not None}
-
-
 def build_parser(group: str | None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolkit",
@@ -44,7 +37,7 @@ def build_parser(group: str | None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND")
-    for name, (module_name, help_text) in _available_groups().items():
+    for name, (module_name, help_text) in GROUPS.items():
         group_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == group:
             importlib.import_module(module_name).configure(group_parser)

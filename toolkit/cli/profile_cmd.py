@@ -90,9 +90,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
+    from toolkit.app.profiles import open_store
 
-    return ProfileStore(find_profiles_dir(args.profiles_dir))
+    return open_store(args.profiles_dir)
 
 
 def _print_json(data: Any) -> None:
@@ -165,29 +165,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def validate_profiles(store: Any, names: list[str]) -> dict[str, list[Problem]]:
-    """name -> problems (a profile that fails to load has its load errors as problems)."""
-    from toolkit.adapters.profile_store import load_catalogue
-    from toolkit.core.profile.validate import validate
-
-    out: dict[str, list[Problem]] = {}
-    for name in names:
-        try:
-            resolved = store.resolve(name)
-        except ToolkitError as err:
-            out[name] = list(err.problems)
-            continue
-        out[name] = validate(resolved, load_catalogue(resolved.spec.engine.sglang_version))
-        out[name] += store.file_problems(resolved)
-    return out
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     store = _store(args)
     names = store.names() if args.name == "all" else [args.name]
     if not names:
         raise ToolkitError.of(f"no profiles in {store.dir}", fix="add a profile file (profiles/NAME.yaml)")
-    results = validate_profiles(store, names)
+    from toolkit.app.profiles import check_profiles
+
+    results = check_profiles(store, names)
     failing = {"error", "warning"} if args.strict else {"error"}
     bad = sorted(name for name, problems in results.items() if any(p.severity in failing for p in problems))
     if args.json:
@@ -278,17 +263,19 @@ def _flag_lines(argv: list[str]) -> list[str]:
 
 
 def _refuse_errors(store: Any, name: str) -> None:
-    problems = validate_profiles(store, [name])[name]
+    from toolkit.app.profiles import check_profiles
+
+    problems = check_profiles(store, [name])[name]
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from toolkit.core.profile.diff import diff_profiles
+    from toolkit.core.results.profile_diff import profile_diff
 
     store = _store(args)
-    result = diff_profiles(store.resolve(args.a), store.resolve(args.b))
+    result = profile_diff(store.resolve(args.a), store.resolve(args.b))
     if args.json:
         _print_json(result.to_json())
     else:
@@ -297,35 +284,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:
-    """git runs this on old and new versions of a profile. A version that does not resolve (a broken
-    revision, a parent that no longer exists) is shown as its raw text, so `git diff` never fails."""
-    from pathlib import Path
+    """git runs this on old and new versions of a profile; it never fails (see toolkit.app.profiles.textconv)."""
+    from toolkit.app.profiles import textconv
 
-    from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir, read_source
-    from toolkit.core.profile.diff import textconv_text
-    from toolkit.core.profile.resolve import resolve
-
-    path = Path(args.file)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ToolkitError.of(f"cannot read: {err}", file=str(path), fix="give a profile file") from None
-    try:
-        source = read_source(path)
-        name = source.data.get("name") if isinstance(source.data.get("name"), str) else source.name
-        source.name = str(name)
-        try:
-            store: Any = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None), cwd=path.parent))
-        except ToolkitError:
-            store = ProfileStore(find_profiles_dir(getattr(args, "profiles_dir", None)))
-
-        def loader(n: str) -> Any:
-            return source if n == source.name else store.source(n)
-
-        sys.stdout.write(textconv_text(resolve(source.name, loader)))
-    except ToolkitError as err:
-        sys.stdout.write(f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n")
-        sys.stdout.write(text)
+    sys.stdout.write(textconv(args.file, getattr(args, "profiles_dir", None)))
     return EXIT_OK
 
 

@@ -1,6 +1,6 @@
 """`toolkit results ...`: record a probe run into a profile, compare profiles' results.
 
-Thin: parse, call toolkit.adapters.results_store / toolkit.core.results, render (rich or --json).
+Thin: parse, call toolkit.app.record / toolkit.core.results, render (rich or --json).
 """
 
 from __future__ import annotations
@@ -49,18 +49,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    from toolkit.adapters.profile_store import ProfileStore
-    from toolkit.adapters.results_store import migrate_profile
+    from toolkit.app.profiles import open_store
+    from toolkit.app.record import migrate
 
-    names = ProfileStore(args.profiles_dir).names() if args.profiles == ["all"] else args.profiles
+    names = open_store(args.profiles_dir).names() if args.profiles == ["all"] else args.profiles
     for name in names:
-        changed = migrate_profile(name, args.profiles_dir)
+        changed = migrate(name, args.profiles_dir)
         print(f"{name}: {'results block rewritten in the current schema' if changed else 'already current'}")
     return 0
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from toolkit.adapters.results_store import record_run
+    from toolkit.app.record import record_run
 
     if args.keep_last is not None and args.keep_last < 1:
         raise ToolkitError.of("--keep-last must be at least 1", field="--keep-last", fix="e.g. --keep-last 10")
@@ -98,13 +98,13 @@ def _fmt(v: float | None, spec: str = "g") -> str:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from toolkit.adapters.results_store import load_profile_results
+    from toolkit.app.record import load_results
     from toolkit.core.results.compare import latest, rank
 
     rows: list[tuple[str, Any, str | None]] = []
     missing: list[str] = []
     for name in dict.fromkeys(args.profiles):  # each profile once, in the order given
-        pr = load_profile_results(name, args.profiles_dir)
+        pr = load_results(name, args.profiles_dir)
         entries = pr.block.entries if args.all else [e for e in [latest(pr.block, pr.spec_hash)] if e is not None]
         if not entries:
             missing.append(name)

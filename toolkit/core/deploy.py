@@ -2,8 +2,8 @@
 
 Pure: data in, data out. The launch argv, environment and systemd unit come from the profile's
 renderer (toolkit.core.profile.render) unchanged, so what `toolkit profile render` prints is what
-runs; the roles never re-render. This module only gathers those pieces, adds where things live
-and, in the lab, the announced substitutions (the stand-in server, a smaller benchmark).
+runs; the roles never re-render. This module only gathers those pieces and adds where things live; an overlay
+(the lab's: toolkit.lab.deploy_overlay) amends the result through toolkit.app.apply, never through this module.
 """
 
 from __future__ import annotations
@@ -103,32 +103,7 @@ class DeployInputs:
     bench_argv: list[str] = field(default_factory=list)
     service_name: str = "sglang"
     server_scrape_hz: float = 2.0  # the profile's probe.server_scrape_hz
-    # The profile's target, for the lab stand-in's engine model (its simulated GPUs); unused on real hosts.
-    target_env: dict[str, str] = field(default_factory=dict)
 
-
-@dataclass(frozen=True)
-class LabOptions:
-    """Announced substitutions for the lab, where no GPU exists and SGLang's server cannot start."""
-
-    standin_server: bool = False
-    standin_fail_health: bool = False
-    standin_nan_log: bool = False
-    bench_num_prompts: int | None = None  # the profile's 1024 would take minutes against the stand-in
-    tokenizer_dir: str | None = None  # a local tokenizer generated in the container: HF is unreachable
-    dataset_path: str | None = None  # a local ShareGPT-format file: bench_serving's random set samples text from it
-    # Another release's bench_serving, unpacked here, when the pinned one's cannot import in the lab (needs torch):
-    # (its release, the directory put first on PYTHONPATH).
-    bench_client: tuple[str, str] | None = None
-
-
-def _flag_value(argv: Sequence[str], flag: str) -> str | None:
-    for i, tok in enumerate(argv):
-        if tok == flag and i + 1 < len(argv):
-            return argv[i + 1]
-        if tok.startswith(flag + "="):
-            return tok.split("=", 1)[1]
-    return None
 
 
 def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> DeployInputs:
@@ -170,18 +145,7 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
         api_key_env_file=f"/etc/sglang/{resolved.name}.env" if secret else None,
         nnodes=spec.server.nnodes,
         server_scrape_hz=float(spec.probe.server_scrape_hz),
-        target_env=standin_target_env(spec.target.model_dump()),
     )
-
-
-def standin_target_env(target: Mapping[str, Any]) -> dict[str, str]:
-    """SGLANG_STANDIN_GPU_* for the lab stand-in: the hardware its engine model simulates (set fields only)."""
-    keys = {"gpu_model": "SGLANG_STANDIN_GPU_NAME", "gpu_memory_gib": "SGLANG_STANDIN_GPU_MEMORY_GIB",
-            "gpu_power_limit_w": "SGLANG_STANDIN_GPU_POWER_LIMIT_W", "interconnect": "SGLANG_STANDIN_INTERCONNECT"}
-    out = {env: str(target[k]) for k, env in keys.items() if target.get(k) not in (None, "")}
-    if target.get("p2p") is not None:
-        out["SGLANG_STANDIN_P2P"] = "1" if target["p2p"] else "0"
-    return dict(sorted(out.items()))
 
 
 def per_node(resolved: ResolvedProfile, hosts: Sequence[str]) -> dict[str, tuple[list[str], str]]:
@@ -210,73 +174,24 @@ def per_node(resolved: ResolvedProfile, hosts: Sequence[str]) -> dict[str, tuple
     return out
 
 
-def standin_argv(launch_argv: Sequence[str], server_path: str) -> list[str]:
-    """The stand-in's command: the rendered SGLang argv with `-m sglang.launch_server` swapped for the stand-in.
-
-    The interpreter (the venv's python) and every flag stay as rendered, so the stand-in parses the
-    same --host/--port/--api-key/--served-model-name/--model-path the real server would.
-    """
-    argv = list(launch_argv)
-    for i in range(len(argv) - 1):
-        if argv[i] == "-m" and argv[i + 1].startswith("sglang.launch_server"):
-            return [*argv[:i], server_path, *argv[i + 2 :]]
-    raise ToolkitError.of(
-        "the rendered launch command does not run `-m sglang.launch_server`; the lab cannot stand in for it",
-        field="launch argv",
-        fix="render the profile (`toolkit profile render NAME`) and check its command",
-    )
-
-
 def systemd_exec_line(argv: Sequence[str]) -> str:
     """argv as one ExecStart= value, quoted as the unit is; `${SGLANG_API_KEY}` stays for systemd to expand."""
     token = "${" + API_KEY_ENV + "}"
     return " ".join(a if a == token else systemd_word(a) for a in argv)
 
 
-def with_bench_overrides(bench_argv: Sequence[str], lab: LabOptions) -> list[str]:
-    """The lab's announced changes to the rendered bench command (prompt count, local tokenizer and text)."""
+def with_bench_flags(bench_argv: Sequence[str], flags: Mapping[str, str]) -> list[str]:
+    """The rendered bench command with these flags' values set (replaced where present, else appended): a
+    `--num-prompts` asked for on the command line, an overlay's local tokenizer."""
     argv = list(bench_argv)
-
-    def setflag(flag: str, value: str) -> None:
+    for flag, value in flags.items():
         for i, tok in enumerate(argv):
             if tok == flag and i + 1 < len(argv):
                 argv[i + 1] = value
-                return
-        argv.extend([flag, value])
-
-    if lab.bench_num_prompts is not None:
-        setflag("--num-prompts", str(lab.bench_num_prompts))
-    if lab.tokenizer_dir:
-        setflag("--tokenizer", lab.tokenizer_dir)
-    if lab.dataset_path:
-        setflag("--dataset-path", lab.dataset_path)
-    if lab.bench_client is not None:
-        argv = ["env", f"PYTHONPATH={lab.bench_client[1]}", *argv]
+                break
+        else:
+            argv.extend([flag, value])
     return argv
-
-
-def lab_notes(inputs: DeployInputs, lab: LabOptions) -> list[str]:
-    """One line per lab substitution; printed by `toolkit apply` and stored with the run."""
-    notes = []
-    if lab.standin_server:
-        notes.append(
-            "lab stand-in: the unit carries the rendered SGLang argv; a drop-in runs "
-            "toolkit/lab/standin_server/server.py with the same flags instead of sglang.launch_server "
-            "(no GPU, no torch)"
-        )
-    if lab.bench_num_prompts is not None:
-        notes.append(f"lab: bench --num-prompts {lab.bench_num_prompts} instead of the profile's value")
-    if lab.tokenizer_dir:
-        notes.append(f"lab: bench --tokenizer {lab.tokenizer_dir} (generated locally: Hugging Face is unreachable)")
-    if lab.dataset_path:
-        notes.append(f"lab: bench --dataset-path {lab.dataset_path} (generated ShareGPT-format text: no download)")
-    if lab.bench_client is not None:
-        release, where = lab.bench_client
-        notes.append(f"lab: the benchmark client is SGLang {release}'s bench_serving ({where}), the same flags: "
-                     f"SGLang {inputs.sglang_version}'s imports torch, which the lab has not")
-    if inputs.model_local_path is None and lab.standin_server:
-        notes.append("lab: the model is not fetched (no Hugging Face access, and the stand-in needs no weights)")
-    return notes
 
 
 def build_extravars(
@@ -288,23 +203,18 @@ def build_extravars(
     wheelhouse_tar: str = "",
     toolkit_wheel: str = "",
     wheelhouse_pythons: Sequence[str] = (),  # the CPython versions the wheelhouse has wheels for; () = not checked
-    standin_server_src: str,
-    lab: LabOptions | None = None,
     bench_argv: Sequence[str] | None = None,
     probe_args: Sequence[str] = (),
     nodes: Mapping[str, tuple[list[str], str]] | None = None,
 ) -> dict[str, Any]:
-    """The extravars of playbooks/deploy.yml. Keys carry the role prefix they belong to."""
-    lab = lab or LabOptions()
-    site_argv = list(inputs.launch_argv)
-    standin = standin_argv(site_argv, "/opt/sglang/standin/server.py") if lab.standin_server else []
+    """The extravars of playbooks/deploy.yml. Keys carry the role prefix they belong to. What a role can derive
+    or an inventory can set (the model fetch, the health timeout) is not passed: extravars beat the inventory."""
     base_url = f"http://{'127.0.0.1' if inputs.host in ('0.0.0.0', '::') else inputs.host}:{inputs.port}"
     requirements = [f"sglang=={inputs.sglang_version}", *SERVING_REQUIREMENTS]
     return {
         "deploy_profile_name": inputs.profile_name,
         "deploy_spec_hash": inputs.spec_hash,
         "deploy_run_id": run_id,
-        "deploy_lab_notes": lab_notes(inputs, lab),
         "sglang_venv_path": inputs.venv_path,
         "sglang_venv_sglang_version": inputs.sglang_version,
         "sglang_venv_requirements": requirements,
@@ -319,10 +229,9 @@ def build_extravars(
         "sglang_venv_model_repo_id": inputs.model_repo_id,
         "sglang_venv_model_revision": inputs.model_revision,
         "sglang_venv_model_local_path": inputs.model_local_path,
-        "sglang_venv_model_fetch": not lab.standin_server and inputs.model_local_path is None,
         "sglang_service_name": inputs.service_name,
         "sglang_service_unit": inputs.unit_text,
-        "sglang_service_argv": site_argv,
+        "sglang_service_argv": list(inputs.launch_argv),
         "sglang_service_env": dict(sorted(inputs.env.items())),
         "sglang_service_base_url": base_url,
         "sglang_service_api_key_secret": inputs.api_key_secret,
@@ -332,32 +241,17 @@ def build_extravars(
         "sglang_service_smoke_max_tokens": SMOKE_MAX_TOKENS,
         "sglang_service_log_fail_patterns": list(LOG_FAIL_PATTERNS),
         "sglang_service_fetch_dir": fetch_dir,
-        "sglang_service_standin": lab.standin_server,
-        "sglang_service_standin_src": standin_server_src,
-        "sglang_service_standin_extra_src": [str(Path(standin_server_src).with_name("engine_model.py"))]
-        if lab.standin_server else [],
-        "sglang_service_standin_env": inputs.target_env if lab.standin_server else {},
-        "sglang_service_standin_exec": systemd_exec_line(standin) if standin else "",
         # Multi-node: per host, the argv and unit with that host's --node-rank (empty for one node).
         "sglang_service_argv_by_host": {h: a for h, (a, _) in (nodes or {}).items()},
         "sglang_service_unit_by_host": {h: u for h, (_, u) in (nodes or {}).items()},
-        "sglang_service_standin_exec_by_host": {
-            h: systemd_exec_line(standin_argv(a, "/opt/sglang/standin/server.py"))
-            for h, (a, _) in (nodes or {}).items()
-        } if lab.standin_server else {},
-        "sglang_service_standin_fail_health": lab.standin_fail_health,
-        "sglang_service_standin_nan_log": lab.standin_nan_log,
-        "bench_probe_bench_argv": with_bench_overrides(bench_argv or inputs.bench_argv, lab),
+        "bench_probe_bench_argv": list(bench_argv or inputs.bench_argv),
         # The probe scrapes the deployed server's /metrics (the server timeline); apply adds --server-unit (its
         # tree goes into host_trace.csv, its journal into a failed run's verdict); the caller's options come after.
         "bench_probe_probe_args": ["--server-url", base_url, "--server-hz", f"{inputs.server_scrape_hz:g}",
                                    *probe_args],
         "bench_probe_hf_home": inputs.env.get("HF_HOME", DEFAULT_HF_HOME),
         "bench_probe_fetch_dir": fetch_dir,
-        "bench_probe_wheelhouse_src": wheelhouse_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,
-        "bench_probe_tokenizer_dir": lab.tokenizer_dir or "",
-        "bench_probe_dataset_path": lab.dataset_path or "",
     }
 
 

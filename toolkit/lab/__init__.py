@@ -8,14 +8,30 @@ The Python API the tests and the other commands use (the lab <-> roles contract 
     toolkit.lab.down()                    # removes exactly what up made; the cache stays
 
 `plan` is pure (addresses, inventory, files); `rootfs` and `system` do the system work.
+
+Nothing is imported here at module level: the stand-in server (toolkit.lab.standin_server) runs inside the lab's
+container from the toolkit's wheel, with the engine venv's packages only.
 """
 
 from __future__ import annotations
 
-from toolkit.lab.plan import LabConfig, LabState
-from toolkit.lab.system import Progress
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolkit.lab.plan import LabConfig, LabState
+
+Progress = Callable[[str], None]
 
 __all__ = ["LabConfig", "LabState", "down", "status", "up"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LabConfig", "LabState"):
+        from toolkit.lab import plan
+
+        return getattr(plan, name)
+    raise AttributeError(name)
 
 
 def _quiet(_: str) -> None:
@@ -25,6 +41,7 @@ def _quiet(_: str) -> None:
 def up(gpus: int = 8, *, config: LabConfig | None = None, progress: Progress = _quiet) -> LabState:
     """Bring the lab up (or check that it is up) and return its state."""
     from toolkit.lab import system
+    from toolkit.lab.plan import LabConfig
 
     return system.up(config or LabConfig(gpus=gpus), progress=progress)
 

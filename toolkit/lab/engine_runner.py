@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.core.probe.gpu_rules import COMPUTE, KV_BOUND, SCHEDULER_CAPPED, WAITING
 from toolkit.core.probe.knobs import propose, run_target
@@ -35,6 +35,9 @@ from toolkit.core.sweep.run import PointRequest, VariantFailed
 from toolkit.core.sweep.state import Measurement
 from toolkit.core.sweep.variants import canonical
 from toolkit.lab.standin_server import engine_model as em
+
+if TYPE_CHECKING:
+    from toolkit.app.measure import RunnerContext
 
 DATA_SOURCE = "lab engine model (simulated in-process: no server, no GPU)"
 MIXED = "mixed"
@@ -183,3 +186,9 @@ class EngineModelRunner:
             knob_steps=[s.to_dict() for s in steps],
             verdict_headline=headline,
         )
+
+
+def runner(ctx: RunnerContext) -> EngineModelRunner:
+    """`--runner engine-model` (the entry point toolkit.runners: engine-model): the base's name, the profiles that
+    exist beside it, and the prompts per measurement (the profile's unless --num-prompts says)."""
+    return EngineModelRunner(base=ctx.base.name, profile_names=ctx.profiles.names(), num_prompts=ctx.num_prompts)

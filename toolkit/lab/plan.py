@@ -63,6 +63,9 @@ CAPS_MAJOR = 509
 NVIDIA_MAJOR = 195
 MAX_GPUS = 16
 STATE_SCHEMA = 1
+# Seconds the deploy waits for the stand-in server's /health (it answers in about one; a real model load
+# takes minutes, the role's default).
+LAB_HEALTH_TIMEOUT_S = 20
 
 def instance_suffix(value: str) -> str:
     """A second lab on the same machine (developing the lab while tests use the first) is named by
@@ -323,37 +326,76 @@ class LabState:
 CT_HOSTKEY_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
 
 
+# What the lab substitutes for the roles, one line each, printed before every run (`toolkit_notes` in the
+# inventory). The flavour `lab` first; a stock flavour is a Proxmox VE host as installed, so the host role
+# runs there as on a real one.
+_NOTE_STANDINS = ("lab: the GPUs, /proc/devices, lspci and nvidia_uvm's parameters on pve1 are stand-ins "
+                  "(proxmox_gpu_host_proc_devices, proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
+_NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
+                   "(container_nvidia_userspace_cuda_install_method=none)")
+_NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
+                "server answers /health within seconds (sglang_service_health_timeout_s=20)")
+
+
+def inventory_notes(config: LabConfig) -> list[str]:
+    """`toolkit_notes`: one line per substitution the lab's inventory makes for the roles."""
+    if not config.flavour_spec.stock:
+        host = [
+            "lab: pve1 has no kernel headers and no package mirror, and its stand-in installer builds nothing "
+            "(proxmox_gpu_host_kernel_headers_required=false, proxmox_gpu_host_build_packages_install=false)",
+            "lab: the driver installer is the stand-in staged on pve1, checked against its sha256 "
+            "(proxmox_gpu_host_driver_installer, proxmox_gpu_host_driver_checksum)",
+        ]
+    else:
+        host = [
+            f"lab ({config.flavour}): the host role installs the toolchain and headers from the lab's package mirror "
+            "and downloads the installer from it over http, checked against its sha256 "
+            "(proxmox_gpu_host_driver_url, proxmox_gpu_host_driver_checksum)",
+        ]
+    return [*host, _NOTE_STANDINS, _NOTE_CONTAINER, _NOTE_DEPLOY]
+
+
 def render_inventory(state: LabState) -> str:
-    """`inventory/lab.yml`: the groups and variables the roles (#6, #7) read. Deterministic."""
+    """`inventory/lab.yml`: the groups and variables the roles read, and `toolkit_overlay: lab`, the one
+    answer to "is this the lab?". Production roles never ask it: every difference is a role variable set here.
+    Deterministic."""
     c = state.config
     ct_ssh = " ".join(CT_HOSTKEY_OPTIONS)
+    pve1: dict[str, Any] = {
+        "ansible_host": c.host_address,
+        "ansible_ssh_common_args": f"-o UserKnownHostsFile={state.known_hosts_path} "
+                                   "-o StrictHostKeyChecking=yes",
+        "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
+        "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
+        "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin",
+        "proxmox_gpu_host_driver_installer": f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
+        "proxmox_gpu_host_driver_version": c.driver_version,
+        "proxmox_gpu_host_kernel_headers_required": False,
+        "proxmox_gpu_host_build_packages_install": False,
+        # The lab's installers' sha256 by version (lab data: the roles read only the checksum of the version
+        # asked, proxmox_gpu_host_driver_checksum, as on a real host; `-e proxmox_gpu_host_driver_version=`
+        # picks another of them).
+        "toolkit_lab_driver_checksums": {v: f"sha256:{h}" for v, h in sorted(state.installer_sha256.items())},
+        "proxmox_gpu_host_driver_checksum":
+            '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version] | default("") }}',
+    }
     inventory = {
         "all": {
             "vars": {
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": state.ssh_key_path,
                 "ansible_python_interpreter": "/usr/bin/python3",
-                "lab": True,
-                "lab_driver_version": c.driver_version,
-                "lab_gpu_count": c.gpus,
+                "toolkit_overlay": "lab",
+                "toolkit_notes": inventory_notes(c),
             },
             "children": {
-                "proxmox_hosts": {
-                    "hosts": {
-                        HOSTNAME: {
-                            "ansible_host": c.host_address,
-                            "ansible_ssh_common_args": f"-o UserKnownHostsFile={state.known_hosts_path} "
-                                                       "-o StrictHostKeyChecking=yes",
-                            "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
-                            "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
-                            "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin",
-                            "proxmox_gpu_host_driver_installer":
-                                f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
-                            "proxmox_gpu_host_driver_version": c.driver_version,
-                        }
-                    }
-                },
+                "proxmox_hosts": {"hosts": {HOSTNAME: pve1}},
                 "gpu_containers": {
+                    "vars": {
+                        "container_nvidia_userspace_cuda_install_method": "none",
+                        "sglang_venv_model_fetch": False,
+                        "sglang_service_health_timeout_s": LAB_HEALTH_TIMEOUT_S,
+                    },
                     "hosts": {
                         "ct": {
                             "ansible_host": c.ct_address,
@@ -365,37 +407,33 @@ def render_inventory(state: LabState) -> str:
                                 f"gw={c.bridge_address},type=veth",
                             "lxc_gpu_container_address": c.ct_address,
                         }
-                    }
+                    },
                 },
             },
         }
     }
     if c.flavour_spec.stock:
-        _stock_inventory(state, inventory["all"])
+        _stock_inventory(state, pve1)
     header = (
         "# Generated by `toolkit lab up`: do not edit (it is rewritten on every up, removed by down).\n"
         "# The shape is shown by inventory/lab.example.yml; docs/lab.md says what each variable is.\n"
     )
-    return header + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False)
+    return header + yaml.safe_dump(inventory, sort_keys=False, default_flow_style=False, width=120)
 
 
-def _stock_inventory(state: LabState, inv: dict[str, Any]) -> None:
+def _stock_inventory(state: LabState, host: dict[str, Any]) -> None:
     """A stock flavour's pve1 as a real host: the installer is downloaded (from the lab's mirror, over
     http: the mirror has no TLS) and its checksum required; headers and build tools are installed by
-    the role; lspci and /proc/devices still come from the stand-ins (no GPU on this machine)."""
+    the role (its defaults); lspci and /proc/devices still come from the stand-ins (no GPU on this machine)."""
     c = state.config
-    inv["vars"]["lab_flavour"] = c.flavour
-    host = inv["children"]["proxmox_hosts"]["hosts"][HOSTNAME]
     del host["proxmox_gpu_host_driver_installer"]
+    del host["proxmox_gpu_host_kernel_headers_required"]
+    del host["proxmox_gpu_host_build_packages_install"]
     host["proxmox_gpu_host_driver_url"] = (
         "http://us.download.nvidia.com/XFree86/Linux-x86_64/{{ proxmox_gpu_host_driver_version }}/"
         "NVIDIA-Linux-x86_64-{{ proxmox_gpu_host_driver_version }}.run")
-    host["proxmox_gpu_host_driver_checksums"] = {v: f"sha256:{h}" for v, h in sorted(state.installer_sha256.items())}
-    host["proxmox_gpu_host_driver_checksum"] = (
-        "{{ proxmox_gpu_host_driver_checksums[proxmox_gpu_host_driver_version] | default('') }}")
     host["proxmox_gpu_host_cuda_repo_url"] = (
         f"http://developer.download.nvidia.com/compute/cuda/repos/{c.flavour_spec.cuda_repo}/x86_64/")
-    host["proxmox_gpu_host_kernel_headers_required"] = True
 
 
 def standin_config(config: LabConfig) -> str:

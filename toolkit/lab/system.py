@@ -5,13 +5,14 @@ is made, so `down` removes exactly that (by pid, by name) even after a crash hal
 pve1 is one process tree: `unshare` (new mount, UTS, IPC, PID and cgroup namespaces, inside the
 lab's network namespace) runs stage1.sh as PID 1 of the new PID namespace, which mounts pve1's
 overlay root, /proc, /sys, the cgroup controllers, /dev, pivot_roots into it (LXC refuses to
-start from a plain chroot: DOMAIN.md section 5) and execs lab-init. All mounts live only in that
+start from a plain chroot: DOMAIN.md section 5) and execs systemd. All mounts live only in that
 mount namespace, so they vanish with it; killing PID 1 kills every process in the namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from toolkit.adapters import cache_lock
+from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
 from toolkit.lab import plan, rootfs, template
 from toolkit.lab.plan import LabConfig, LabState
@@ -82,16 +84,6 @@ def run(cmd: list[str], *, check: bool = True, input_text: str | None = None) ->
     return proc
 
 
-def write_atomic(path: Path, text: str | bytes, mode: int = 0o644) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    data = text.encode() if isinstance(text, str) else text
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def start_ticks(pid: int) -> int:
     """Field 22 of /proc/PID/stat (start time): a pid plus this names one process, not a reused pid."""
     try:
@@ -117,7 +109,7 @@ def load_state() -> LabState | None:
 
 
 def save_state(state: LabState) -> None:
-    write_atomic(STATE_FILE, state.to_json(), 0o600)
+    write_atomic(STATE_FILE, state.to_json(), mode=0o600)
 
 
 def default_inventory_path() -> Path:
@@ -292,7 +284,7 @@ def _build_installer_locked(driver_version: str, out_dir: Path, run_file: Path) 
          "-Wl,-soname,libcuda.so.1", "-o", str(payload / f"libcuda.so.{driver_version}"),
          str(resources.files("toolkit.lab.standins").joinpath("libcuda.c"))])
     for name in ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced", "labstandin.py"):
-        write_atomic(payload / name, standin_bytes(name), 0o755)
+        write_atomic(payload / name, standin_bytes(name), mode=0o755)
     write_atomic(payload / "VERSION", driver_version + "\n")
     # The kernel module's "source": built on the host with its own toolchain (and by dkms).
     write_atomic(payload / "kernel/Makefile", standin_bytes("kernel-Makefile"))
@@ -302,7 +294,7 @@ def _build_installer_locked(driver_version: str, out_dir: Path, run_file: Path) 
     tarball = work / "payload.tar.gz"
     run(["tar", "--numeric-owner", "--owner=0", "--group=0", "-C", str(payload), "-czf", str(tarball), "."])
     header = standin_text("nvidia-installer.sh").replace("@DRIVER_VERSION@", driver_version)
-    write_atomic(work / run_file.name, header.encode() + tarball.read_bytes(), 0o755)
+    write_atomic(work / run_file.name, header.encode() + tarball.read_bytes(), mode=0o755)
     out_dir.mkdir(parents=True, exist_ok=True)
     os.replace(work / run_file.name, run_file)
     shutil.rmtree(work, ignore_errors=True)
@@ -321,7 +313,7 @@ def ensure_ssh_key() -> Path:
 def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -> str:
     """Write pve1's own files into its overlay's upper layer; return the known_hosts line."""
     def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
-        write_atomic(upper / rel.lstrip("/"), content, mode)
+        write_atomic(upper / rel.lstrip("/"), content, mode=mode)
 
     root_ssh = upper / "root/.ssh"
     root_ssh.mkdir(parents=True, exist_ok=True)
@@ -390,7 +382,7 @@ def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -
     write_atomic(mirror / "aplinfo.dat", template.render_aplinfo(
         [template.APPLIANCES[suite] for suite in template_files], sums, "http://download.proxmox.com/images/system"))
     for name in ("pveam", "pvesm", "pvesh"):
-        write_atomic(upper / "usr/bin" / name, standin_bytes(name), 0o755)
+        write_atomic(upper / "usr/bin" / name, standin_bytes(name), mode=0o755)
     cache = plan.TEMPLATE_DIR.lstrip("/")
     (upper / cache).mkdir(parents=True, exist_ok=True)
     for old in template.RETIRED_FILE_NAMES:
@@ -418,7 +410,7 @@ def populate_flavour(config: LabConfig, upper: Path, mirror: Path, key: bytes) -
     f = config.flavour_spec
 
     def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
-        write_atomic(upper / rel.lstrip("/"), content, mode)
+        write_atomic(upper / rel.lstrip("/"), content, mode=mode)
 
     put(f"/boot/vmlinuz-{f.kernel}", f"lab stand-in kernel {f.kernel}: pve1 runs the controller's kernel\n")
     # The installer's initramfs: nothing blacklisted in it, so nouveau is loaded from it at boot.
@@ -549,7 +541,7 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
     for d in (work, root):
         d.mkdir(parents=True, exist_ok=True)
     stage1 = PVE1_DIR / "stage1.sh"
-    write_atomic(stage1, standin_text("stage1.sh"), 0o755)
+    write_atomic(stage1, standin_text("stage1.sh"), mode=0o755)
     cgroups = make_cgroups()
     state.made.append(f"cgroup:{plan.CGROUP_NAME}")
     save_state(state)
@@ -655,6 +647,8 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
                 fix="`toolkit lab down` first, or run `up` with the options it was made with")
         progress("lab already up: checking pve1 answers")
         wait_for_ssh(preflight_existing, timeout_s=10, boot=False)
+        # The inventory follows this toolkit's roles: a lab made by an older checkout gets today's variables.
+        write_atomic(Path(preflight_existing.inventory_path), plan.render_inventory(preflight_existing))
         return preflight_existing
     if preflight_existing or netns_inode():
         progress("removing what an earlier, unfinished up left")
@@ -682,14 +676,14 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         upper.mkdir(parents=True)
         known = populate_upper(config, upper, key, installer)
         place_templates(upper, lower, template_files)
+        # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
+        # real host's does (staged on pve1 in the flavour lab, downloaded from the mirror in the stock ones).
+        state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
+                                  hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         if mirror is not None:
-            import hashlib
-
             populate_flavour(config, upper, mirror, mirror_key)
             state.mirror_dir = str(mirror)
-            state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
-                                      hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
-        write_atomic(Path(state.known_hosts_path), known, 0o600)
+        write_atomic(Path(state.known_hosts_path), known, mode=0o600)
         progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)
         start_dhcp(config)

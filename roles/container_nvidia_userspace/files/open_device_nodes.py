@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Open each NVIDIA device node in /dev and report how: one JSON line {node: result}.
 
-"ok" (a driver answered), "ENXIO" (the cgroup allows the node, no driver behind it: the lab),
+"ok" (a driver answered), "ENXIO" (the cgroup allows the node, but no driver owns its major),
 "EPERM" (the container's device cgroup does not allow the node's major:minor: a wrong or stale
 major in its rules), or another errno name.
 """

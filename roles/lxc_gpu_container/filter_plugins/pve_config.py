@@ -9,9 +9,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Ansible runs from the toolkit's own environment, so the one /proc/devices parser (also used by doctor) is shared.
-from toolkit.core.doctor import char_majors as proc_devices_majors
-from toolkit.core.doctor import nvidia_majors
 
 _DEV_KEY = re.compile(r"^dev(\d+)$")
 _ALLOW = re.compile(r"^c (\d+):(\*|\d+) [rwm]+$")
@@ -139,6 +136,38 @@ def pve_pending(text: str) -> dict[str, Any]:
         elif kind == "del":
             delete.append(key)
     return {"new": new, "delete": delete}
+
+
+def proc_devices_majors(proc_devices: str) -> dict[str, int]:
+    """/proc/devices -> {character device name: major} (the first major of a name that appears twice).
+
+    The role must run on a controller without the toolkit installed, so the parser is the role's own;
+    the toolkit's doctor keeps its own, and a test feeds both the same texts so they cannot drift."""
+    majors: dict[str, int] = {}
+    section = ""
+    for line in proc_devices.splitlines():
+        if line.endswith(":"):
+            section = line[:-1].strip()
+            continue
+        parts = line.split()
+        if section == "Character devices" and len(parts) == 2 and parts[0].isdigit():
+            majors.setdefault(parts[1], int(parts[0]))
+    return majors
+
+
+def nvidia_majors(proc_devices: str) -> dict[str, int]:
+    """The NVIDIA majors a container's passthrough needs: {"nvidia", "uvm", "caps"}, those registered.
+    `nvidia-frontend` is the name the driver registers when its multi-module frontend is loaded."""
+    m = proc_devices_majors(proc_devices)
+    out = {}
+    nvidia = m.get("nvidia-frontend", m.get("nvidia"))
+    if nvidia is not None:
+        out["nvidia"] = nvidia
+    if "nvidia-uvm" in m:
+        out["uvm"] = m["nvidia-uvm"]
+    if "nvidia-caps" in m:
+        out["caps"] = m["nvidia-caps"]
+    return out
 
 
 def _version_key(name: str) -> list[Any]:

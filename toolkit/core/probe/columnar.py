@@ -18,15 +18,15 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     import numpy as np
 except ImportError:  # pragma: no cover - the stdlib path is used
     np = None  # type: ignore[assignment]
 
-if TYPE_CHECKING:
-    from toolkit.core.probe.trace import GpuSeries, Trace
+from toolkit.core.probe.numbers import rounded
+from toolkit.core.probe.series import GpuSeries, Trace
 
 
 def available() -> bool:
@@ -91,8 +91,6 @@ def times(s: GpuSeries) -> Any:
 def parse_body(body: str, columns: tuple[str, ...], numeric_all: tuple[str, ...]) -> dict[int, GpuSeries] | None:
     """The body (rows, each ending in a newline) of a trace as series, or None where the fast checks fail: the
     caller then takes the list path, which names the first bad line and field."""
-    from toolkit.core.probe.trace import GpuSeries
-
     ncol = len(columns)
     # (a row with too few or too many cells makes loadtxt raise or the shape differ: then the list path)
     if not body.endswith("\n") or '"' in body or "\r" in body:
@@ -207,8 +205,6 @@ def _mean(x: Any) -> float | None:
 def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float | None,
                      gpm_keys: dict[str, str], reason_bits: dict[int, str]) -> dict[str, Any]:
     """summary.gpu_window_stats over numpy columns: the same keys and values."""
-    from toolkit.core.probe.summary import _r
-
     t_all = times(s)
     lo, hi = int(np.searchsorted(t_all, start_s, "left")), int(np.searchsorted(t_all, end_s, "right"))
     t = t_all[lo:hi]
@@ -235,7 +231,7 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
             share = float(counts[(ints & bit) != 0].sum()) / n_masks
             if share > 0:
                 reasons[name] = round(share, 3)
-    gpm: dict[str, float | None] | None = {k: _r(_mean(_present(col(c)))) for k, c in gpm_keys.items()}
+    gpm: dict[str, float | None] | None = {k: rounded(_mean(_present(col(c)))) for k, c in gpm_keys.items()}
     if gpm is not None and all(x is None for x in gpm.values()):
         gpm = None
     limit_w = _mean(limit)
@@ -252,28 +248,28 @@ def gpu_window_stats(s: GpuSeries, start_s: float, end_s: float, idle_w: float |
         "samples": int(hi - lo),
         "error_samples": len(errors),
         "errors_seen": sorted(set(errors)),
-        "power_w": {"mean": _r(power_mean), "p50": _r(pct(power, 50)), "p95": _r(pct(power, 95)),
-                    "max": _r(float(power[-1]) if len(power) else None)},
-        "power_limit_w": _r(limit_w),
-        "power_of_limit": _r(power_mean / limit_w if power_mean is not None and limit_w else None, 3),
-        "idle_power_w": _r(idle_w),
-        "energy_j": _r(energy[0] if energy else None),
+        "power_w": {"mean": rounded(power_mean), "p50": rounded(pct(power, 50)), "p95": rounded(pct(power, 95)),
+                    "max": rounded(float(power[-1]) if len(power) else None)},
+        "power_limit_w": rounded(limit_w),
+        "power_of_limit": rounded(power_mean / limit_w if power_mean is not None and limit_w else None, 3),
+        "idle_power_w": rounded(idle_w),
+        "energy_j": rounded(energy[0] if energy else None),
         "energy_source": energy[4] if energy else None,
-        "energy_integrated_j": _r(energy[1] if energy else None),
-        "energy_integrated_instant_j": _r(energy[2] if energy else None),
-        "energy_integrated_sample_j": _r(energy[3] if energy else None),
-        "power_sample_w": {"mean": _r(_mean(sampled)), "p95": _r(pct(sampled, 95)),
-                           "max": _r(float(sampled.max()))} if len(sampled) else None,
-        "util_gpu_pct": _r(_mean(_present(col("util_gpu_pct")))),
-        "util_mem_pct": _r(_mean(_present(col("util_mem_pct")))),
-        "sm_clock_mhz": _r(sm_med, 0),
-        "sm_clock_max_mhz": _r(sm_max_w, 0),
-        "sm_clock_of_max": _r(sm_med / sm_max_w if sm_med and sm_max_w else None, 3),
-        "mem_clock_mhz": _r(float(np.median(mem)) if len(mem) else None, 0),
-        "mem_clock_max_mhz": _r(float(mem_max.max()) if len(mem_max) else None, 0),
-        "temp_c_max": _r(float(temps.max()) if len(temps) else None, 0),
-        "pcie_tx_kib_s": _r(_mean(_present(col("pcie_tx_kib_s")))),
-        "pcie_rx_kib_s": _r(_mean(_present(col("pcie_rx_kib_s")))),
+        "energy_integrated_j": rounded(energy[1] if energy else None),
+        "energy_integrated_instant_j": rounded(energy[2] if energy else None),
+        "energy_integrated_sample_j": rounded(energy[3] if energy else None),
+        "power_sample_w": {"mean": rounded(_mean(sampled)), "p95": rounded(pct(sampled, 95)),
+                           "max": rounded(float(sampled.max()))} if len(sampled) else None,
+        "util_gpu_pct": rounded(_mean(_present(col("util_gpu_pct")))),
+        "util_mem_pct": rounded(_mean(_present(col("util_mem_pct")))),
+        "sm_clock_mhz": rounded(sm_med, 0),
+        "sm_clock_max_mhz": rounded(sm_max_w, 0),
+        "sm_clock_of_max": rounded(sm_med / sm_max_w if sm_med and sm_max_w else None, 3),
+        "mem_clock_mhz": rounded(float(np.median(mem)) if len(mem) else None, 0),
+        "mem_clock_max_mhz": rounded(float(mem_max.max()) if len(mem_max) else None, 0),
+        "temp_c_max": rounded(float(temps.max()) if len(temps) else None, 0),
+        "pcie_tx_kib_s": rounded(_mean(_present(col("pcie_tx_kib_s")))),
+        "pcie_rx_kib_s": rounded(_mean(_present(col("pcie_rx_kib_s")))),
         "clock_reasons_seen": reasons,
         "gpm": gpm,
     }

@@ -51,7 +51,7 @@ from toolkit.core.probe.gpu_rules import (
     GpuJudgement,
     judge_gpu,
 )
-from toolkit.core.probe.trace import REASON_BITS, GpuSeries, Trace
+from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
 
 INTERVAL_S = 1.0
 IDLE_SAMPLE_UTIL_PCT = 3.0  # H200: 0 when nothing runs; the 1-element-kernel loop reads 7-13 every sample

@@ -11,7 +11,7 @@ import bisect
 from typing import Any, Protocol
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.probe.trace import NUMERIC_COLUMNS, Trace
+from toolkit.core.probe.series import NUMERIC_COLUMNS, Trace
 
 Row = dict[str, float | int | str | None]
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.core.probe import columnar
-from toolkit.core.probe.trace import Trace
+from toolkit.core.probe.series import Trace
 
 NO_LOAD_ACTIVITY = 0.05
 

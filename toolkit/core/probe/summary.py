@@ -14,9 +14,10 @@ from typing import Any
 from toolkit.core.probe import columnar
 from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.host_trace import HostTrace, host_window
+from toolkit.core.probe.numbers import rounded as _r
+from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, server_window
 from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
-from toolkit.core.probe.trace import REASON_BITS, GpuSeries, Trace
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -41,11 +42,6 @@ def percentile(sorted_values: list[float], q: float) -> float:
     hi = min(lo + 1, len(sorted_values) - 1)
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
-
-def _r(v: float | None, nd: int = 2) -> float | None:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return round(v, nd)
 
 
 def _mean(vs: list[float]) -> float | None:

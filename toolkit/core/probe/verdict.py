@@ -37,8 +37,8 @@ from toolkit.core.probe.gpu_rules import (
 )
 from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments, thread_name
 from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
+from toolkit.core.probe.series import Trace
 from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
-from toolkit.core.probe.trace import Trace
 
 VERDICT_SCHEMA_VERSION = 1  # keys are only ever added (knob_steps, timeline, window_mean, signals)
 MIN_INTERVALS = 3  # a shorter window is judged by its means only

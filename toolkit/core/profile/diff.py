@@ -1,14 +1,13 @@
 """Semantic diff of two resolved profiles: knobs changed, added, removed (through extends:),
 each with its why. `textconv_text` is the same view for one profile, for `git diff`.
 
-Issue #4 adds result deltas through `register_diff_section`: a function of both resolved
-profiles returning lines to show under a heading.
+Knobs only: toolkit.core.results.profile_diff puts the results beside them (it builds on this module, never
+the other way round).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,16 +65,6 @@ class ProfileDiff:
         }
 
 
-DiffHook = Callable[[ResolvedProfile, ResolvedProfile], DiffSection | None]
-_HOOKS: list[DiffHook] = []
-
-
-def register_diff_section(hook: DiffHook) -> None:
-    """Add a section (e.g. result deltas, issue #4) to every `diff_profiles` output."""
-    if hook not in _HOOKS:
-        _HOOKS.append(hook)
-
-
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted leaves; lists are leaves (they replace as a whole under extends)."""
     if isinstance(value, dict):
@@ -114,17 +103,10 @@ def diff_profiles(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
         else:
             kind = "changed"
         changes.append(KnobChange(path, kind, old, new, why_for(b, path) or why_for(a, path)))
-    _register_builtin_sections()
-    sections = [s for s in (hook(a, b) for hook in _HOOKS) if s is not None]
-    return ProfileDiff(a.name, b.name, changes, sections)
+    return ProfileDiff(a.name, b.name, changes)
 
 
-def _register_builtin_sections() -> None:
-    """The result deltas of issue #4 (imported here, lazily: that module imports this one)."""
-    import toolkit.core.results.profile_diff  # noqa: F401  (registers itself)
-
-
-def textconv_text(resolved: ResolvedProfile) -> str:
+def knob_lines(resolved: ResolvedProfile) -> str:
     """One line per set knob, sorted, with its why: what `git diff` compares for a profile file."""
     out = [
         f"profile {resolved.name}"
@@ -137,10 +119,6 @@ def textconv_text(resolved: ResolvedProfile) -> str:
             continue
         why = why_for(resolved, path)
         out.append(f"{path} = {_show(value)}" + (f"    # why: {why}" if why else ""))
-    # The results block as one line of figures per entry (issue #4), so `git diff` shows which figure moved.
-    from toolkit.core.results.profile_diff import textconv_lines
-
-    out += textconv_lines(resolved)
     return "\n".join(out) + "\n"
 
 

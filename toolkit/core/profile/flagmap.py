@@ -17,7 +17,7 @@ counterpart in that release (validate and migrate refuse it, and nothing renders
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,7 +195,7 @@ def _next_step(spelling: Spelling, catalogue: Catalogue | None) -> Step | None:
             info = catalogue.get(flag)
             if info is not None and info.deprecated and info.replacement:
                 parsed = parse_replacement(info.replacement, info.takes_value)
-                if parsed is not None and value is not None and any(v != "{value}" for _, v in parsed):
+                if parsed is not None and value == "{value}" and any(v != "{value}" for _, v in parsed):
                     parsed = None  # a value mapped onto fixed values is a semantic rename: RENAMES says it
                 if parsed is not None and value is not None and value != "{value}":
                     parsed = None  # a literal value (from an earlier rename) moves only by RENAMES too
@@ -255,14 +255,20 @@ def knob_flags(catalogue: Catalogue | None) -> dict[str, Choice]:
     return {k.field: choose(k, catalogue) for k in SERVER_KNOBS}
 
 
-def renamed_flag(flag: str, old: Catalogue | None, new: Catalogue) -> Step | None:
+def renamed_flag(flag: str, new: Catalogue, history: Sequence[Catalogue | None] = ()) -> Step | None:
     """Where an extra_args flag moves on `new`: None when `new` accepts it live (or nothing better is known).
-    Only flag-for-flag renames that keep the value apply (an extra_args token's value is opaque here)."""
+    `history`: catalogues of other releases whose deprecations say more (a flag renamed in 0.5.14 and removed in
+    0.5.20 is known only to the releases between). Only flag-for-flag renames apply: a value stays a value, a
+    switch a switch (an extra_args token's value is opaque here)."""
     if new.live(flag):
         return None
-    probe = Knob("extra", flag, "value")
-    for catalogue in (new, old):
+    catalogues = [c for c in (new, *history) if c is not None]
+    known = next((c.get(flag) for c in catalogues if c.get(flag) is not None), None)
+    probe = Knob("extra", flag, "value" if known is None or known.takes_value else "true")
+    template = probe.first[0][1]
+    for catalogue in catalogues:
         for spelling, steps in reversed(spellings(probe, catalogue)[1:]):
-            if len(spelling) == 1 and spelling[0][1] == "{value}" and new.live(spelling[0][0]) and not steps[-1].drops:
+            single = len(spelling) == 1 and spelling[0][1] == template
+            if single and new.live(spelling[0][0]) and not steps[-1].drops:
                 return Step(flag, spelling, " / ".join(s.source for s in steps))
     return None

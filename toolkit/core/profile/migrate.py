@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import yaml
@@ -24,9 +25,8 @@ from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.flagmap import Choice, knob_flags, renamed_flag
 from toolkit.core.profile.model import RESULTS_MARKER
-from toolkit.core.profile.render import extra_arg_flags, knob_rendering
+from toolkit.core.profile.render import knob_rendering
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.profile.results_block import split_results_block
 from toolkit.core.profile.rules import release_in
 from toolkit.core.profile.source import Path, ProfileSource
 
@@ -91,10 +91,13 @@ def plan_migration(
     *,
     patch_targets: dict[int, PatchTarget],
     new_name: str | None = None,
+    history: Sequence[Catalogue] = (),
 ) -> Migration:
     """The migration of the file `source` (the profile `resolved` resolves) to `new`'s release.
 
-    `patch_targets[i]`: the target release's file at engine.patches[i].target. The result's text is None
+    `patch_targets[i]`: the target release's file at engine.patches[i].target. `history`: the catalogues of the
+    releases between, whose deprecations say where a flag went before a later release removed it. The result's
+    text is None
     when anything is refused; `changes` then still says what would have moved."""
     to = new.sglang_version
     spec = resolved.spec
@@ -112,7 +115,7 @@ def plan_migration(
         )
         engine["requirements"] = lock
     _knobs(resolved, old, new, mig)
-    extra_args = _extra_args(resolved, old, new, mig, edits, child=new_name is not None)
+    extra_args = _extra_args(resolved, [old, *history], new, mig, edits, child=new_name is not None)
     kept = _patches(resolved, to, patch_targets, mig)
     if mig.refusals:
         return mig
@@ -227,17 +230,18 @@ def _knobs(resolved: ResolvedProfile, old: Catalogue | None, new: Catalogue, mig
             )
 
 
-def _extra_args(resolved: ResolvedProfile, old: Catalogue | None, new: Catalogue, mig: Migration,
+def _extra_args(resolved: ResolvedProfile, history: Sequence[Catalogue | None], new: Catalogue, mig: Migration,
                 edits: _Edits, *, child: bool) -> list[str] | None:
     """The renamed extra_args (None: nothing renamed); in place, the renames go to `edits` as well."""
     own = resolved.source is not None and "extra_args" in (resolved.source.data.get("server") or {})
     tokens = list(resolved.spec.server.extra_args)
     renamed = False
-    for i, flag in extra_arg_flags(resolved.spec.server):
+    flags = [(i, t.split("=", 1)[0]) for i, t in enumerate(resolved.spec.server.extra_args) if t.startswith("--")]
+    for i, flag in flags:
         if new.live(flag):
             continue
         path = f"server.extra_args.{i}"
-        step = renamed_flag(flag, old, new)
+        step = renamed_flag(flag, new, history)
         if step is not None:
             to_flag = step.new[0][0]
             mig.changes.append(Change(path, flag, to_flag, "renamed", step.source))
@@ -392,8 +396,8 @@ class _Edits:
         for key in ("model", "server", "env", "bench", "probe", "why"):
             if (key,) in self.source.lines:
                 return self.source.lines[(key,)] - 1
-        author, _ = split_results_block(self.source.text)
-        return len(author.splitlines())
+        ends = [i for i, line in enumerate(self.lines) if line.rstrip("\r\n") == RESULTS_MARKER]
+        return ends[0] if ends else len(self.lines)
 
 
 def _sep(separator: str) -> str:

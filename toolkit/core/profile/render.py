@@ -7,9 +7,34 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.core.profile.flagmap import SERVER_KNOBS, Choice, knob_flags
+from toolkit.core.profile.catalogue import Catalogue
+from toolkit.core.profile.flagmap import SERVER_KNOBS, Choice, knob_flags, spellings
 from toolkit.core.profile.model import API_KEY_ENV, Server
 from toolkit.core.profile.resolve import ResolvedProfile
+
+# The flags typed fields render besides SERVER_KNOBS (rendered_flags below), each with the field that owns it.
+OWNED_FLAGS: tuple[tuple[str, str], ...] = (
+    ("--model-path", "model.repo_id"),
+    ("--revision", "model.revision"),
+    ("--served-model-name", "model.served_model_name"),
+    ("--quantization", "model.quantization"),
+    ("--trust-remote-code", "model.trust_remote_code"),
+    ("--host", "server.host"),
+    ("--port", "server.port"),
+    ("--api-key", "server.api_key_secret"),
+)
+
+
+def typed_flags(catalogue: Catalogue | None = None) -> dict[str, str]:
+    """Every flag a typed field renders -> that field (server.tp_size, model.repo_id, ...): the flags whose
+    settings extra_args may not touch. A knob owns each of its spellings (flagmap.py: the first, the renamed
+    ones, those the catalogue's deprecations lead to), whichever its release renders."""
+    out = dict(OWNED_FLAGS)
+    for knob in SERVER_KNOBS:
+        for spelling, _ in spellings(knob, catalogue):
+            for flag, _value in spelling:
+                out.setdefault(flag, f"server.{knob.field}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -94,15 +119,6 @@ def _require(value: str | None, path: str) -> str:
     if not value:
         raise ValueError(f"{path} is not set; validate() reports this before rendering")
     return value
-
-
-def extra_arg_flags(server: Server) -> list[tuple[int, str]]:
-    """(index, flag) for each `--flag` or `--flag=value` token in extra_args."""
-    out = []
-    for i, token in enumerate(server.extra_args):
-        if token.startswith("--"):
-            out.append((i, token.split("=", 1)[0]))
-    return out
 
 
 def render_launch_argv(resolved: ResolvedProfile) -> list[str]:

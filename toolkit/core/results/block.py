@@ -1,4 +1,14 @@
-"""The results block as text: parse (with migration), render (deterministic), and add an entry.
+"""The results block as text: where it sits in a profile file, parse (with migration), render (deterministic),
+and add an entry.
+
+Layout of a profile file (everything above the marker is the author's and is never rewritten):
+
+    ...author's YAML and comments...
+    # --- results: written by toolkit, do not edit below this line ---
+    results:
+      schema_version: 2
+      keep_last: 10
+      entries: [...]
 
 The block is the YAML mapping `results: {...}` after the profile's marker line. Rendering is a pure
 function of the entries: fixed key order (the models' field order), figures rounded once when the entry
@@ -14,6 +24,9 @@ import yaml
 from pydantic import ValidationError
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.model import RESULTS_MARKER
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.source import marker_line
 from toolkit.core.results.migrate import migrate_block
 from toolkit.core.results.model import DEFAULT_KEEP_LAST, RESULTS_SCHEMA_VERSION, ResultsBlock, ResultsEntry
 
@@ -21,6 +34,27 @@ _FIX_BROKEN = (
     "the results block is written by the toolkit: restore it from git (`git checkout -p` on the profile), "
     "or delete everything below the marker line to start a fresh history"
 )
+
+
+def split_results_block(text: str) -> tuple[str, str | None]:
+    """(author_text, block_text or None). author_text is every line above the marker, byte for byte;
+    block_text is what follows the marker line. join_results_block(*split_results_block(t)) == t
+    for any t that ends with a newline."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.rstrip("\r\n") == RESULTS_MARKER:
+            return "".join(lines[:i]), "".join(lines[i + 1 :])
+    return text, None
+
+
+def join_results_block(author_text: str, block_text: str | None) -> str:
+    """The file text: the author's part unchanged (a final newline added if missing), the marker, the block.
+    An empty or None block leaves no marker behind."""
+    author = author_text if not author_text or author_text.endswith("\n") else author_text + "\n"
+    if block_text is None or not block_text.strip():
+        return author
+    block = block_text if block_text.endswith("\n") else block_text + "\n"
+    return f"{author}{RESULTS_MARKER}\n{block}"
 
 
 def empty_block(keep_last: int = DEFAULT_KEEP_LAST) -> ResultsBlock:
@@ -162,3 +196,49 @@ def prune(entries: list[ResultsEntry], keep_last: int) -> list[ResultsEntry]:
     toolkit_ids = [id(e) for e in entries if e.source == "toolkit"]
     kept = set(toolkit_ids[-keep_last:]) if keep_last > 0 else set()
     return [e for e in entries if e.source == "manual" or id(e) in kept]
+
+
+def block_problems(resolved: ResolvedProfile) -> list[Problem]:
+    """The toolkit's results block, read as `toolkit results record` reads it: what it could not read, it could
+    not add to either. A block from a newer toolkit is a warning (the profile itself is fine)."""
+    source = resolved.source
+    if source is None:
+        return []
+    author, block_text = split_results_block(source.text)
+    if block_text is None:
+        if "results" in source.data:
+            return [
+                resolved.problem(
+                    "results",
+                    "a results block without the marker line above it: `toolkit results record` would add a "
+                    "second one",
+                    "remove the block (the toolkit writes it), or put the marker line above it: "
+                    "# --- results: written by toolkit, do not edit below this line ---",
+                )
+            ]
+        return []
+    marker = marker_line(source.text) or 0
+    if "results" in source.data and (source.lines.get(("results",)) or 0) < marker:
+        return [
+            resolved.problem(
+                "results",
+                f"results is above the marker line {marker}: only the toolkit writes below it",
+                "move the block below the marker line, or remove it",
+            )
+        ]
+    try:
+        parse_block(block_text, file=source.file, first_line=author.count("\n") + 2)
+    except ToolkitError as err:
+        newer = any("newer" in p.message for p in err.problems)
+        return [
+            Problem(
+                p.message if p.message.startswith("the results block") else f"the results block: {p.message}",
+                file=p.file,
+                line=p.line,
+                field=p.field or "results",
+                fix=p.fix,
+                severity="warning" if newer else "error",
+            )
+            for p in err.problems
+        ]
+    return []

@@ -1,6 +1,6 @@
 """Results beside the spec in `toolkit profile diff A B` and in the git textconv view.
 
-Registered with toolkit.core.profile.diff's hook; pure (resolved profiles in, lines out).
+Builds on toolkit.core.profile.diff (the knobs) and adds the results; pure (resolved profiles in, lines out).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.profile.diff import DiffSection, register_diff_section
+from toolkit.core.profile.diff import DiffSection, ProfileDiff, diff_profiles, knob_lines
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.results.compare import is_stale, latest, result_deltas
@@ -86,4 +86,17 @@ def textconv_lines(resolved: ResolvedProfile) -> list[str]:
             f"{block.keep_last})"] + ["  " + entry_line(e, current) for e in block.entries]
 
 
-register_diff_section(results_section)
+
+def profile_diff(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
+    """`toolkit profile diff A B`: the knobs changed, then the deltas of the latest results."""
+    diff = diff_profiles(a, b)
+    section = results_section(a, b)
+    if section is not None:
+        diff.sections.append(section)
+    return diff
+
+
+def textconv_text(resolved: ResolvedProfile) -> str:
+    """What `git diff` compares for a profile file: one line per set knob with its why, then the results block
+    as one line of figures per entry, so a diff shows which figure moved."""
+    return knob_lines(resolved) + "".join(f"{line}\n" for line in textconv_lines(resolved))

@@ -8,7 +8,8 @@ script, run with the SGLang venv's python (it has `tokenizers` and `transformers
 wheelhouse), writes both: a word-level tokenizer trained on a fixed generated corpus, and a
 ShareGPT-shaped JSON file. Neither is GLM-5's: both are named and marked as lab stand-ins.
 
-usage: make_bench_data.py TOKENIZER_DIR DATASET_JSON
+usage: python -m toolkit.lab.standin_server.make_bench_data TOKENIZER_DIR DATASET_JSON
+(the lab's stand-in drop-in runs it before the server starts; a second run finds both and does nothing)
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     tokenizer_dir, dataset = argv
+    if os.path.isfile(os.path.join(tokenizer_dir, "tokenizer.json")) and os.path.isfile(dataset):
+        return 0  # made at an earlier start: the same fixed corpus would give the same files
+    os.makedirs(tokenizer_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(dataset)), exist_ok=True)
     make_tokenizer(tokenizer_dir)
     make_dataset(dataset)
     print(f"{STANDIN_NOTE}: {tokenizer_dir}; ShareGPT-format lab text: {dataset}")

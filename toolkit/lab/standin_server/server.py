@@ -6,7 +6,7 @@ place in the lab only, and says so everywhere: on stdout at start and per reques
 deploy reads), in an `X-Lab-Standin` header on every response, and in every JSON body.
 
 It parses its argv as the installed SGLang release's own parser does, from that release's flag catalogue
-(the toolkit's toolkit/data/sglang_flags/VERSION.json, copied beside this file by the deploy): an unknown or
+(toolkit/data/sglang_flags/VERSION.json, which travels in the toolkit's wheel with this file): an unknown or
 removed flag, a value outside a flag's choices, a missing value or a missing --model-path exits 2 with
 argparse's own message, as `sglang.launch_server` would, so a render the release cannot start fails the
 lab's deploy too. It then interprets --host, --port, --api-key, --served-model-name, --model-path, --tp-size
@@ -83,8 +83,9 @@ def _sglang_version() -> str:
 
 
 def catalogue_file(env: dict[str, str], here: str) -> tuple[str | None, str]:
-    """(the catalogue to parse against, or None, and how it was chosen). The installed release's, beside this
-    file (the deploy copies it there) or in the checkout's toolkit/data/sglang_flags/; SGLANG_STANDIN_FLAGS wins."""
+    """(the catalogue to parse against, or None, and how it was chosen). The installed release's, from the
+    toolkit's data beside this package (the toolkit's wheel in the engine's venv, or the checkout), or a copy
+    beside this file; SGLANG_STANDIN_FLAGS wins."""
     explicit = env.get("SGLANG_STANDIN_FLAGS")
     if explicit:
         return explicit, "SGLANG_STANDIN_FLAGS"

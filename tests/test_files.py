@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.adapters.results_store import stale_temp_files, write_atomic
+from toolkit.adapters.files import stale_temp_files, write_atomic
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 CHILD = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from toolkit.adapters.results_store import write_atomic
+    from toolkit.adapters.files import write_atomic
 
     target, new_text_file, stop_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     new_text = new_text_file.read_text()
@@ -97,3 +97,41 @@ def test_sigkill_mid_write_leaves_the_original(tmp_path: Path, stop_at: str) -> 
     assert target.read_text() == new_text
     assert stale_temp_files(target) == []
     assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_atomic_write_keeps_mode_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "p.yaml"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    write_atomic(target, "new\n")
+    assert target.read_text() == "new\n" and (target.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
+    fresh = tmp_path / "q.yaml"
+    write_atomic(fresh, "x\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
+
+
+def test_failed_write_leaves_the_old_file(tmp_path: Path) -> None:
+    target = tmp_path / "p.yaml"
+    target.write_text("old\n")
+    with pytest.raises(TypeError):
+        write_atomic(target, None)  # type: ignore[arg-type]
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["p.yaml"]
+
+
+def test_an_explicit_mode_holds_for_an_existing_file_and_a_json_file_reads_like_a_csv(tmp_path: Path) -> None:
+    """A secret is written 0600 even over a 0644 file; a JSON artifact gets the mode open() gives a CSV."""
+    from toolkit.adapters.files import write_json
+
+    secret = tmp_path / "key.env"
+    secret.write_text("old\n")
+    secret.chmod(0o644)
+    write_atomic(secret, "KEY=x\n", mode=0o600)
+    assert (secret.stat().st_mode & 0o777) == 0o600
+    write_json(tmp_path / "run.json", {"b": 1, "a": 2})
+    with open(tmp_path / "trace.csv", "w") as f:
+        f.write("t_s\n")
+    assert (tmp_path / "run.json").stat().st_mode & 0o777 == (tmp_path / "trace.csv").stat().st_mode & 0o777
+    assert (tmp_path / "run.json").read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.core.probe.host_trace import HostTrace
+from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series
-from toolkit.core.probe.trace import Trace
 from toolkit.core.results.model import ResultsEntry
 
 THROUGHPUT_BIN_S = 1.0

@@ -1,0 +1,84 @@
+"""Files the toolkit writes on this machine: the one atomic writer, and its one file mode policy.
+
+Atomic: a reader (or a crash) sees the old file or the new one, never a mix. The new bytes go to a temporary
+file in the same directory (same filesystem, so the rename is atomic), are flushed to disk, then `os.replace`d
+over the target; the directory is synced so the rename itself survives a power cut. A process killed at any
+point before the rename leaves the original untouched and at most a `.NAME.*.tmp` file beside it, which no
+loader reads (no profile, run or state file ends in `.tmp`) and the next write of the same file removes.
+
+Modes: a file that exists keeps its permission bits (an author's 0600 profile stays 0600); a new file gets
+what open() would give it, 0666 less the umask, whatever it is (profiles, run artifacts, reports, state), so a
+run's JSON files and the CSVs streamed beside them with open() read alike; a caller that writes a secret or an
+executable says so with `mode` (0600, 0755), which then holds for an existing file too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+_CHUNK_BYTES = 64 * 1024
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def stale_temp_files(path: Path) -> list[Path]:
+    """Temporary files an interrupted write of `path` left behind."""
+    return sorted(p for p in path.parent.glob(_tmp_prefix(path) + "*.tmp") if p.is_file())
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Replace `path` with `data` (str as UTF-8, or bytes) atomically; its directory is made if missing.
+
+    mode: None keeps an existing file's bits (a new file gets 0666 less the umask); a number sets them."""
+    target = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = target.stat().st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+    for leftover in stale_temp_files(target):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    tmp = target.parent / f"{_tmp_prefix(target)}{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # Created 0600 and given its bits only once whole: a secret is never readable half-written.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view[:_CHUNK_BYTES])
+                view = view[written:]
+            os.fchmod(fd, mode)  # O_CREAT's mode is filtered by the umask; the policy above is the rule
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading it means setting it: put it straight back
+    os.umask(mask)
+    return mask
+
+
+def write_json(path: str | Path, data: Any, *, mode: int | None = None) -> None:
+    """`data` as indented JSON with sorted keys (a rewrite diffs cleanly), atomically."""
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", mode=mode)

@@ -1,0 +1,304 @@
+"""Apply a profile: validate it (an invalid one touches no host), plan the deploy (the extravars of
+playbooks/deploy.yml, from toolkit.core.deploy), fill the wheelhouse, run the playbook on the inventory's GPU
+containers under their host locks, then (asked) probe and record.
+
+An inventory may name an overlay (`toolkit_overlay: NAME` in its variables): a plug-in of the group
+toolkit.deploy_overlays that amends the plan through the same inputs a real host's deploy uses (extravars for
+the roles' generic inputs, the bench command, the probe's options) and says what it changed. The lab's
+inventory names the lab's (toolkit.lab.deploy_overlay); a production inventory names none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
+from toolkit.adapters.host_lock import host_locks
+from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
+from toolkit.app import plugins
+from toolkit.app.profiles import CheckedProfile, resolve_checked
+from toolkit.core import deploy
+from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
+from toolkit.core.profile.render import render_bench_argv
+from toolkit.core.profile.resolve import ResolvedProfile
+
+REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
+OVERLAY_VAR = "toolkit_overlay"  # an inventory variable: the deploy overlay that amends every plan for it
+
+
+@dataclass
+class ApplyRequest:
+    profile: str
+    inventory: str | None = None  # default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml
+    limit: str | None = None  # Ansible --limit
+    check: bool = False
+    probe: bool = False
+    record: bool = False
+    profiles_dir: str | None = None
+    runs_dir: str = "runs"  # where fetched run artifacts go on this machine
+    num_prompts: int | None = None  # the bench's prompts instead of the profile's
+    wait: bool = True  # wait for another apply or sweep holding a target host (else refuse at once)
+
+
+@dataclass(frozen=True)
+class OverlayContext:
+    """What a deploy overlay sees: the profile, its deploy inputs, the target hosts with their inventory
+    variables, the multi-node argvs, the bench command as planned, and the toolkit's own wheel."""
+
+    resolved: ResolvedProfile
+    inputs: deploy.DeployInputs
+    hosts: dict[str, InventoryHost]
+    nodes: dict[str, tuple[list[str], str]]
+    bench_argv: list[str]
+    num_prompts: int | None  # the request's --num-prompts (None: the overlay may choose)
+    toolkit_wheel: Path
+
+
+@dataclass
+class Amendment:
+    """An overlay's changes, each announced by a note: extravars merged over the plan's (the roles' generic
+    inputs), the bench command replaced, options added to the probe's."""
+
+    extravars: dict[str, Any] = field(default_factory=dict)
+    bench_argv: list[str] | None = None
+    probe_args: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeployPlan:
+    """Everything one apply runs with; benchmarks/bench_apply.py runs the same plan through plain ansible-playbook."""
+
+    profile_name: str
+    inventory: Path
+    extravars: dict[str, Any]
+    secrets: dict[str, str]
+    fetch_dir: Path
+    left_out: list[str]  # SGLang requirements the wheelhouse leaves out (GPU-side)
+    notes: list[str]  # what an overlay changed, one line each
+
+
+@dataclass
+class ApplyOutcome:
+    summary: dict[str, Any]  # what `toolkit apply --json` prints (a sweep's runner reads it)
+
+    @property
+    def exit_code(self) -> int:
+        s = self.summary
+        return EXIT_FAILED if s["rc"] != 0 or s["unreachable"] or s["failed_hosts"] else EXIT_OK
+
+
+def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(secrets, extravars) for the API key reference. The key itself only ever travels as a secret."""
+    if not ref:
+        return {}, {}
+    kind, _, name = ref.partition(":")
+    if kind == "env":
+        value = os.environ.get(name)
+        if not value:
+            raise ToolkitError.of(
+                f"the profile's API key comes from the environment variable {name}, which is not set",
+                field="server.api_key_secret",
+                fix=f"export {name}=... before `toolkit apply` (it is written only to the unit's 0600 env file)",
+            )
+        return {"sglang_service_api_key": value}, {}
+    if kind == "file":
+        try:
+            return {"sglang_service_api_key": Path(name).read_text().strip()}, {}
+        except OSError as err:
+            raise ToolkitError.of(f"cannot read the API key file {name}: {err.strerror}", field="server.api_key_secret",
+                                  fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
+    if kind == "vault":
+        # Ansible resolves the vaulted variable on the host side; the value never passes through here.
+        return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
+    raise ToolkitError.of(f"unknown secret reference {ref!r}", field="server.api_key_secret",
+                          fix="use env:NAME, file:PATH or vault:NAME")
+
+
+def target(req: ApplyRequest) -> tuple[Path, dict[str, InventoryHost]]:
+    """The inventory and the GPU containers a deploy on it runs on (in the inventory's order)."""
+    inventory = find_inventory(req.inventory)
+    return inventory, read_inventory(inventory, "gpu_containers", req.limit)
+
+
+def _overlay(hosts: dict[str, InventoryHost], inventory: Path) -> Any:
+    """The deploy overlay the target hosts' inventory names (one for all of them), or None."""
+    named = {str(h.vars[OVERLAY_VAR]) for h in hosts.values() if h.vars.get(OVERLAY_VAR)}
+    if not named:
+        return None
+    if len(named) > 1 or any(not h.vars.get(OVERLAY_VAR) for h in hosts.values()):
+        raise ToolkitError.of(f"the target hosts name different deploy overlays ({OVERLAY_VAR}: "
+                              f"{sorted(named)} and unset)", file=str(inventory), field=OVERLAY_VAR,
+                              fix="deploy one kind of host at a time (--limit), or set the same overlay for all")
+    return plugins.load("deploy_overlays", named.pop(), field=OVERLAY_VAR,
+                        fix="remove it from the inventory, or install the package that provides it")
+
+
+def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dict[str, InventoryHost], *,
+         on_status: Callable[[str], Any] | None = None) -> DeployPlan:
+    """The deploy's extravars and secrets: raises ToolkitError (exit 2) before any host is touched."""
+    from toolkit.adapters.ansible import share_dir
+    from toolkit.core.probe.knobs import run_target
+
+    if req.record and not req.probe:
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    if req.num_prompts is not None and req.num_prompts < 1:
+        raise ToolkitError.of(f"--num-prompts {req.num_prompts}: at least one", field="--num-prompts",
+                              fix="e.g. --num-prompts 160")
+    resolved = checked.resolved
+    # The files a profile names (patches) are relative to its repository: the profiles directory's parent.
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=checked.store.dir.resolve().parent)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
+    fetch_dir = Path(req.runs_dir).resolve() / run_id
+    remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
+    bench_argv = render_bench_argv(resolved, base_url=f"http://127.0.0.1:{inputs.port}",
+                                   output_file=f"{remote_run}/bench.jsonl",
+                                   python=inputs.venv_path.rstrip("/") + "/bin/python")
+    notes: list[str] = []
+    if req.num_prompts is not None:
+        bench_argv = deploy.with_bench_flags(bench_argv, {"--num-prompts": str(req.num_prompts)})
+        notes.append(f"bench --num-prompts {req.num_prompts} instead of the profile's "
+                     f"{resolved.spec.bench.num_prompts}")
+    # A failed benchmark's verdict carries the server's journal since the probe started (killed, crashed).
+    probe_args = ["--server-unit", inputs.service_name]
+    if req.probe:
+        # The probe on the host has no profiles: the deployed profile's knobs travel with it, so the verdict's
+        # next steps name their current values (verdict.json knob_steps).
+        run_tgt = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(checked.store.names()))
+        probe_args += ["--target-json", json.dumps(run_tgt, sort_keys=True, separators=(",", ":"))]
+    nodes = deploy.per_node(resolved, list(hosts)) if resolved.spec.server.nnodes > 1 else {}
+    overlay = _overlay(hosts, inventory)
+    status = on_status or (lambda _: None)
+    status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
+    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
+    amendment = Amendment()
+    if overlay is not None:
+        amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
+                                           bench_argv=bench_argv, num_prompts=req.num_prompts,
+                                           toolkit_wheel=wheelhouse.toolkit_wheel))
+    extravars = deploy.build_extravars(
+        inputs,
+        run_id=run_id,
+        wheelhouse_dir=str(wheelhouse.path),
+        wheelhouse_tar=str(wheelhouse.tarball),
+        toolkit_wheel=str(wheelhouse.toolkit_wheel),
+        wheelhouse_pythons=wheelhouse.pythons,
+        fetch_dir=str(fetch_dir),
+        bench_argv=amendment.bench_argv or bench_argv,
+        probe_args=[*probe_args, *amendment.probe_args],
+        nodes=nodes,
+    )
+    extravars.update(amendment.extravars)
+    extravars["deploy_probe"] = bool(req.probe)
+    secrets, key_vars = _api_key(inputs.api_key_secret)
+    extravars.update(key_vars)
+    if os.environ.get("HF_TOKEN"):
+        secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
+    return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
+                      [*notes, *amendment.notes])
+
+
+def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_message: Callable[[str], None],
+          on_status: Callable[[str], Any] | None = None) -> ApplyOutcome:
+    """Deploy (and probe, and record). The profile's warnings, an overlay's notes and a waited-for host lock are
+    said through `on_message`; a Ctrl-C stops the playbook and this run's probe on the hosts, then re-raises."""
+    checked = resolve_checked(req.profile, req.profiles_dir)
+    for warning in checked.warnings:  # on every apply, before anything else (an open bind the profile allows)
+        on_message(warning.render())
+    if req.record and not req.probe:  # bad input is refused before anything waits for, or writes, a lock
+        raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    inventory, hosts = target(req)
+    # One apply or sweep per host at a time (toolkit.adapters.host_lock), taken before anything is prepared for
+    # the hosts; a sweep's own applies re-enter it.
+    with host_locks({name: h.address for name, h in hosts.items()}, purpose="toolkit apply", wait=req.wait,
+                    on_message=on_message):
+        deploy_plan = plan(req, checked, inventory, hosts, on_status=on_status)
+        for note in deploy_plan.notes:
+            on_message(note)
+        try:
+            result = run_playbook("deploy", inventory=deploy_plan.inventory, extravars=deploy_plan.extravars,
+                                  limit=req.limit, check=req.check, on_event=on_event, secrets=deploy_plan.secrets)
+        except PlaybookInterrupted:
+            if req.probe:
+                _stop_remote_probe(deploy_plan, req.limit, on_message)
+            raise  # the host lock is released on the way out; the command exits 130
+    summary = _summary(result, deploy_plan, req)
+    if req.probe:
+        # A failed probe's run (benchmark-failed, with the server's log tail) was fetched before the role failed:
+        # show its verdict; record only a deploy that succeeded, and only runs that were not failures.
+        summary["probe"] = _probe_results(deploy_plan.fetch_dir)
+        if req.record and result.rc == 0:
+            summary["record"] = _record(summary["probe"], deploy_plan.profile_name, checked)
+    return ApplyOutcome(summary)
+
+
+def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: Callable[[str], None]) -> None:
+    """After Ctrl-C: ansible-playbook is gone, but the probe it started on each host runs on (nothing there
+    notices the closed SSH connection). Interrupt this run's probe, so it stops its benchmark and writes what
+    it has, and wait for it to end."""
+    run_id = deploy_plan.extravars["deploy_run_id"]
+    on_message(f"stopping this run's probe on the hosts ({run_id}) ...")
+    try:
+        result = run_playbook("stop_probe", inventory=deploy_plan.inventory, limit=limit,
+                              extravars={"deploy_run_id": run_id,
+                                         "deploy_hosts": deploy_plan.extravars.get("deploy_hosts", "gpu_containers")})
+    except PlaybookInterrupted:
+        on_message("interrupted again: the probe may still run on the hosts")
+        return
+    for failure in result.failures:
+        on_message(f"could not stop the probe on {failure.host}: {failure.message}")
+
+
+def _summary(result: PlaybookResult, deploy_plan: DeployPlan, req: ApplyRequest) -> dict[str, Any]:
+    hosts = {
+        h: {"ok": s.ok, "changed": s.changed, "failed": s.failed, "unreachable": s.unreachable, "skipped": s.skipped}
+        for h, s in sorted(result.hosts.items())
+    }
+    return {
+        "profile": deploy_plan.profile_name,
+        "rc": result.rc,
+        "status": result.status,
+        "check": bool(req.check),
+        "hosts": hosts,
+        "changed": sum(s["changed"] for s in hosts.values()),
+        "unreachable": sorted(h for h, s in hosts.items() if s["unreachable"]),
+        "failed_hosts": sorted(h for h, s in hosts.items() if s["failed"]),
+        "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
+        "notes": deploy_plan.notes,
+        "left_out": deploy_plan.left_out,
+        "artifacts_dir": str(deploy_plan.fetch_dir),
+        "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
+    }
+
+
+def _probe_results(fetch_dir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
+    for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
+        verdict_file = host_dir / "verdict.json"
+        verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
+        out[host_dir.parent.name] = {"run_dir": str(host_dir), "verdict": verdict}
+    return out
+
+
+def _record(probe: dict[str, Any], profile: str, checked: CheckedProfile) -> dict[str, Any]:
+    from toolkit.app.record import record_run
+
+    recorded = {}
+    for host, info in probe.items():
+        if not info.get("verdict"):
+            recorded[host] = "skipped: the probe wrote no verdict"
+            continue
+        if info["verdict"].get("class") == "benchmark-failed":
+            recorded[host] = "skipped: the benchmark failed (a failure is not a result)"
+            continue
+        outcome = record_run(Path(info["run_dir"]), profile, checked.store.dir)
+        recorded[host] = f"{outcome.action} in {outcome.file}"
+    return {"recorded": recorded}

@@ -1,0 +1,248 @@
+"""Measure variants, for a sweep and a tune alike: the point runners, the host locks a measuring run holds, the
+measuring loop with its progress, and the checks a promoted profile passes before it is written.
+
+Runners, by name (`--runner`):
+- `apply`: each point is `toolkit apply profile VARIANT --probe` in a child process, the command a person runs,
+  so a sweep measures exactly what apply deploys;
+- `recorded:FILE`: a table of recorded results replayed in-process (no host is touched), announced as such;
+- any other name: a plug-in of the group toolkit.runners (toolkit.app.plugins), e.g. the lab's `engine-model`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from toolkit.adapters.ansible import find_inventory, target_hosts
+from toolkit.adapters.files import write_atomic
+from toolkit.adapters.host_lock import host_locks
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.adapters.sweep_store import SweepStore, load_table
+from toolkit.app import plugins
+from toolkit.app.profiles import check
+from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.sweep.measurement import measurement_from_entry
+from toolkit.core.sweep.promote import variant_profile_name, variant_profile_text
+from toolkit.core.sweep.recorded import TableRunner
+from toolkit.core.sweep.run import PointFailed, PointRequest, Progress, VariantFailed, run_sweep
+from toolkit.core.sweep.state import Measurement, SweepState
+
+# The bench_probe role's task after a failed `toolkit probe run` (roles/bench_probe/tasks/run.yml).
+PROBE_FAILED_TASK = "Fail when the probe failed"
+
+
+@dataclass(frozen=True)
+class RunnerContext:
+    """What a point runner is built from; a plug-in runner (toolkit.runners) receives it whole."""
+
+    kind: str  # "sweep" or "tune": names the run in messages and in the variant profiles
+    store: SweepStore
+    run_id: str
+    base: ResolvedProfile
+    profiles: ProfileStore
+    chain_files: list[Path]  # the profile files the apply runner copies beside its variants
+    inventory: str | None
+    num_prompts: int | None  # prompts per measurement instead of the profile's (apply's --num-prompts)
+    timeout_s: float
+
+
+def make_runner(name: str, ctx: RunnerContext) -> Any:
+    """The point runner `name` (see the module's docstring); an unknown name is exit 2 naming the installed ones."""
+    if name == "apply":
+        return ApplyProbeRunner(ctx)
+    if name.startswith("recorded:"):
+        path = name.split(":", 1)[1]
+        here = Path(path).resolve().parent
+        return TableRunner(load_table(path), source=path, sleep=time.sleep,
+                           load_probe_run=lambda run: measurement_from_probe_dir(here / run))
+    factory = plugins.load("runners", name, field="--runner",
+                           fix="use apply, recorded:FILE, or a runner an installed package provides")
+    return factory(ctx)
+
+
+def point_locks(runner: str, inventory: str | None, *, wait: bool, on_message: Callable[[str], None],
+                purpose: str) -> contextlib.AbstractContextManager[Any]:
+    """The apply runner deploys to the inventory's GPU containers: the run holds their host locks for its whole
+    length (no other apply slips in between two variants) and exports its token, so its own child applies
+    re-enter the lock instead of waiting for their parent. Other runners touch no host and lock nothing."""
+    if runner != "apply":
+        return contextlib.nullcontext()
+    return host_locks(target_hosts(find_inventory(inventory)), purpose=purpose, wait=wait, on_message=on_message,
+                      export_token=True)
+
+
+def measure(state: SweepState, spec: dict[str, Any], point_runner: Any, store: SweepStore, *, runner: str,
+            inventory: str | None, wait: bool, purpose: str, on_progress: Callable[[Progress], None],
+            on_message: Callable[[str], None],
+            loop: Callable[[Callable[[Progress], None]], None] | None = None) -> bool:
+    """Measure the pending points under the host locks (the sweep's loop, or `loop(on_progress)`: a tune's, which
+    measures through the sweep's), the state saved after every point. True when interrupted: Ctrl-C ends the
+    measuring, not the command, so the report is still written and the run can be resumed."""
+    try:
+        with point_locks(runner, inventory, wait=wait, on_message=on_message, purpose=purpose):
+            if loop is not None:
+                loop(on_progress)
+            else:
+                run_sweep(state, spec, point_runner, save=store.save, clock=time.monotonic, on_progress=on_progress)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def measurement_from_probe_dir(run_dir: Path) -> Measurement:
+    """A probe run directory through the probe's own summary and the results entry builder."""
+    from toolkit.adapters.probe_store import load_run
+    from toolkit.core.probe.judge import judge_run
+    from toolkit.core.results.build import build_entry
+
+    run = load_run(run_dir)
+    summary, verdict = run.summary, run.verdict
+    if summary is None or verdict is None:  # cut before it judged: judge it now, with the probe's own code
+        summary, judged = judge_run(run)
+        verdict = judged.to_dict()
+    exit_code = (summary.get("benchmark") or {}).get("exit_code")
+    if exit_code not in (0, None) or verdict.get("class") == "benchmark-failed":
+        tail = str((summary.get("benchmark") or {}).get("stderr_tail") or "").strip()[-300:]
+        raise PointFailed(f"benchmark failed (exit {exit_code}): {tail}", artifacts=str(run_dir))
+    entry = build_entry(summary, verdict, run.manifest, run_id=run_dir.name, spec_hash=None, artifacts=str(run_dir),
+                        topology=run.topology, bench_raw=run.bench_raw)
+    m = measurement_from_entry(entry, lab=entry.lab is not None)
+    # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
+    m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
+    m.verdict_headline = verdict.get("headline")
+    return m
+
+
+class ApplyProbeRunner:
+    """`run_variant` through the real deploy: `toolkit apply profile VARIANT --probe` per point.
+
+    The variant is written as a profile (extends: the base, its knobs, bench.max_concurrency set to the
+    point's level) into the run's own profiles directory next to copies of the base's chain, so the
+    user's profiles/ is never touched by a sweep. Apply restarts the service only when the rendered
+    command changed, so the levels of one variant reuse one server.
+    """
+
+    def __init__(self, ctx: RunnerContext) -> None:
+        self.ctx = ctx
+
+    def describe(self) -> str:
+        where = self.ctx.inventory or "the default inventory"
+        return f"toolkit apply profile VARIANT --probe against {where}"
+
+    def _profiles_dir(self) -> Path:
+        """The run's own profiles directory: the chain's files, and the files profiles name (patches, locks),
+        which live in the profiles' tree (a profile names them relative to it), copied with their paths."""
+        d = self.ctx.store.run_dir(self.ctx.run_id) / "profiles"
+        d.mkdir(parents=True, exist_ok=True)
+        for f in self.ctx.chain_files:
+            shutil.copyfile(f, d / f.name)
+        for sub_dir in (p for p in self.ctx.profiles.dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            shutil.copytree(sub_dir, d / sub_dir.name, dirs_exist_ok=True)
+        return d
+
+    def __call__(self, request: PointRequest) -> Measurement:
+        ctx = self.ctx
+        profiles = self._profiles_dir()
+        name = variant_profile_name(ctx.run_id, request.variant.id)
+        text = variant_profile_text(
+            base=ctx.base.name,
+            name=name,
+            knobs=request.variant.knob_dict(),
+            description=f"{ctx.kind} {ctx.run_id} variant {request.variant.id} ({request.variant.label})",
+            extra={"bench.max_concurrency": request.concurrency},
+            header=[f"Written by `toolkit {ctx.kind}` for run {ctx.run_id}; deployed by `toolkit apply`."],
+        )
+        write_atomic(profiles / f"{name}.yaml", text)
+        runs = ctx.store.run_dir(ctx.run_id) / request.artifacts
+        runs.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "toolkit", "apply", "profile", name, "--probe", "--json"]
+        argv += ["--profiles-dir", str(profiles), "--runs-dir", str(runs)]
+        if ctx.inventory:
+            argv += ["-i", ctx.inventory]
+        if ctx.num_prompts is not None:
+            argv += ["--num-prompts", str(ctx.num_prompts)]
+        log = runs / "apply.log"
+        with log.open("w") as handle:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=handle, text=True)
+            try:
+                stdout, _ = proc.communicate(timeout=ctx.timeout_s)
+            except subprocess.TimeoutExpired:
+                _stop(proc)
+                raise VariantFailed(f"apply did not finish in {ctx.timeout_s:.0f} s", artifacts=str(log)) from None
+            except BaseException:
+                # Ctrl-C (or SIGINT to this process alone): let apply stop its playbook cleanly before we go,
+                # so no orphaned deploy keeps changing the host under the resumed sweep.
+                _stop(proc)
+                raise
+        try:
+            summary = json.loads(stdout)
+        except json.JSONDecodeError:
+            summary = None
+        tail = _tail(log)
+        if summary is None:
+            raise VariantFailed(f"apply exited {proc.returncode} without a summary: {tail}", artifacts=str(log))
+        probes = summary.get("probe") or {}
+        run_dirs = [Path(p["run_dir"]) for p in probes.values() if p.get("run_dir")]
+        # Apply's summary names the fetched run; fall back to any probe run under the artifacts (run.json).
+        run_dirs = run_dirs or sorted(p.parent for p in runs.glob("**/run.json"))
+        if summary.get("rc") != 0 or summary.get("failed_hosts") or summary.get("unreachable"):
+            failures = summary.get("failures") or []
+            if failures and failures[0].get("task") == PROBE_FAILED_TASK and run_dirs:
+                # The server came up and the benchmark ran but failed (lost requests, exit code): that point
+                # failed with the probe's reason, and the variant's other points are still measured.
+                return measurement_from_probe_dir(run_dirs[0])
+            what = failures[0]["task"] + ": " + failures[0]["message"][-300:] if failures else tail
+            raise VariantFailed(f"deploy failed: {what}", artifacts=str(log))
+        if not run_dirs:
+            raise PointFailed(f"apply ran but fetched no probe run: {tail}", artifacts=str(log))
+        return measurement_from_probe_dir(run_dirs[0])
+
+
+def _stop(proc: subprocess.Popen[str], grace_s: float = 120.0) -> None:
+    """SIGINT, then wait for apply to wind its playbook down (and stop the probe on the hosts); SIGKILL only if
+    it will not."""
+    from toolkit.adapters.bench_process import stop_process
+
+    stop_process(proc, grace_s)
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Promoted:
+    path: Path
+    launch_args: int  # the rendered launch command's length: it renders
+
+
+def write_promoted(profiles: ProfileStore, name: str, text: str) -> Promoted:
+    """A promoted profile (sweep or tune) into the profiles directory, validated and rendered first: a promotion
+    that would not deploy is refused, and an existing different file is never overwritten."""
+    from toolkit.core.profile import parse_profile_text, resolve
+    from toolkit.core.profile.render import render_launch_argv
+
+    path = profiles.path(name)
+    if path.exists() and path.read_text(encoding="utf-8") != text:
+        raise ToolkitError.of(f"{path} exists and differs", file=str(path), field="--promote-name",
+                              fix="give another --promote-name")
+    source = parse_profile_text(name, str(path), text)
+    resolved = resolve(name, lambda n: source if n == name else profiles.source(n))
+    errors = [p for p in check(resolved) if p.severity == "error"]
+    if errors:
+        raise ToolkitError(errors)
+    argv = render_launch_argv(resolved)
+    write_atomic(path, text)
+    return Promoted(path, len(argv))

@@ -1,0 +1,138 @@
+"""Record a probe run into a profile, read a profile's results, migrate its block.
+
+The profile file is read once per recording, inside its lock: its text gives the spec (and its hash, which the
+entry records), the results block, and the author's part that must stay byte for byte; the new text is
+written atomically, and only when it changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.adapters.probe_store import read_judged
+from toolkit.adapters.profile_store import ProfileStore, profile_lock
+from toolkit.app.profiles import open_store
+from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.hashing import spec_hash
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.results.block import block_problems
+from toolkit.core.results.build import build_entry
+from toolkit.core.results.model import ResultsBlock, ResultsEntry
+from toolkit.core.results.record import RecordChange, migrated, read_block, with_entry
+
+
+@dataclass(frozen=True)
+class ProfileResults:
+    """A profile's results as read: the block (migrated), the current spec and its hash."""
+
+    name: str
+    file: Path
+    block: ResultsBlock
+    spec_hash: str
+    resolved: ResolvedProfile
+
+
+@dataclass(frozen=True)
+class RecordOutcome:
+    """What `record_run` did: the entry, and the change to the file (its action, what keep_last dropped)."""
+
+    profile: str
+    file: Path
+    entry: ResultsEntry
+    change: RecordChange
+
+    @property
+    def action(self) -> str:  # "added", "replaced" (same run, new figures) or "unchanged"
+        return self.change.action
+
+    @property
+    def dropped(self) -> list[str]:
+        return self.change.dropped
+
+    @property
+    def block(self) -> ResultsBlock:
+        return self.change.block
+
+
+def _store(profiles_dir: str | Path | None) -> ProfileStore:
+    return open_store(str(profiles_dir) if profiles_dir is not None else None)
+
+
+def _existing(store: ProfileStore, name: str) -> Path:
+    path = store.path(name)
+    if not path.is_file():
+        known = ", ".join(store.names()) or "none"
+        raise ToolkitError.of(f"no profile {name!r} in {store.dir}", file=str(path), field="--profile",
+                              fix=f"use one of: {known} (or pass --profiles-dir)")
+    return path
+
+
+def _results_of(store: ProfileStore, name: str, path: Path) -> ProfileResults:
+    """One read of the file gives the block (checked first: its errors name the block), the spec and its hash."""
+    block = read_block(store.text(name), file=str(path))
+    resolved = store.resolve(name)
+    return ProfileResults(name, path, block, spec_hash(resolved), resolved)
+
+
+def load_results(profile: str, profiles_dir: str | Path | None = None, *,
+                 store: ProfileStore | None = None) -> ProfileResults:
+    store = store or _store(profiles_dir)
+    return _results_of(store, profile, _existing(store, profile))
+
+
+def _artifacts_path(run_dir: Path, profiles_dir: Path) -> str:
+    """The run directory relative to the repository (profiles_dir's parent) when inside it: the same
+    string whichever directory the command ran from, so re-recording stays byte-identical."""
+    run_abs = run_dir.resolve()
+    try:
+        return run_abs.relative_to(profiles_dir.resolve().parent).as_posix()
+    except ValueError:
+        return run_abs.as_posix()
+
+
+def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | None = None,
+               *, keep_last: int | None = None) -> RecordOutcome:
+    """Write the results entry of the probe run in `run_dir` into profile `profile`.
+
+    Everything is read and checked first (the profile exists and resolves, its block parses, the run has its
+    summary and verdict); only then is the file replaced, atomically, and only when its text changed."""
+    run_path = Path(run_dir)
+    store = _store(profiles_dir)
+    path = _existing(store, profile)
+    run, summary, verdict, topology, bench_raw = read_judged(run_path)
+    with profile_lock(path):  # two recorders (parallel sweeps, several hosts) never drop each other's entry
+        store.forget(profile)
+        current = _results_of(store, profile, path)
+        unreadable = [p for p in block_problems(current.resolved) if p.severity == "error"]
+        if unreadable:  # what it cannot read as its own block, it does not write over
+            raise ToolkitError(unreadable)
+        text = store.text(profile)
+        entry = build_entry(
+            summary, verdict, run,
+            run_id=run_path.resolve().name,
+            spec_hash=current.spec_hash,
+            artifacts=_artifacts_path(run_path, store.dir),
+            topology=topology,
+            bench_raw=bench_raw,
+            profile_bench=current.resolved.spec.bench.model_dump(mode="python"),
+            source_file=str(run_path / "summary.json"),
+        )
+        change = with_entry(text, entry, file=str(path), keep_last=keep_last)
+        if change.changed:
+            store.write_text(profile, change.text)
+    return RecordOutcome(profile, path, entry, change)
+
+
+def migrate(profile: str, profiles_dir: str | Path | None = None) -> bool:
+    """Rewrite a profile's results block in the current schema (only the block; atomic). True if it changed."""
+    store = _store(profiles_dir)
+    path = _existing(store, profile)
+    with profile_lock(path):
+        store.forget(profile)
+        text = store.text(profile)
+        new_text = migrated(text, file=str(path))
+        if new_text == text:
+            return False
+        store.write_text(profile, new_text)
+    return True

@@ -1,0 +1,188 @@
+"""Sweep a profile: expand the knobs into variants (each validated first: an invalid one is skipped with the rule
+that rejected it), measure each at each concurrency level (toolkit.app.measure), save the state after every
+point, rank, plot, report, and promote the best. A sweep interrupted or killed carries on with `resume`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.adapters.sweep_store import SweepStore, sweeps_dir
+from toolkit.app.measure import Promoted, RunnerContext, make_runner
+from toolkit.app.measure import write_promoted as _write_promoted
+from toolkit.app.profiles import check, open_store
+from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.sweep import report
+from toolkit.core.sweep.promote import base_spec, profile_validator, promote
+from toolkit.core.sweep.ranking import pareto_front
+from toolkit.core.sweep.state import (
+    SweepState,
+    apply_budget,
+    check_concurrency,
+    check_resume,
+    new_state,
+    parse_concurrency,
+    retry_failed,
+)
+from toolkit.core.sweep.variants import parse_axes, plan
+
+
+@dataclass
+class SweepRequest:
+    profile: str | None = None
+    vary: list[str] = field(default_factory=list)
+    concurrency: str | None = None
+    budget: int | None = None
+    resume: str | None = None
+    show: str | None = None
+    retry_failed: bool = False
+    runner: str = "apply"
+    inventory: str | None = None
+    wait: bool = True
+    num_prompts: int | None = None
+    point_timeout_s: float = 1800.0
+    profiles_dir: str | None = None
+    sweeps_dir: str | None = None
+
+
+@dataclass
+class SweepSession:
+    store: SweepStore
+    profiles: ProfileStore
+    base: ResolvedProfile
+    spec: dict[str, Any]
+    state: SweepState
+    notes: list[str] = field(default_factory=list)  # what opening it did (failed points to retry)
+
+
+def levels(concurrency: str | None, base: ResolvedProfile) -> list[int] | None:
+    """--concurrency, else the profile's bench.concurrency_levels, else its max_concurrency."""
+    if concurrency:
+        return parse_concurrency(concurrency)
+    bench = base.spec.bench
+    if bench.concurrency_levels:
+        return check_concurrency(bench.concurrency_levels)
+    if bench.max_concurrency:
+        return [bench.max_concurrency]
+    return None
+
+
+def existing_run(store: SweepStore, profiles: ProfileStore, *, resume: str | None, show: str | None,
+                 profile: str | None) -> SweepSession | None:
+    """The run `resume` or `show` names (a sweep's or a tune's), with its base profile; None when neither does."""
+    if resume and show:
+        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
+    run_id = resume or show
+    if not run_id:
+        return None
+    state = store.load(run_id)
+    if profile and profile != state.profile:
+        raise ToolkitError.of(f"{store.kind} {state.run_id} is of profile {state.profile}, not {profile}",
+                              field="profile", fix=f"leave the profile out or give {state.profile}")
+    base = profiles.resolve(state.profile)
+    return SweepSession(store, profiles, base, base_spec(base), state)
+
+
+def open_session(req: SweepRequest) -> SweepSession:
+    """A new sweep (its variants planned and validated, its state created), or the one `resume`/`show` names."""
+    store = SweepStore(sweeps_dir(req.sweeps_dir))
+    profiles = open_store(req.profiles_dir)
+    session = existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
+    if session is not None:
+        state, base, spec = session.state, session.base, session.spec
+        axes = parse_axes(req.vary, spec) if req.vary else None
+        lv = levels(req.concurrency, base) if req.concurrency else None
+        check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=lv)
+        if req.budget is not None:
+            apply_budget(state, req.budget)
+            store.save(state)
+        if req.retry_failed and req.resume:
+            session.notes.append(f"retrying {retry_failed(state)} failed point(s)")
+            store.save(state)
+        return session
+    if not req.profile:
+        raise ToolkitError.of("which profile to sweep?", field="profile",
+                              fix="toolkit sweep PROFILE --vary PATH=V1,V2 (or --resume RUN)")
+    base = profiles.resolve(req.profile)
+    spec = base_spec(base)
+    axes = parse_axes(req.vary, spec)
+    lv = levels(req.concurrency, base)
+    if lv is None:
+        raise ToolkitError.of(
+            f"no concurrency levels: {base.name} sets neither bench.concurrency_levels nor bench.max_concurrency",
+            field="--concurrency", fix="add --concurrency 64,256,1024")
+    run_id = store.new_run_id(base.name)
+    planned = plan(spec, axes, profile_validator(base.name, run_id, profiles.source, check))
+    state = new_state(run_id=run_id, profile=base.name, base_spec=spec, axes=axes, planned=planned, concurrency=lv,
+                      created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runner=req.runner,
+                      budget=req.budget)
+    store.create(state)
+    return SweepSession(store, profiles, base, spec, state)
+
+
+def runner(session: SweepSession, req: SweepRequest, *, kind: str = "sweep",
+           chain: list[Path] | None = None) -> Any:
+    """The point runner `req.runner` names; `chain`: the profile files the apply runner copies beside its
+    variants (default the base's extends: chain)."""
+    ctx = RunnerContext(kind=kind, store=session.store, run_id=session.state.run_id, base=session.base,
+                        profiles=session.profiles,
+                        chain_files=chain or [session.profiles.path(n) for n in session.base.chain],
+                        inventory=req.inventory, num_prompts=req.num_prompts, timeout_s=req.point_timeout_s)
+    return make_runner(req.runner, ctx)
+
+
+def plots(session: SweepSession) -> list[tuple[str, str]]:
+    """The throughput curves and the Pareto front as PNGs in the run's directory: (caption, file name)."""
+    from toolkit.adapters import plots as plotting
+
+    state = session.state
+    out: list[tuple[str, str]] = []
+    d = session.store.run_dir(state.run_id)
+    curves = report.curves(state)
+    if curves:
+        (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}"))
+        out.append(("steady-state throughput against concurrency, per variant", "throughput.png"))
+    points = [
+        (v.id, p.concurrency, p.measurement.steady_output_tok_per_s, p.measurement.energy_per_output_token_j)
+        for v in state.planned()
+        for p in v.points
+        if p.status == "done" and p.measurement and p.measurement.energy_per_output_token_j is not None
+    ]
+    if points:
+        front = [(p.variant_id, p.concurrency) for p in pareto_front(state)]
+        (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}"))
+        out.append(("Pareto front: throughput against energy per token", "pareto.png"))
+    return out
+
+
+def write_report(session: SweepSession) -> Path:
+    """report.md (rankings, plots) and ranking.json in the run's directory, rewritten at each invocation."""
+    state = session.state
+    path = session.store.write_text(state.run_id, "report.md", report.markdown(state, plots=plots(session)))
+    session.store.write_text(state.run_id, "ranking.json", json.dumps(report.to_json(state), indent=1) + "\n")
+    return path
+
+
+def run_ref(session: SweepSession) -> str:
+    """The run's report as a promoted profile cites it: relative to here when it is below."""
+    ref = str(session.store.run_dir(session.state.run_id) / "report.md")
+    try:
+        return str(Path(ref).relative_to(Path.cwd()))
+    except ValueError:
+        return ref
+
+
+def promote_best(session: SweepSession, *, by: str, name: str | None) -> tuple[Promoted, Any]:
+    """The best variant (by "throughput" or "tokens_per_j") as a profile that extends the base: (where, which)."""
+    new_name, text, best = promote(session.state, session.base, by=by, name=name, run_ref=run_ref(session))
+    return _write_promoted(session.profiles, new_name, text), best
+
+
+def measured(session: SweepSession) -> bool:
+    return any(v.outcome in ("done", "partial") for v in session.state.planned())

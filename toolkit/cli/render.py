@@ -1,0 +1,172 @@
+"""What several commands show alike: live progress of a playbook run (`PlaybookProgress.on_event` is
+run_playbook's on_event) and of a sweep's or tune's points (`MeasureProgress.on_progress`), the per-host tables
+of a playbook and of an apply, and the line for a promoted profile."""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+
+
+class PlaybookProgress:
+    """A spinner naming the current play and task; a line for each change, failure and unreachable host."""
+
+    def __init__(self, console: Console, title: str, *, show_changes: bool = True) -> None:
+        self.console = console
+        self.title = title
+        self.show_changes = show_changes
+        self.tasks_done = 0
+        self._play = ""
+        self._status: Any = None
+
+    def __enter__(self) -> PlaybookProgress:
+        self._status = self.console.status(f"{self.title}: starting ansible-playbook")
+        self._status.__enter__()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._status is not None:
+            self._status.__exit__(exc_type, exc, tb)
+
+    def on_event(self, event: PlaybookEvent) -> None:
+        # Names and messages are printed as text, never as markup: log lines hold brackets ("[lab stand-in] ...").
+        if event.kind == "play_start":
+            self._play = event.message or event.play
+            self.console.print(f"[bold]{escape(self._play)}[/]")
+        elif event.kind == "task_start":
+            self.tasks_done += 1
+            if self._status is not None:
+                self._status.update(f"{self.title}: [cyan]{escape(event.task)}[/] (task {self.tasks_done})")
+        elif event.kind == "changed" and self.show_changes:
+            self.console.print(f"  [yellow]changed[/] {escape(event.host)}: {escape(event.task)}")
+        elif event.kind == "failed" and not event.ignore_errors:
+            self.console.print(f"  [red]failed[/] {escape(event.host)}: {escape(event.task)}\n"
+                               f"    {escape(event.message)}")
+        elif event.kind == "unreachable":
+            self.console.print(f"  [red]unreachable[/] {escape(event.host)}: {escape(event.message)}")
+
+
+def summary_table(result: PlaybookResult, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("host", "ok", "changed", "failed", "unreachable", "skipped"):
+        table.add_column(column, justify="left" if column == "host" else "right")
+    for host in sorted(result.hosts):
+        s = result.hosts[host]
+        style = "red" if s.failed or s.unreachable else ("yellow" if s.changed else "green")
+        table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable), str(s.skipped), style=style)
+    return table
+
+
+def _hms(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+class MeasureProgress:
+    """A sweep's or tune's points: a bar with elapsed time and ETA, and one line per finished point."""
+
+    def __init__(self, console: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("elapsed"), TimeElapsedColumn(), TextColumn("ETA {task.fields[eta]}"),
+                                 console=console, transient=False)
+        self.task: Any = None
+
+    def __enter__(self) -> MeasureProgress:
+        self.progress.__enter__()
+        self.task = self.progress.add_task("sweep", total=None, eta="?")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def on_progress(self, p: Any) -> None:
+        self.progress.update(self.task, total=p.total_points, completed=p.finished_points, eta=_hms(p.eta_s))
+        if p.kind == "point":
+            self.progress.update(self.task, description=f"variant {p.position} of {p.planned}: {p.variant.id} "
+                                 f"{p.variant.label} @ c={p.point.concurrency}")
+        elif p.kind in ("done", "failed"):
+            m = p.point.measurement
+            what = (
+                f"{m.steady_output_tok_per_s:,.1f} tok/s steady, "
+                + (f"{m.tokens_per_j:.3f} tok/J" if m.tokens_per_j is not None else "no energy")
+                + f" ({escape(m.data_source)})"
+                if p.kind == "done" and m is not None
+                else f"[red]failed[/]: {escape(str(p.point.reason))}"
+            )
+            self.progress.console.print(
+                f"variant {p.position} of {p.planned} {p.variant.id} {escape(p.variant.label)} "
+                f"c={p.point.concurrency}: {what}  [{p.finished_points}/{p.total_points}, elapsed "
+                f"{_hms(p.elapsed_s)}, ETA {_hms(p.eta_s)}]", markup=True, highlight=False)
+
+
+def stderr_console() -> Console:
+    """The console long-running commands report on; in a log or a CI job (no terminal) 200 wide, so table rows
+    stay on one line."""
+    con = Console(stderr=True)
+    return con if con.is_terminal else Console(stderr=True, width=200)
+
+
+def say(con: Console) -> Any:
+    """A message callback (a host lock's holder named, ...) printing in yellow."""
+    return lambda m: con.print(f"[yellow]{escape(m)}[/]", highlight=False)
+
+
+def print_promoted(con: Console, promoted: Any, best: Any, base: str) -> None:
+    """One line for a profile a sweep or a tune promoted."""
+    con.print(f"[green]promoted[/] {best.variant_id} ({escape(best.label)}) as {promoted.path}; it validates and "
+              f"renders ({promoted.launch_args} launch arguments). Review with "
+              f"`toolkit profile diff {base} {promoted.path.stem}`.")
+
+
+def _verdict_line(verdict: dict[str, Any] | None) -> str:
+    if not verdict:
+        return "no verdict (the probe wrote none)"
+    text = str(verdict.get("headline") or verdict.get("class") or "?")
+    conf = verdict.get("confidence_label") or verdict.get("confidence")
+    source = str(verdict.get("data_source") or "")
+    lab = " (lab data)" if "lab data" in source else ""
+    return text + (f" (confidence {conf})" if conf is not None else "") + lab
+
+
+def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    if summary["left_out"]:
+        console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(summary['left_out'])}[/]")
+    table = Table(title=f"toolkit apply profile {summary['profile']}" + (" (check mode)" if summary["check"] else ""))
+    for col in ("host", "ok", "changed", "failed", "unreachable"):
+        table.add_column(col)
+    for host, s in summary["hosts"].items():
+        table.add_row(host, str(s["ok"]), str(s["changed"]), str(s["failed"]), str(s["unreachable"]))
+    console.print(table)
+    for f in summary["failures"]:
+        # Log lines hold brackets ("[lab stand-in] ..."): print them as text, never as rich markup.
+        console.print(f"[red]{escape(f['host'])}: {escape(f['task'])}[/]\n{escape(f['message'])}")
+    if summary["unreachable"]:
+        console.print(f"[red]unreachable: {', '.join(summary['unreachable'])}[/] (the other hosts were deployed)")
+    for host, info in (summary.get("probe") or {}).items():
+        verdict = escape(_verdict_line(info["verdict"]))
+        console.print(f"[bold]{escape(host)}[/]: verdict {verdict}; run {info['run_dir']}")
+        server_log = ((info["verdict"] or {}).get("evidence") or {}).get("server_log_tail")
+        if server_log:
+            tail = "\n".join(server_log.strip().splitlines()[-12:])
+            console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
+    rec = summary.get("record")
+    if rec:
+        console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
+    console.print(f"artifacts: {summary['artifacts_dir']}")
+

@@ -1,0 +1,157 @@
+"""The lab's deploy overlay: what `toolkit apply` changes when the inventory is the lab's (`toolkit_overlay: lab`,
+written by `toolkit lab up`), each change announced.
+
+The lab has no GPU and no torch, so SGLang's server cannot start there, and no Hugging Face, so bench_serving has
+no tokenizer or text to sample. Through the roles' generic inputs, the same a real host's deploy uses:
+- the toolkit's own wheel goes into the engine's venv (`sglang_venv_extra_wheels`), and a systemd drop-in
+  (`sglang_service_dropins`) runs its stand-in server (toolkit/lab/standin_server) with the rendered flags
+  unchanged, the profile's target GPUs for its engine model, and first makes a local tokenizer and text;
+- the bench runs fewer prompts (160 unless `--num-prompts` says), with that tokenizer and text, and, for a pin
+  past 0.5.9 (whose own client imports torch), through SGLang 0.5.9's client (standin_server/bench_client.py);
+- the probe reads the stand-in's SIMULATED GPUs (`--gpu-source simulated:URL`, toolkit.lab.simulated_gpus).
+The unit itself stays exactly what `toolkit profile render` prints. What the lab's inventory sets for the roles
+(no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
+
+Test switches, as inventory variables of a container (tests write them): `toolkit_lab_standin_fail_health` (the
+stand-in answers /health with 503) and `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from toolkit.app.apply import Amendment, OverlayContext
+from toolkit.core.deploy import systemd_exec_line, with_bench_flags
+from toolkit.core.errors import ToolkitError
+
+# 1024 prompts (the seed's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
+# time at the seed's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
+# glm5-baseline (64 running, the rest queued for most of it) and 7 s for glm5-tp8 (all 160 at once), long
+# enough for the steady-state rule's 5 s plateau. The lab says so in its notes and in the results entry.
+LAB_NUM_PROMPTS = 160
+STANDIN_DIR = "/opt/sglang/standin"
+TOKENIZER_DIR = f"{STANDIN_DIR}/lab-tokenizer"
+DATASET_PATH = f"{STANDIN_DIR}/lab-sharegpt.json"
+DROPIN = "lab-standin.conf"
+SERVER_MODULE = "toolkit.lab.standin_server.server"
+BENCH_DATA_MODULE = "toolkit.lab.standin_server.make_bench_data"
+
+
+def standin_argv(launch_argv: Sequence[str]) -> list[str]:
+    """The stand-in's command: the rendered SGLang argv with `-m sglang.launch_server` swapped for the stand-in's
+    module. The interpreter (the venv's python) and every flag stay as rendered, so the stand-in parses the same
+    --host/--port/--api-key/--served-model-name/--model-path the real server would."""
+    argv = list(launch_argv)
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1].startswith("sglang.launch_server"):
+            return [*argv[:i], "-m", SERVER_MODULE, *argv[i + 2 :]]
+    raise ToolkitError.of(
+        "the rendered launch command does not run `-m sglang.launch_server`; the lab cannot stand in for it",
+        field="launch argv",
+        fix="render the profile (`toolkit profile render NAME`) and check its command",
+    )
+
+
+def target_env(target: Mapping[str, Any]) -> dict[str, str]:
+    """SGLANG_STANDIN_GPU_* for the stand-in: the hardware its engine model simulates (set fields only)."""
+    keys = {"gpu_model": "SGLANG_STANDIN_GPU_NAME", "gpu_memory_gib": "SGLANG_STANDIN_GPU_MEMORY_GIB",
+            "gpu_power_limit_w": "SGLANG_STANDIN_GPU_POWER_LIMIT_W", "interconnect": "SGLANG_STANDIN_INTERCONNECT"}
+    out = {env: str(target[k]) for k, env in keys.items() if target.get(k) not in (None, "")}
+    if target.get("p2p") is not None:
+        out["SGLANG_STANDIN_P2P"] = "1" if target["p2p"] else "0"
+    return dict(sorted(out.items()))
+
+
+def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: bool, nan_log: bool) -> str:
+    """The drop-in that runs the stand-in in the rendered unit's place (announced in the file)."""
+    python = launch_argv[0]
+    lines = [
+        "# LAB STAND-IN (toolkit lab): there is no GPU and no torch here, so SGLang's launch_server cannot run.",
+        "# The unit keeps the rendered SGLang command; this drop-in runs the lab's stand-in server in its place,",
+        f"# given the same flags ({SERVER_MODULE}, from the toolkit's wheel in this venv). Written by the",
+        "# lab's deploy overlay (toolkit.lab.deploy_overlay); never on a real host.",
+        "[Service]",
+        # bench_serving's tokenizer and text: Hugging Face is unreachable from the lab (idempotent: made once).
+        "ExecStartPre=" + systemd_exec_line([python, "-m", BENCH_DATA_MODULE, TOKENIZER_DIR, DATASET_PATH]),
+        "ExecStart=",
+        "ExecStart=" + systemd_exec_line(standin_argv(launch_argv)),
+        "Environment=SGLANG_STANDIN=1",
+        "Environment=HF_HUB_OFFLINE=1",
+        *(f'Environment="{k}={v}"' for k, v in sorted(env.items())),
+    ]
+    if fail_health:
+        lines.append("Environment=SGLANG_STANDIN_FAIL_HEALTH=1")
+    if nan_log:
+        lines.append("Environment=SGLANG_STANDIN_NAN_LOG=1")
+    return "\n".join(lines) + "\n"
+
+
+def bench_client_wheel(release: str) -> Path:
+    """The lab's bench client wheel of SGLang `release` (standin_server/bench_client.py), built once beside that
+    release's cached wheel."""
+    from toolkit.adapters import cache_lock, sglang_catalogue
+    from toolkit.lab.standin_server import bench_client
+
+    wheel = sglang_catalogue.ensure_wheel(release)
+    out = wheel.with_name(bench_client.wheel_name(release))
+    cache_lock.build_once(out, out.exists, lambda: bench_client.build_wheel(wheel, out.parent, release))
+    return out
+
+
+def through_bench_client(bench_argv: Sequence[str]) -> list[str]:
+    """The bench argv with `-m sglang.bench_serving` run through the lab's bench client (same interpreter, same
+    arguments)."""
+    from toolkit.lab.standin_server import bench_client
+
+    argv = list(bench_argv)
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] == "sglang.bench_serving":
+            return [*argv[:i], "-m", bench_client.MODULE, *argv[i + 2 :]]
+    raise ToolkitError.of("the bench command does not run `-m sglang.bench_serving`", field="bench argv",
+                          fix="render the profile's bench command (`toolkit profile render NAME --only bench`)")
+
+
+def amend(ctx: OverlayContext) -> Amendment:
+    """The lab's changes to one apply (toolkit.app.apply's overlay seam; registered as the entry point `lab`)."""
+    from toolkit.lab.standin_server import bench_client
+
+    env = target_env(ctx.resolved.spec.target.model_dump())
+
+    def switches(host: str) -> dict[str, bool]:
+        hv = ctx.hosts[host].vars if host in ctx.hosts else {}
+        return {"fail_health": bool(hv.get("toolkit_lab_standin_fail_health")),
+                "nan_log": bool(hv.get("toolkit_lab_standin_nan_log"))}
+
+    argv_of = {h: a for h, (a, _) in ctx.nodes.items()}
+    by_host = {h: {DROPIN: dropin(argv_of.get(h, ctx.inputs.launch_argv), env, **switches(h))} for h in ctx.hosts}
+    num_prompts = ctx.num_prompts if ctx.num_prompts is not None else LAB_NUM_PROMPTS
+    bench = with_bench_flags(ctx.bench_argv, {"--num-prompts": str(num_prompts), "--tokenizer": TOKENIZER_DIR,
+                                              "--dataset-path": DATASET_PATH})
+    notes = [
+        "lab stand-in: the unit carries the rendered SGLang argv; a drop-in runs the lab's stand-in server "
+        f"({SERVER_MODULE}) with the same flags instead of sglang.launch_server (no GPU, no torch)",
+        f"lab: bench --tokenizer {TOKENIZER_DIR} (generated locally: Hugging Face is unreachable)",
+        f"lab: bench --dataset-path {DATASET_PATH} (generated ShareGPT-format text: no download)",
+        "lab: the probe reads the stand-in's SIMULATED GPUs (its engine model), not NVML",
+    ]
+    if ctx.num_prompts is None:
+        notes.insert(1, f"lab: bench --num-prompts {num_prompts} instead of the profile's value")
+    wheels = [str(ctx.toolkit_wheel)]
+    if ctx.inputs.sglang_version != bench_client.RELEASE:
+        wheels.append(str(bench_client_wheel(bench_client.RELEASE)))
+        bench = through_bench_client(bench)
+        notes.append(
+            f"lab: the benchmark client is SGLang {bench_client.RELEASE}'s bench_serving with the same flags "
+            f"({bench_client.MODULE}): SGLang {ctx.inputs.sglang_version}'s imports torch, which the lab has not"
+        )
+    return Amendment(
+        extravars={
+            "sglang_venv_extra_wheels": wheels,
+            "sglang_service_dropins_by_host": by_host,
+        },
+        bench_argv=bench,
+        probe_args=["--gpu-source", f"simulated:http://127.0.0.1:{ctx.inputs.port}"],
+        notes=notes,
+    )
