@@ -193,6 +193,29 @@ def test_bad_input_stops_before_any_change(lab: Any, inv: Path, runs: Path, tmp_
     assert "container_nvidia_userspace_cuda_install_method: none" in message
     assert any(e.task.startswith("Preflight | NVIDIA's repository is to be added") for e in no_repo.events)
 
+    # The lab gives its staged installer's real sha256, and the host role's preflight checks the file against it
+    # as on a real host (another version asked, so the driver counts as needed and the check runs).
+    pve1 = yaml.safe_load(inv.read_text())["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
+    installer = pve1["proxmox_gpu_host_driver_installer"]
+    given = pve1["toolkit_lab_driver_checksums"][pve1["proxmox_gpu_host_driver_version"]]
+    assert given == "sha256:" + pve(lab, f"sha256sum {installer}").split()[0]
+    staged = run_playbook("host", inventory=inv, private_data_dir=runs, tags=["proxmox_gpu_host_preflight"],
+                          extravars={"proxmox_gpu_host_driver_version": "580.105.08",
+                                     "proxmox_gpu_host_driver_checksum": given})
+    assert staged.rc == 0, _fmt(staged)
+    assert [e.kind for e in staged.events if e.task == "Preflight | assert the installer on the host is the one the "
+            "checksum names" and e.kind in ("ok", "skipped")] == ["ok"]
+
+    # Another version asked while the installer on the host is 580.95.05's (the lab's, whose real sha256 the
+    # inventory gives for its own version only): the checksum given does not match the file, so nothing is run.
+    modules = pve(lab, "cat /proc/modules /run/lab-standin/proc-devices 2>/dev/null; nvidia-smi -L")
+    swapped = run("host", inv, runs, proxmox_gpu_host_driver_version="580.105.08",
+                  proxmox_gpu_host_driver_checksum="sha256:" + "0" * 64)
+    assert swapped.rc != 0 and all(s.changed == 0 for s in swapped.hosts.values()), swapped.hosts
+    message = swapped.failures[0].message
+    assert "NVIDIA-Linux-x86_64-580.95.05.run" in message and "0" * 64 in message and "Nothing was changed" in message
+    assert pve(lab, "cat /proc/modules /run/lab-standin/proc-devices 2>/dev/null; nvidia-smi -L") == modules
+
     data = yaml.safe_load(inv.read_text())
     data["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_host"] = "10.213.0.99"  # inside the lab's net
     dead = tmp_path / "dead.yml"
