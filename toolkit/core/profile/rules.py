@@ -64,7 +64,7 @@ RULES: tuple[Rule, ...] = (
         field="server.allreduce_fusion",
         message="FlashInfer allreduce fusion needs SM90 or SM10x; on SM120 its kernels are not built "
         "(flashinfer jit/comm.py allows archs 9 and 10 only). Forcing the arch gate measured 236 tok/s at 125 W "
-        "against 3,740 tok/s without it (seed)",
+        "against 3,740 tok/s without it (docs/story.md)",
         fix="set server.allreduce_fusion: false on SM120",
         source="https://github.com/sgl-project/sglang/issues/15650",
     ),
@@ -78,7 +78,8 @@ RULES: tuple[Rule, ...] = (
         severity="warning",
         field="server.cuda_graph",
         message="CUDA graphs with NSA attention on SM120 hit the page_table_1_flattened bug in the NSA path "
-        "(crashes seen in the seed until graphs were disabled); decode graph capture can also hang (sglang#29580)",
+        "(crashes in the GLM-5 story until graphs were disabled, docs/story.md); decode graph capture can also "
+        "hang (sglang#29580)",
         fix="set server.cuda_graph: false until the fix is in your pinned SGLang",
         source="https://github.com/sgl-project/sglang/issues/12964",
     ),
@@ -104,9 +105,9 @@ RULES: tuple[Rule, ...] = (
         ),
         severity="warning",
         field="server.nsa_decode_backend",
-        message="SGLang's automatic NSA backend choice on SM120 gave NaN crashes in decode in the seed, "
-        "until the decode backend was chosen by hand (trtllm)",
-        fix="set server.nsa_decode_backend (the seed's working choice: trtllm)",
+        message="SGLang's automatic NSA backend choice on SM120 gave NaN crashes in decode in the GLM-5 story "
+        "(docs/story.md), until the decode backend was chosen by hand (trtllm)",
+        fix="set server.nsa_decode_backend (the working choice in docs/story.md: trtllm)",
         source="https://github.com/sgl-project/sglang/issues/26087",
     ),
     Rule(
@@ -159,9 +160,9 @@ RULES: tuple[Rule, ...] = (
         severity="info",
         field="server.tp_size",
         message="tensor parallel across GPUs without P2P sends every allreduce through the host: expect a "
-        "communication-bound run (seed: 100 % util at ~250 W of 600 W per GPU)",
+        "communication-bound run (docs/story.md: 100 % util at ~250 W of 600 W per GPU)",
         fix="compare against expert parallel or TP4+PP2 (glm5-ep8, glm5-tp4-pp2)",
-        source="seed: nvidia-smi during the 3,740 tok/s run",
+        source="docs/story.md, the probe: nvidia-smi during the 3,740 tok/s run",
     ),
     Rule(
         id="public-bind-without-api-key",
@@ -188,7 +189,7 @@ RULES: tuple[Rule, ...] = (
         message="an unauthenticated server is allowed here without a reason",
         fix="add why.server.allow_unauthenticated: {reason: ...} saying who can reach the port and what guards "
         "it, or remove server.allow_unauthenticated and set server.api_key_secret",
-        source="issue #19: an open bind must be meant, and say so where the profile's reader looks",
+        source="an open bind must be meant, and say so where the profile's reader looks",
     ),
     Rule(
         id="public-bind-acknowledged",
@@ -300,7 +301,7 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         message="contains a control character, {detail}: it would end a line of the unit or the environment "
         "file (a new directive, a new variable) or split an argument",
         fix="remove it (YAML turns \\n in a double-quoted string, and the end of a block scalar, into a newline)",
-        source="systemd.syntax(7): a newline ends an assignment; issue #19",
+        source="systemd.syntax(7): a newline ends an assignment",
     ),
     FieldRule(
         id="host-address",
@@ -327,7 +328,7 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         severity="error",
         message="{detail}: this path goes into the unit and the deploy tasks, which run from no fixed directory",
         fix="write an absolute, normalised path without '..', e.g. /opt/sglang/venv or /models/GLM-5-NVFP4",
-        source="systemd.service(5): ExecStart= needs an absolute path; issue #19",
+        source="systemd.service(5): ExecStart= needs an absolute path",
     ),
     FieldRule(
         id="tokenizer-path",
@@ -336,7 +337,7 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         severity="error",
         message="{detail}: the benchmark runs on the host, from no fixed directory",
         fix="give a Hugging Face repo id (org/name) or an absolute, normalised path",
-        source="issue #19",
+        source="transformers' from_pretrained takes a repo id or a path, resolved from the current directory",
     ),
 )
 
