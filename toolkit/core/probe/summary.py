@@ -1,7 +1,7 @@
 """summary.json: full-run and steady-state figures side by side, per GPU and in total.
 
 A pure function of the trace, the run's manifest and the benchmark's result. Its layout is documented in
-docs/probe.md; results entries (issue #4) are built from it, so keys are only ever added.
+docs/probe.md; results entries are built from it, so keys are only ever added.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.host_trace import HostTrace, host_window
 from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
-from toolkit.core.probe.server_trace import ServerTrace, server_window
-from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
+from toolkit.core.probe.server_trace import ServerTrace, counter_series, server_window
+from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_counter_window, find_steady_window
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -218,7 +218,12 @@ def summarize(
     params = params or SteadyParams()
     idle = idle_power(trace, float(run.get("idle_start_s", 0.0)), float(run["idle_end_s"]))
     b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
-    steady: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
+    gpu_rule: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
+    # The server's token counter sees a drain that GPU utilisation (100 % while GPUs spin in communication
+    # kernels) cannot: where the run has it, it decides.
+    counter = find_counter_window(*counter_series(server, "realtime_decode_tokens_total"), b0, b1, params
+                                  ) if server is not None else None
+    steady: SteadyWindow = counter or gpu_rule
     errors = [
         {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
         for g, s in trace.gpus.items() if any(s.errors) for i, e in enumerate(s.errors) if e
@@ -249,8 +254,13 @@ def summarize(
         "steady_state": {
             "found": steady.found,
             "reason": steady.reason,
-            "peak_activity": round(steady.peak_activity, 3),
+            "signal": steady.signal,
+            "peak_activity": round(gpu_rule.peak_activity, 3),
             "threshold": round(steady.threshold, 3),
+            "peak_output_tok_per_s": round(counter.peak_activity, 1) if counter is not None else None,
+            # what the GPU rule alone found, beside the counter's window (the drain GPU util cannot see)
+            "gpu_rule": {"found": gpu_rule.found, "start_s": round(gpu_rule.start_s, 3),
+                         "end_s": round(gpu_rule.end_s, 3)} if counter is not None else None,
             "rule": {"plateau_fraction": params.plateau_fraction, "smooth_s": params.smooth_s,
                      "min_window_s": params.min_window_s},
         },
