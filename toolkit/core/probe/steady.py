@@ -214,8 +214,9 @@ def find_counter_window(t_s: list[float], rate: list[float], bench_start_s: floa
     for i, x in enumerate(sm):
         if x < threshold:
             continue
-        if runs and (runs[-1][1] == i - 1 or t[i] - t[runs[-1][1]] <= params.smooth_s):
-            runs[-1][1] = i  # the same run, or a dip shorter than the smoothing width: kept inside
+        # The same run, or after a dip (its samples below the bar) no longer than the smoothing width: kept inside.
+        if runs and (runs[-1][1] == i - 1 or t[i - 1] - t[runs[-1][1] + 1] <= params.smooth_s + 1e-6):
+            runs[-1][1] = i
         else:
             runs.append([i, i])
     best: tuple[int, int] | None = None
