@@ -62,7 +62,7 @@ def test_lab_against_imported_is_no_percentage() -> None:
 
 def test_different_workloads_of_one_provenance_are_not_compared() -> None:
     a, b = _e("a", full=3000.0), _e("b", full=3100.0, bench=SEED_BENCH.model_copy(update={"max_concurrency": 128}))
-    assert differences(a, b) == ["workload: concurrency cap unknown vs 128"]
+    assert differences(a, b) == ["workload: concurrency cap none vs 128"]
     assert result_deltas(a, b) == []
     c = _e("c", full=3100.0, bench=SEED_BENCH.model_copy(update={"range_ratio": None}))
     assert differences(a, c) == ["workload: length range ratio 0 vs unknown"]

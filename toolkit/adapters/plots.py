@@ -59,6 +59,8 @@ def _time_scale(ax: Any, d: PlotData) -> None:
     if not d.time_range_s:
         return
     lo, hi = d.time_range_s
+    if d.idle_window_s:
+        lo = min(lo, d.idle_window_s[0])  # the probe's clock starts with the idle baseline: the axis at its 0
     b = d.bench_window_s[0] if d.bench_window_s else lo
     k = 1.0
     if d.idle_window_s and lo < b < hi:
@@ -72,7 +74,10 @@ def _time_scale(ax: Any, d: PlotData) -> None:
     ticks = [t for t in MaxNLocator(nbins=8).tick_values(b, hi) if b <= t <= hi]
     if k < 1.0 and (not ticks or ticks[0] - b > 0.3 * (ticks[1] - ticks[0] if len(ticks) > 1 else 1.0)):
         ticks.insert(0, round(b, 1))  # where the benchmark starts, after the squeezed idle baseline
+    from matplotlib.ticker import FuncFormatter
+
     ax.set_xticks(([lo] if k < 1.0 else []) + ticks)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
     pad = 0.02 * (hi - b)
     ax.set_xlim(lo if k < 1.0 else lo - pad, hi + pad)
 

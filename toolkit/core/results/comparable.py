@@ -120,13 +120,14 @@ def workload_differences(a: Workload, b: Workload) -> list[str]:
     for name, words in Workload.KEY_FIELDS:
         va, vb = getattr(a, name), getattr(b, name)
         if va != vb:
-            out.append(f"{words} {_v(va)} vs {_v(vb)}")
+            out.append(f"{words} {_v(va, name)} vs {_v(vb, name)}")
     return out
 
 
-def _v(value: object) -> str:
+def _v(value: object, name: str = "") -> str:
     if value is None:
-        return "unknown"
+        # bench_serving's --max-concurrency unset is no cap (every request at once), not an unknown value
+        return "none" if name == "max_concurrency" else "unknown"
     return figure(value) if isinstance(value, int | float | str) else str(value)
 
 
