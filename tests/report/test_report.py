@@ -6,6 +6,7 @@ every background network feature off; the page has no external resources, so not
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
 import subprocess
@@ -164,3 +165,24 @@ def test_throughput_series_from_a_token_timeline() -> None:
     assert ts == [10.5, 11.5, 12.5, 13.5, 14.5, 15.5]
     assert rates == [100.0, 100.0, 100.0, 100.0, 0.0, 0.0]
     assert throughput_series(None, 0.0) == ([], [])
+
+
+WATERMARK_RGB = (0xF7, 0xDE, 0xDE)  # plots.watermark's red at alpha 0.13 over white
+
+
+def test_every_image_of_data_not_measured_carries_its_watermark(scratch: Scratch, tmp_path: Path) -> None:
+    """The report's plots of a stand-in run, and a sweep's and a tune's plots of lab data, carry SIMULATED; the
+    same plots without a mark have none of its tint."""
+    from toolkit.adapters import plots
+
+    md = tmp_path / "report.md"
+    assert _report(scratch, "--markdown", str(md)) == 0
+    for key in ("power", "util-gpm", "throughput"):
+        assert _count_near(Image.open(tmp_path / f"report-{key}.png"), WATERMARK_RGB, tol=6) > 800, key
+    curves = [{"variant": "v01", "label": "base", "points": [(64, 900.0), (256, 1500.0)]}]
+    marked = Image.open(io.BytesIO(plots.sweep_throughput_png(curves, title="t", mark="SIMULATED")))
+    plain = Image.open(io.BytesIO(plots.sweep_throughput_png(curves, title="t")))
+    assert _count_near(marked, WATERMARK_RGB, tol=6) > 2000 and _count_near(plain, WATERMARK_RGB, tol=6) < 50
+    step = plots.tune_step_png([("v01", 1000.0, "incumbent"), ("v02", 1100.0, "kept")], band_pct=1.0, title="t",
+                               unit="tok/s", mark="SIMULATED")
+    assert _count_near(Image.open(io.BytesIO(step)), WATERMARK_RGB, tol=6) > 2000
