@@ -70,7 +70,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise ToolkitError.of("--keep-last must be at least 1", field="--keep-last", fix="e.g. --keep-last 10")
     outcome = record_run(args.dir, args.profile, args.profiles_dir, keep_last=args.keep_last)
     e = outcome.entry
-    rate, kind = e.output_tok_per_s()
     if args.json:
         print(json.dumps({"profile": outcome.profile, "file": str(outcome.file), "action": outcome.action,
                           "run_id": e.run_id, "dropped": outcome.dropped,
@@ -82,16 +81,15 @@ def cmd_record(args: argparse.Namespace) -> int:
     verb = {"added": "recorded", "replaced": "re-recorded (figures changed)", "unchanged": "already recorded, "
             "file unchanged"}[outcome.action]
     con.print(f"[bold]{outcome.profile}[/]: {verb}: {e.run_id} -> {outcome.file}")
-    if e.lab:
-        con.print(f"[yellow]lab data ({e.lab.kind}): {e.lab.note}[/]")
-    figures = [f"{rate:g} output tok/s ({kind})" if rate is not None else "no throughput"]
-    if e.energy and e.energy.output_tok_per_j is not None:
-        figures.append(f"{e.energy.output_tok_per_j:g} tok/J")
-    if e.power and e.power.mean_w is not None:
-        figures.append(f"{e.power.mean_w:g} W per GPU")
-    if e.verdict:
-        figures.append(e.verdict.class_)
-    con.print("  " + " | ".join(figures))
+    from rich.markup import escape
+
+    from toolkit.core.results.comparable import provenance, workload
+    from toolkit.core.results.compare import figures_line
+
+    p = provenance(e)
+    con.print(f"  [yellow]{p.label}[/]" + (f": {escape(p.detail)}" if p.detail else "") if p.kind != "measured"
+              else f"  {p.label}" + (f": {escape(p.detail)}" if p.detail else ""))
+    con.print(f"  {escape(workload(e).text())}: {escape(figures_line(e))}")
     if outcome.dropped:
         con.print(f"  dropped by keep_last {outcome.block.keep_last}: {', '.join(outcome.dropped)}")
     return 0

@@ -188,10 +188,16 @@ def figures_line(entry: ResultsEntry) -> str:
             bits.append(f"{figure(rate)} tok/s {KIND_LABEL[kind]}")
     if entry.throughput.no_steady_state:
         bits.append(f"no steady state ({entry.throughput.no_steady_state})")
+    return ", ".join(bits + power_energy_verdict(entry)) or "no figures"
+
+
+def power_energy_verdict(entry: ResultsEntry) -> list[str]:
+    """The figures after the throughput, as every one-line view prints them: W per GPU, J per token, verdict."""
+    bits = []
     if entry.power and entry.power.mean_w is not None:
         bits.append(f"{figure(entry.power.mean_w)} W/GPU")
     if entry.energy and entry.energy.j_per_output_tok is not None:
         bits.append(f"{figure(entry.energy.j_per_output_tok)} J/tok")
     if entry.verdict:
         bits.append(entry.verdict.class_)
-    return ", ".join(bits) or "no figures"
+    return bits

@@ -12,7 +12,13 @@ from toolkit.core.profile.diff import DiffSection, ProfileDiff, diff_profiles, k
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.results.comparable import class_key, differences, provenance, workload
-from toolkit.core.results.compare import figures_line, is_stale, latest_per_class, result_deltas
+from toolkit.core.results.compare import (
+    figures_line,
+    is_stale,
+    latest_per_class,
+    power_energy_verdict,
+    result_deltas,
+)
 from toolkit.core.results.migrate import migrate_block
 from toolkit.core.results.model import ResultsBlock, ResultsEntry
 from toolkit.core.tables import figure
@@ -82,12 +88,7 @@ def entry_line(entry: ResultsEntry, current_hash: str | None) -> str:
     parts.append(workload(entry).text())
     if rate is not None:
         parts.append(f"{figure(rate)} tok/s ({'steady' if kind == 'steady' else 'full run'})")
-    if entry.power and entry.power.mean_w is not None:
-        parts.append(f"{figure(entry.power.mean_w)} W/GPU")
-    if entry.energy and entry.energy.j_per_output_tok is not None:
-        parts.append(f"{figure(entry.energy.j_per_output_tok)} J/tok")
-    if entry.verdict:
-        parts.append(entry.verdict.class_)
+    parts += power_energy_verdict(entry)
     if is_stale(entry, current_hash):
         parts.append("STALE")
     return " | ".join(parts)
