@@ -154,9 +154,9 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     bench = (Path(probe["run_dir"]) / "bench.jsonl").read_text()
     assert json.loads(bench.splitlines()[-1])["completed"] == LAB_NUM_PROMPTS  # SGLang's own bench_serving wrote it
     # The simulated GPUs (100 % util, well under 600 W, no P2P: the engine model's tp8 over PCIe) must come out
-    # as the seed's diagnosis.
+    # as the story's diagnosis.
     assert probe["verdict"]["class"] == "busy-but-waiting", probe["verdict"]
-    # Over time too (issue 16): the engine model's server never queues at 1024 slots, so not scheduler-capped;
+    # Over time too: the engine model's server never queues at 1024 slots, so not scheduler-capped;
     # the next step halves the tensor-parallel group, naming the existing profile.
     verdict = probe["verdict"]
     assert verdict["signals"] == ["gpu", "server", "host"], verdict["signals"]
@@ -255,7 +255,7 @@ def test_second_apply_changes_nothing(provisioned: Target, work: Path) -> None:
 
 
 def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work: Path) -> None:
-    """glm5-baseline's 64 slots bind: the server shows 64 running and the rest queued, as in the seed."""
+    """glm5-baseline's 64 slots bind: the server shows 64 running and the rest queued, as in the story."""
     rc, summary, err = apply(provisioned, work, "--probe", "--record", profile="glm5-baseline")
     assert rc == 0, err[-4000:]
     probe = summary["probe"][provisioned.name]
@@ -266,7 +266,7 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert steady["max_running_requests"] == 64 and 61 <= steady["num_running_reqs"]["max"] <= 64, steady
     assert steady["num_queue_reqs"]["max"] > 0 and steady["queue_nonzero_share"] > 0.3, steady
     assert steady["token_usage"]["max"] < 0.5  # the slots bind, not the KV pool
-    # The verdict over time (issue 16) names the knob that binds, with its value from the profile.
+    # The verdict over time names the knob that binds, with its value from the profile.
     verdict = probe["verdict"]
     assert verdict["class"] == "scheduler-capped", verdict["headline"]
     step = verdict["knob_steps"][0]
@@ -386,7 +386,7 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
     assert rc == 0, err[-4000:]
 
 
-# ---- Faults mid-run (issue #19). They reuse the deployed service the tests above leave, and share deploys where
+# ---- Faults mid-run. They reuse the deployed service the tests above leave, and share deploys where
 # they do not interfere: the kill and the second apply in one probe run; the stopped container and the converging
 # apply; Ctrl-C in one more probe run. Each writes its row of docs/reliability.md.
 
