@@ -19,6 +19,7 @@ from toolkit.app.measure import Promoted, write_promoted
 from toolkit.app.profiles import check, open_store
 from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
+from toolkit.core.sweep.report import data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
@@ -58,7 +59,7 @@ def _levels(req: TuneRequest, base: Any) -> list[int]:
     lv = sweep.levels(req.concurrency, base)
     if lv:
         return lv
-    # A closed benchmark with every request at t0 (the seed's `--request-rate inf`): all of them in flight.
+    # A closed benchmark with every request at t0 (the story's `--request-rate inf`): all of them in flight.
     return check_concurrency([req.num_prompts or base.spec.bench.num_prompts])
 
 
@@ -125,13 +126,14 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
 
     out: list[tuple[int, str]] = []
     d = session.store.run_dir(session.state.run_id)
+    mark = data_watermark([p.measurement.data_source for _v, p in session.state.finished_points() if p.measurement])
     for step in (session.state.tune or {}).get("steps", []):
         bars = report.step_bars(session.state, step)
         if bars is None or not bars["bars"]:
             continue
         name = f"step-{step['step']}.png"
         (d / name).write_bytes(plotting.tune_step_png(bars["bars"], band_pct=bars["band_pct"], title=bars["title"],
-                                                      unit=bars["unit"]))
+                                                      unit=bars["unit"], mark=mark))
         out.append((int(step["step"]), name))
     return out
 
