@@ -131,6 +131,16 @@ def test_the_bench_client_wheel_holds_the_release_package_and_installs(tmp_path:
              "print(importlib.util.find_spec('sglang').origin)")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip().endswith("toolkit_lab_bench_client/sglang/__init__.py")
+    # SGLang's MoE tuning configs have commas in their file names ("E=128,N=384,device_name=...json"): RECORD must
+    # quote them as the CSV it is, or every importlib.metadata.packages_distributions() in that venv (transformers
+    # calls it on import, the stand-in's tokenizer step imports transformers) fails on the next field.
+    assert any("," in name for name in names)
+    files = ("import importlib.metadata as m; d = m.distribution('toolkit_lab_bench_client'); "
+             "print(len(d.files), sum(',' in f.name for f in d.files)); m.packages_distributions()")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", files], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, with_comma = map(int, out.stdout.split())
+    assert count >= len(names) and with_comma > 0  # pip adds the compiled .pyc files
 
 
 def test_standin_needs_a_launch_server_argv() -> None:
