@@ -582,6 +582,12 @@ def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, wo
     assert verdict["evidence"]["over_time"]["server"]["token_usage"] >= 0.7
 
 
+@pytest.mark.skipif(
+    not os.environ.get("TOOLKIT_TEST_NEWEST_RELEASE_LAB"),
+    reason="a second SGLang release in the container (a 296 MB wheelhouse, a fresh venv: 90 to 185 s on a 2-core "
+    "machine) is over CI's share for it; run with TOOLKIT_TEST_NEWEST_RELEASE_LAB=1. CI covers the same refusal "
+    "without the lab (test_standin_server.py::test_the_unmigrated_render_is_refused_and_the_migrated_one_parses)",
+)
 def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses_the_old_render(
         provisioned: Target, work: Path) -> None:
     """glm5-tp8-0.5.23 (glm5-tp8 migrated: --dsa-decode-backend, the CUDA graph backend flags, no patch) deploys
