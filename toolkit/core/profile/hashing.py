@@ -15,8 +15,9 @@ from toolkit.core.profile.resolve import ResolvedProfile
 HASH_EXCLUDED = ("description", "why", "results", "name", "extends", "schema_version")
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
-# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs.
-HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}}
+# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
+# how much room the weights need, not which weights.
+HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}, "model": {"size_gib"}}
 
 
 def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
