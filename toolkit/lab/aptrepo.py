@@ -36,7 +36,7 @@ from toolkit.lab import plan
 # What the role installs from Debian on a stock host (Recommends off, as the role asks apt).
 DEBIAN_TOOLCHAIN = ("build-essential",)
 # Bump when the stand-in packages' contents change.
-MIRROR_REVISION = "6"
+MIRROR_REVISION = "7"
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -199,12 +199,23 @@ def standin_debs(out_dir: Path, flavour: plan.Flavour) -> None:
                  depends=f"proxmox-headers-{kernel_series(flavour.kernel)}")
     _standin_deb(out_dir, "dkms", "3.0.10-8+labstandin1", "Dynamic Kernel Module System (DKMS)",
                  {"/usr/sbin/dkms": (_standin("dkms"), 0o755),
-                  "/etc/kernel/postinst.d/dkms": ('#!/bin/sh\n# lab stand-in: as Debian dkms\'s hook\n'
-                                                  'exec /usr/sbin/dkms kernel_postinst -k "$1"\n', 0o755),
-                  "/etc/kernel/header_postinst.d/dkms": ('#!/bin/sh\n# lab stand-in: as Debian dkms\'s hook\n'
-                                                         'exec /usr/sbin/dkms kernel_postinst -k "$1"\n', 0o755)},
+                  "/etc/kernel/postinst.d/dkms": (_DKMS_HOOK, 0o755),
+                  "/etc/kernel/header_postinst.d/dkms": (_DKMS_HOOK, 0o755)},
                  depends="gcc, make, kmod, openssl")
 
+
+# dell/dkms kernel_postinst.d_dkms: autoinstall for the kernel being installed; a kernel without headers only
+# gets the warning (the kernel package still configures).
+_DKMS_HOOK = """#!/bin/sh
+# lab stand-in: as Debian dkms's /etc/kernel/postinst.d/dkms
+inst_kern=$1
+if [ ! -e "/lib/modules/$inst_kern/build/include" ]; then
+    echo "dkms: WARNING: Linux headers are missing, which may explain the above failures." >&2
+    echo "      please install the linux-headers-$inst_kern package to fix this." >&2
+    exit 0
+fi
+exec /usr/sbin/dkms kernel_postinst -k "$inst_kern"
+"""
 
 _FM_UNIT = ("[Unit]\nDescription=NVIDIA fabric manager service (lab stand-in)\n"
             "After=network-online.target\n\n[Service]\nType=forking\n"

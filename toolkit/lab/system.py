@@ -51,6 +51,7 @@ REQUIRED_COMMANDS = {
     "tar": "tar",
     "dnsmasq": "dnsmasq-base",
     "openssl": "openssl",
+    "mkfs.ext4": "e2fsprogs",
 }
 
 Progress = Callable[[str], None]
@@ -592,6 +593,35 @@ def netns_pids() -> set[int]:
 # ---------------------------------------------------------------- pve1 process tree
 
 
+ROOT_DISK = PVE1_DIR / "disk"
+
+
+def make_root_disk(config: LabConfig, state: LabState) -> None:
+    """pve1's root filesystem as an LVM install has it: ext4 of the installer's root size (at most 96 GiB: too
+    small for a model's weights), so what pve1 writes and what statvfs (df, pvesm's `local`) reports are a real
+    filesystem's. A sparse image, loop-mounted here: its blocks cost the controller only what pve1 writes. The
+    overlay's upper and work directories live on it (overlayfs reports the upper filesystem's space)."""
+    size_gib = plan.storage_layout(config)["root_gib"]
+    image = PVE1_DIR / "root.img"
+    with open(image, "wb") as fh:
+        fh.truncate(int(size_gib * 1024 ** 3))
+    run(["mkfs.ext4", "-q", "-F", "-L", "pve-root", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(image)])
+    ROOT_DISK.mkdir()
+    run(["mount", "-o", "loop", str(image), str(ROOT_DISK)])
+    state.made.append(f"mount:{ROOT_DISK}")
+    save_state(state)
+    for name in ("upper", "work"):
+        (ROOT_DISK / name).mkdir()
+        (PVE1_DIR / name).symlink_to(ROOT_DISK / name)
+
+
+def unmount_root_disk() -> None:
+    """The root disk's loop mount (down): unmounted, and the loop device with it (`mount -o loop` set autoclear)."""
+    mounted = any(line.split()[4] == str(ROOT_DISK) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    if mounted and run(["umount", str(ROOT_DISK)], check=False).returncode != 0:
+        run(["umount", "-l", str(ROOT_DISK)])
+
+
 def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
     upper, work, root = PVE1_DIR / "upper", PVE1_DIR / "work", PVE1_DIR / "root"
     for d in (work, root):
@@ -728,8 +758,13 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
             shutil.rmtree(PVE1_DIR)
         state.made.append(f"dir:{PVE1_DIR}")
         save_state(state)
+        PVE1_DIR.mkdir(parents=True)
+        if plan.storage_layout(config)["kind"] == "lvm":
+            progress(f"pve1's root filesystem: {plan.storage_layout(config)['root_gib']} GiB of ext4, as the installer "
+                     "makes it on an LVM install")
+            make_root_disk(config, state)
         upper = PVE1_DIR / "upper"
-        upper.mkdir(parents=True)
+        upper.mkdir(parents=True, exist_ok=True)
         known = populate_upper(config, upper, key, installer)
         place_templates(upper, lower, template_files)
         # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
@@ -802,6 +837,7 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     if any(root in line for line in Path("/proc/self/mountinfo").read_text().splitlines()):
         raise ToolkitError.of(f"{root} is still mounted here; not removing pve1's files", exit_code=EXIT_FAILED,
                               fix=f"umount {root}, then `toolkit lab down`")
+    unmount_root_disk()
     if PVE1_DIR.exists():
         shutil.rmtree(PVE1_DIR)
     inventory = Path(state.inventory_path) if state else default_inventory_path()

@@ -629,7 +629,15 @@ def storage_status(sid: str) -> dict:
     if scfg["type"] == "lvmthin":
         total = layout["thin_gib"] * GIB
         used = allocated
-    else:  # dir storages on the root filesystem
+    elif os.path.isdir(scfg.get("path", "")):
+        # A dir storage on the root filesystem (a real one of the installer's size, `lab up` makes it): what
+        # pve-storage's DirPlugin reports, df of its path.
+        st = os.statvfs(scfg["path"])
+        total = st.f_blocks * st.f_frsize
+        return {"type": scfg["type"], "total": total, "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
+                "avail": st.f_bavail * st.f_frsize, "enabled": not scfg.get("disable"), "active": True,
+                "content": scfg["content"]}
+    else:
         total = layout["root_gib"] * GIB
         used = root_used + files + allocated
     return {"type": scfg["type"], "total": total, "used": used, "avail": max(total - used, 0),
