@@ -45,6 +45,7 @@ CUINIT = (REPO / "roles/container_nvidia_userspace/files/cuda_init_check.py").re
 # What the inventory may add to every run (the old-roles comparison passes the workarounds a user of those roles
 # would apply by hand, to reach the later findings: benchmarks/old_roles_strict.sh).
 EXTRA = json.loads(os.environ.get("TOOLKIT_TEST_EXTRAVARS", "{}"))
+PREPARE = os.environ.get("TOOLKIT_TEST_PREPARE_PVE1", "")  # and a command run on pve1 once it is up
 PVE8_HEADINGS = "Name             Type     Status           Total            Used       Available        %"
 
 
@@ -57,6 +58,8 @@ def stock() -> Iterator[LabState]:
     if before:
         toolkit.lab.down()
     state = toolkit.lab.up(config=LabConfig(flavour=FLAVOUR, nvswitches=4, extra_driver_versions=(NEW,)))
+    if PREPARE:
+        pve(state, PREPARE)
     yield state
     toolkit.lab.down()
     if was_up and before:
@@ -186,7 +189,8 @@ def test_without_leave_to_switch_the_apt_preflight_names_the_401_repositories(st
 def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock: LabState, runs: Path) -> None:
     """The issue's run: reproduce on the homelab host passes (round 2 findings 1, 2, 3, 4, 6), the reboot boots the
     kernel that was waiting, with the GPUs (round 1 finding 1: persistenced off, only the node unit makes the
-    nodes), the containers come up, the doctor passes."""
+    nodes), the containers come up, the doctor passes. Every finding is checked and the ones that fail are
+    listed together (the old roles' comparison reads them all from one run)."""
     t0 = time.monotonic()
     proc = toolkit_cli("host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path, "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
@@ -195,31 +199,40 @@ def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock
           ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
     host_run = next(r for r in report["runs"] if r.get("playbook") == "host.yml")
     assert host_run["hosts"]["pve1"]["changed"] > 0
+    wrong: list[str] = []
+
+    def check(ok: object, finding: str) -> None:
+        if not ok:
+            wrong.append(finding)
 
     # Finding 1: the enterprise repositories disabled, pve-no-subscription in (the inventory said so).
-    assert re.search(r"^# disabled by the toolkit .*enterprise\.proxmox\.com/debian/pve bookworm pve-enterprise$",
-                     pve(stock, "cat /etc/apt/sources.list.d/pve-enterprise.list"), re.M)
-    assert "deb http://download.proxmox.com/debian/pve bookworm pve-no-subscription" in pve(
-        stock, "cat /etc/apt/sources.list.d/pve-no-subscription.list")
+    check(re.search(r"^# disabled by the toolkit .*enterprise\.proxmox\.com/debian/pve bookworm pve-enterprise$",
+                    pve(stock, "cat /etc/apt/sources.list.d/pve-enterprise.list"), re.M)
+          and "deb http://download.proxmox.com/debian/pve bookworm pve-no-subscription" in pve(
+              stock, "cat /etc/apt/sources.list.d/pve-no-subscription.list", ok=False),
+          "1: enterprise repositories not switched to pve-no-subscription by the role")
     # Findings 3 and 2: the root filesystem on local-zfs; the model cache a local-zfs volume sized for the
     # model (411 GiB and a tenth), not a directory on the host's root.
     config = pve(stock, f"pct config {VMID}")
-    assert re.search(r"^rootfs: local-zfs:subvol-100-disk-0,size=64G$", config, re.M), config
-    assert re.search(r"^mp0: local-zfs:subvol-100-disk-1,mp=/models,backup=0,size=453G$", config, re.M), config
+    check(re.search(r"^rootfs: local-zfs:subvol-100-disk-0,size=64G$", config, re.M),
+          "3: rootfs not on local-zfs: " + str(re.findall(r"^rootfs: .*$", config, re.M)))
+    check(re.search(r"^mp0: local-zfs:subvol-100-disk-1,mp=/models,backup=0,size=453G$", config, re.M),
+          "2: model cache not a local-zfs volume for the model: " + str(re.findall(r"^mp0: .*$", config, re.M)))
     # Finding 4 (round 2) and 2 (round 1): the module in DKMS for both kernels, the one waiting included.
     dkms = pve(stock, "dkms status")
     for kernel in (BOOTED, PENDING):
-        assert f"nvidia/{OLD}, {kernel}, x86_64: installed" in dkms, dkms
+        check(f"nvidia/{OLD}, {kernel}, x86_64: installed" in dkms, f"4: no nvidia in DKMS for {kernel}: {dkms!r}")
     # Round 1 finding 3: nouveau blacklisted in both kernels' initramfs, off the GPUs; 5: the installer downloaded.
     for kernel in (BOOTED, PENDING):
-        assert "blacklist nouveau" in pve(stock, f"cat /boot/initrd.img-{kernel}")
-    assert pve(stock, "cat /run/lab-standin/sys/bus/pci/devices/*/driver | sort -u").split() == ["nvidia"]
-    assert "Kernel module type: open" in pve(stock, "cat /var/log/nvidia-installer.log")  # auto: Blackwell
+        check("blacklist nouveau" in pve(stock, f"cat /boot/initrd.img-{kernel}"), f"r1-3: {kernel}'s initramfs")
+    check(pve(stock, "cat /run/lab-standin/sys/bus/pci/devices/*/driver | sort -u").split() == ["nvidia"], "r1-3")
+    check("Kernel module type: open" in pve(stock, "cat /var/log/nvidia-installer.log"), "5: not open on Blackwell")
     # Finding 6: Fabric Manager at the driver's version from NVIDIA's repository with its key (cuda-keyring).
-    assert pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager-580").strip() == f"{OLD}-1"
-    assert "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg" in pve(
-        stock, "cat /etc/apt/sources.list.d/cuda-debian12-x86_64.list")
-    assert pve(stock, "systemctl is-active nvidia-fabricmanager").strip() == "active"
+    check(pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager-580", ok=False).strip() == f"{OLD}-1"
+          and "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg" in pve(
+              stock, "cat /etc/apt/sources.list.d/cuda-debian12-x86_64.list", ok=False)
+          and pve(stock, "systemctl is-active nvidia-fabricmanager", ok=False).strip() == "active",
+          "6: Fabric Manager not from the signed repository")
 
     # Round 1, finding 1: a reboot with persistenced off (disabled, as with proxmox_gpu_host_persistenced: false or
     # a daemon that fails): nothing but the node unit makes the nodes then.
@@ -227,16 +240,21 @@ def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock
     reboot(stock)
     assert pve(stock, "uname -r").strip() == PENDING  # the bootloader's newest
     assert pve(stock, "pgrep -x nvidia-persiste || echo none").strip() == "none"
-    nodes = pve(stock, "ls /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools")
-    assert len(nodes.split()) == 5
-    assert "status: running" in pve(stock, f"pct status {VMID}")  # started by pve-guests.service, onboot
-    cuda = ct_cuinit(stock)
-    assert cuda["rc"] == 0 and cuda["device_count"] == 8, cuda
-    assert pve(stock, f"pct exec {VMID} -- systemctl is-active sglang").strip() == "active"
+    smi = pve(stock, "nvidia-smi -L", ok=False)
+    check(smi.count("GPU ") == 8, f"4: no GPU after the reboot into {PENDING}: {smi.strip()!r}")
+    nodes = pve(stock, "ls /dev/nvidia0 /dev/nvidia7 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools", ok=False)
+    check(len(nodes.split()) == 5, f"r1-1: nodes after the reboot: {nodes!r}")
+    check("status: running" in pve(stock, f"pct status {VMID}"), "the container not started at boot")
+    if not wrong:
+        cuda = ct_cuinit(stock)
+        check(cuda["rc"] == 0 and cuda["device_count"] == 8, f"CUDA in the container: {cuda}")
+        check(pve(stock, f"pct exec {VMID} -- systemctl is-active sglang").strip() == "active", "sglang not active")
     rc, checks = doctor(stock)
-    assert rc == 0 and all(c["status"] in ("pass", "skip") for c in checks.values()), checks
-    assert PENDING in checks[("pve1", "kernel module")]["detail"]
-    pve(stock, "systemctl enable --now nvidia-persistenced")
+    check(rc == 0 and all(c["status"] in ("pass", "skip") for c in checks.values()),
+          "doctor: " + "; ".join(f"{n}: {c['detail']}" for (_s, n), c in checks.items() if c["status"] == "fail"))
+    check(PENDING in checks.get(("pve1", "kernel module"), {}).get("detail", ""), "doctor: not the new kernel")
+    pve(stock, "systemctl enable --now nvidia-persistenced", ok=False)
+    assert wrong == [], wrong
 
 
 def test_a_second_reproduce_changes_nothing_and_needs_no_network(stock: LabState) -> None:
