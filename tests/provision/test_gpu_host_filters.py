@@ -69,7 +69,8 @@ def test_kernels_sort_as_the_bootloader_orders_them() -> None:
 
 
 def test_apt_missing_reads_dpkg_query_and_versions() -> None:
-    out = ("build-essential\tii \t12.9\ndkms\trc \t3.0.10-8\nnvidia-fabricmanager-580\tii \t580.95.05-1\n"
+    # A held package (`hi `) is installed; a removed one with its conffiles (`rc `) is not.
+    out = ("build-essential\tii \t12.9\ndkms\trc \t3.0.10-8\nnvidia-fabricmanager-580\thi \t580.95.05-1\n"
            "proxmox-default-headers\tii \t1.1.0\n")
     wanted = ["build-essential", "dkms", "proxmox-default-headers", "proxmox-headers-6.8",
               "nvidia-fabricmanager-580=580.105.08-1", "cuda-keyring"]

@@ -73,7 +73,8 @@ def apt_missing(dpkg_query: str, wanted: list[str]) -> list[str]:
     installed: dict[str, str] = {}
     for line in dpkg_query.splitlines():
         parts = line.split("\t")
-        if len(parts) >= 3 and parts[1].strip() == "ii":
+        # db:Status-Abbrev: the wanted state (i install, h hold, ...), then the current one: i is installed.
+        if len(parts) >= 3 and len(parts[1]) >= 2 and parts[1][1] == "i" and parts[1][2:3] in ("", " "):
             installed[parts[0].strip()] = parts[2].strip()
     missing = []
     for item in wanted:
