@@ -342,8 +342,8 @@ def test_driver_upgrade_with_an_ha_managed_container_leaves_it_stopped_until_its
         # Finding 10: left stopped, through HA (its resource says stopped, so the HA stack keeps it so), and said so.
         assert "status: stopped" in pve(stock, f"pct status {VMID}")
         assert re.search(rf"ct:{VMID}\n\tstate stopped", pve(stock, "ha-manager config"))
-        said = [e.message for e in up.events if e.task.startswith("Upgrade | say which containers stay stopped")
-                and e.kind == "changed"]
+        said = [str(e.result.get("msg", "")) for e in up.events
+                if e.task.startswith("Upgrade | say which containers stay stopped") and e.kind == "changed"]
         assert said and f"Containers {VMID} on pve1" in said[0] and "803" in said[0], said
 
         ct = book(stock, runs, "container")
@@ -459,13 +459,14 @@ def test_gpus_bound_to_vfio_pci_are_not_the_hosts(stock: LabState, runs: Path) -
     assert len(pve(stock, "nvidia-smi -L").splitlines()) == 6
     unit = pve(stock, "systemctl cat nvidia-uvm-nodes")
     assert "-c=5 -c=255" in unit and "-c=6" not in unit
-    assert pve(stock, "ls /dev/nvidia6 2>/dev/null || echo none").strip() == "none"
     ct = book(stock, runs, "container")
     assert ct.rc == 0, fails(ct)
     assert "/dev/nvidia6" not in pve(stock, f"pct config {VMID}")
     cuda = ct_cuinit(stock)
     assert cuda["rc"] == 0 and cuda["device_count"] == 6, cuda
     set_hardware(stock, vfio_gpus=0)
+    # Booted with the unit the role wrote: nodes for the six GPUs the host keeps, none for the VMs' two.
+    assert pve(stock, "ls /dev/nvidia6 2>/dev/null || echo none").strip() == "none"
 
 
 def test_modeset_is_not_passed_so_the_container_starts_after_a_reboot(stock: LabState, runs: Path) -> None:

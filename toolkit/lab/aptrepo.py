@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import email.utils
 import hashlib
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ from toolkit.lab import plan
 # What the role installs from Debian on a stock host (Recommends off, as the role asks apt).
 DEBIAN_TOOLCHAIN = ("build-essential",)
 # Bump when the stand-in packages' contents change.
-MIRROR_REVISION = "7"
+MIRROR_REVISION = "8"
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -222,6 +224,58 @@ _FM_UNIT = ("[Unit]\nDescription=NVIDIA fabric manager service (lab stand-in)\n"
             "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
             "PIDFile=/run/nvidia-fabricmanager/nv-fabricmanager.pid\n\n"
             "[Install]\nWantedBy=multi-user.target\n")
+
+
+def _payload(installer: Path, into: Path) -> Path:
+    """The stand-in installer's payload (the tar after its marker line, as a makeself archive carries it)."""
+    data = installer.read_bytes()
+    marker = b"__LAB_PAYLOAD_BELOW__\n"
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data[data.index(marker) + len(marker):]), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+# Debian's dh_dkms postinst (dkms_common.postinst): the module is built for the running kernel when its headers
+# are there; without them the build is skipped with its message, and the package still configures.
+_DKMS_PACKAGE_POSTINST = """if [ "$1" = configure ]; then
+  kernel=$(uname -r)
+  dkms add -m nvidia -v {version} || true
+  if [ -e "/lib/modules/$kernel/build/include" ]; then
+    dkms install -m nvidia -v {version} -k "$kernel"
+  else
+    echo "Module build for kernel $kernel was skipped since the kernel headers for this kernel" \\
+         "does not seem to be installed."
+  fi
+fi
+"""
+
+
+def driver_debs(out_dir: Path, installers: list[Path]) -> None:
+    """NVIDIA's driver packages in the CUDA repository (the role's `package` install method): for each driver
+    version nvidia-kernel-open-dkms (the module's source for DKMS, built at configure time for the running kernel
+    if its headers are there) and nvidia-driver (the userspace: nvidia-smi, nvidia-modprobe, nvidia-persistenced,
+    libcuda), from the stand-in installer's own payload."""
+    for installer in installers:
+        version = installer.name.split("-")[-1].removesuffix(".run")
+        with tempfile.TemporaryDirectory() as tmp:
+            payload = _payload(installer, Path(tmp))
+            src = f"/usr/src/nvidia-{version}"
+            kernel = {f"{src}/{name}": ((payload / "kernel" / name).read_text(), 0o644)
+                      for name in ("Makefile", "conftest.c", "dkms.conf")}
+            kernel[f"{src}/module-type"] = ("open\n", 0o644)
+            _standin_deb(out_dir, "nvidia-kernel-open-dkms", f"{version}-1", f"NVIDIA open kernel module {version}",
+                         kernel, depends="dkms", postinst=_DKMS_PACKAGE_POSTINST.format(version=version))
+            lib = "/usr/lib/x86_64-linux-gnu"
+            files: dict[str, tuple[str | bytes, int]] = {
+                f"/usr/bin/{name}": ((payload / name).read_bytes(), 0o755)
+                for name in ("nvidia-smi", "nvidia-modprobe", "nvidia-persistenced")}
+            files["/usr/lib/lab-standin/labstandin.py"] = ((payload / "labstandin.py").read_bytes(), 0o644)
+            files[f"{lib}/libcuda.so.{version}"] = ((payload / f"libcuda.so.{version}").read_bytes(), 0o755)
+            files["/usr/share/lab-standin/driver-version"] = (version + "\n", 0o644)
+            _standin_deb(out_dir, "nvidia-driver", f"{version}-1", f"NVIDIA driver userspace {version}", files,
+                         depends=f"nvidia-kernel-open-dkms (= {version}-1)",
+                         links={f"{lib}/libcuda.so.1": f"libcuda.so.{version}", f"{lib}/libcuda.so": "libcuda.so.1"})
 
 
 def nvidia_debs(out_dir: Path, cuda_repo: str, driver_versions: tuple[str, ...], nvidia_key: bytes) -> None:
@@ -423,6 +477,8 @@ def _build_mirror_locked(out: Path, digest: str, keys: tuple[Path, Path, bytes],
     cuda = tmp / f"developer.download.nvidia.com/compute/cuda/repos/{flavour.cuda_repo}/x86_64"
     versions = tuple(i.name.split("-")[-1].removesuffix(".run") for i in installers)
     nvidia_debs(cuda, flavour.cuda_repo, versions, nvidia_key)
+    if flavour.cuda_repo == "debian12":
+        driver_debs(cuda, installers)
     _index(cuda, cuda, ".", "/", (), nvidia_gnupg, origin="NVIDIA")
     redist = tmp / FM_REDIST
     redist.mkdir(parents=True)

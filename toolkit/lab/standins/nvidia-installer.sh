@@ -163,10 +163,11 @@ if [ "$kernel_module" = 1 ]; then
   install -m 0644 "$tmp/kernel/nvidia.ko" "$dest/nvidia.ko"
   echo "Installing kernel module $VERSION for kernel $kernel (lab stand-in: no real module)" >> "$log"
   # dkms_register_module (misc.c): "If dkms(8) or tar(1) are missing, there is nothing to do here."
-  # The previous driver is uninstalled first, its DKMS registration with it (nvidia-uninstall).
+  # The previous driver is uninstalled first, its DKMS registration with it (nvidia-uninstall), this
+  # version's too: a reinstall (another module type) registers its source afresh.
   if command -v dkms >/dev/null; then
     for old in $(ls /var/lib/dkms/nvidia 2>/dev/null); do
-      [ "$old" = "$VERSION" ] || dkms remove -m nvidia -v "$old" --all >> "$log" 2>&1 || true
+      dkms remove -m nvidia -v "$old" --all >> "$log" 2>&1 || true
     done
   fi
   if [ "$dkms" = 1 ] && command -v dkms >/dev/null && command -v tar >/dev/null; then
