@@ -49,18 +49,27 @@ PREPARE = os.environ.get("TOOLKIT_TEST_PREPARE_PVE1", "")  # and a command run o
 PVE8_HEADINGS = "Name             Type     Status           Total            Used       Available        %"
 
 
+# TOOLKIT_TEST_KEEP_HOMELAB=1 (developing these tests): a homelab lab already up is used as it is and left up,
+# so the tests after one that failed can be run again from where it stopped (-k).
+KEEP = os.environ.get("TOOLKIT_TEST_KEEP_HOMELAB") == "1"
+CONFIG = LabConfig(flavour=FLAVOUR, nvswitches=4, extra_driver_versions=(NEW,))
+
+
 @pytest.fixture(scope="module")
 def stock() -> Iterator[LabState]:
     if os.geteuid() != 0:
         pytest.skip("the lab needs root")
     before = toolkit.lab.status()
     was_up = bool(before and before.running)
-    if before:
+    kept = bool(KEEP and was_up and before and before.config == CONFIG)
+    if before and not kept:
         toolkit.lab.down()
-    state = toolkit.lab.up(config=LabConfig(flavour=FLAVOUR, nvswitches=4, extra_driver_versions=(NEW,)))
-    if PREPARE:
+    state = toolkit.lab.up(config=CONFIG)
+    if PREPARE and not kept:
         pve(state, PREPARE)
     yield state
+    if KEEP:
+        return
     toolkit.lab.down()
     if was_up and before:
         toolkit.lab.up(config=before.config)  # the session's lab, bare again, for the tests after this module
@@ -184,6 +193,15 @@ def test_without_leave_to_switch_the_apt_preflight_names_the_401_repositories(st
     assert "proxmox_gpu_host_apt_no_subscription: true" in message and "Nothing was changed" in message
     assert "build-essential" in message  # what it must install
     assert pve(stock, "cat /etc/apt/sources.list.d/*.list") == sources
+
+
+def test_the_proprietary_module_on_blackwell_is_refused_before_anything(stock: LabState, runs: Path) -> None:
+    """Round 2, finding 5, the other side: Blackwell GPUs only work with the open modules; forcing proprietary would
+    install a module that takes none of them ("requires use of the NVIDIA open kernel modules")."""
+    forced = book(stock, runs, "host", proxmox_gpu_host_driver_kernel_module_type="proprietary")
+    assert forced.rc != 0 and forced.hosts["pve1"].changed == 0, fails(forced)
+    assert forced.failures[0].task == "Preflight | assert the kernel module type fits the host's GPUs"
+    assert "are Blackwell: only the open" in forced.failures[0].message and "auto" in forced.failures[0].message
 
 
 def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock: LabState, runs: Path) -> None:
