@@ -1,4 +1,4 @@
-"""`toolkit tune` against the full grid `toolkit sweep` over the same knobs (issue #17).
+"""`toolkit tune` against the full grid `toolkit sweep` over the same knobs.
 
     python3 benchmarks/bench_tune.py [--profile glm5-baseline] [--runner engine-model | apply -i INV
         --num-prompts N] [--repeats 3] [--concurrency 1024] [--grid proposed|powers-of-two]

@@ -14,7 +14,7 @@ from toolkit.cli.main import main
 
 BROKEN = Path(__file__).resolve().parent / "broken"
 EXPECTED = yaml.safe_load((BROKEN / "EXPECTED.yaml").read_text())
-ISSUE_CASES = {  # the cases issue #2 lists by name
+ISSUE_CASES = {  # the first hostile-profile cases, by name
     "malformed-yaml", "empty-file", "list-not-mapping", "unknown-key", "wrong-type", "impossible-parallelism",
     "unknown-flag", "cycle-a", "missing-parent", "sm120-allreduce-fusion",
 }  # fmt: skip
@@ -87,9 +87,12 @@ def test_apply_refuses_every_broken_profile_before_any_host_is_touched(tmp_path:
     reliability(
         fault=f"hostile or broken profiles: the {len(EXPECTED)} of tests/profile/broken/ (bad YAML, unknown keys, "
         "a host that is no address, relative paths, a newline in an env value or an argument, an open bind "
-        "without an API key, ...)",
+        "without an API key, a YAML boolean or octal number where a number is meant, a typed knob overridden "
+        "through an alias or a prefix in extra_args, paths out of the profiles' tree, invisible Unicode, "
+        "template markers, an alias bomb, a broken results block, ...)",
         user_saw="exit 2, one error each with file:line: field, message and fix, e.g. "
-        + "; ".join(f"'{first_lines[c][:150]}'" for c in ("newline-in-env", "public-bind-no-key")),
+        + "; ".join(f"'{first_lines[c][:150]}'" for c in ("newline-in-env", "tp-prefix-in-extra-args",
+                                                            "alias-bomb")),
         recorded="nothing: no Ansible run directory, no artifacts, no host contacted",
         next_run="the profile, fixed as the error says, validates (tests/profile/test_profile_validate.py)",
         area="profile",

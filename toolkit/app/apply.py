@@ -44,6 +44,7 @@ class ApplyRequest:
     profiles_dir: str | None = None
     runs_dir: str = "runs"  # where fetched run artifacts go on this machine
     num_prompts: int | None = None  # the bench's prompts instead of the profile's
+    max_concurrency: int | None = None  # the bench's requests in flight instead of the profile's
     wait: bool = True  # wait for another apply or sweep holding a target host (else refuse at once)
 
 
@@ -110,7 +111,11 @@ def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
             )
         return {"sglang_service_api_key": value}, {}
     if kind == "file":
-        return {"sglang_service_api_key": Path(name).expanduser().read_text().strip()}, {}
+        try:
+            return {"sglang_service_api_key": Path(name).read_text().strip()}, {}
+        except OSError as err:
+            raise ToolkitError.of(f"cannot read the API key file {name}: {err.strerror}", field="server.api_key_secret",
+                                  fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
     if kind == "vault":
         # Ansible resolves the vaulted variable on the host side; the value never passes through here.
         return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
@@ -145,12 +150,15 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
 
     if req.record and not req.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    if req.max_concurrency is not None and req.max_concurrency < 1:
+        raise ToolkitError.of(f"--max-concurrency {req.max_concurrency}: at least one", field="--max-concurrency",
+                              fix="e.g. --max-concurrency 128")
     if req.num_prompts is not None and req.num_prompts < 1:
         raise ToolkitError.of(f"--num-prompts {req.num_prompts}: at least one", field="--num-prompts",
                               fix="e.g. --num-prompts 160")
     resolved = checked.resolved
-    repo_root = share_dir()
-    inputs = deploy.inputs_from_resolved(resolved, repo_root=repo_root)
+    # The files a profile names (patches) are relative to its repository: the profiles directory's parent.
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=checked.store.dir.resolve().parent)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(req.runs_dir).resolve() / run_id
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
@@ -162,6 +170,10 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         bench_argv = deploy.with_bench_flags(bench_argv, {"--num-prompts": str(req.num_prompts)})
         notes.append(f"bench --num-prompts {req.num_prompts} instead of the profile's "
                      f"{resolved.spec.bench.num_prompts}")
+    if req.max_concurrency is not None:
+        bench_argv = deploy.with_bench_flags(bench_argv, {"--max-concurrency": str(req.max_concurrency)})
+        notes.append(f"bench --max-concurrency {req.max_concurrency} instead of the profile's "
+                     f"{resolved.spec.bench.max_concurrency or 'none (every request at once)'}")
     # A failed benchmark's verdict carries the server's journal since the probe started (killed, crashed).
     probe_args = ["--server-unit", inputs.service_name]
     if req.probe:
@@ -173,7 +185,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
-    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=repo_root)
+    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,

@@ -73,24 +73,32 @@ def levels(concurrency: str | None, base: ResolvedProfile) -> list[int] | None:
     return None
 
 
+def existing_run(store: SweepStore, profiles: ProfileStore, *, resume: str | None, show: str | None,
+                 profile: str | None) -> SweepSession | None:
+    """The run `resume` or `show` names (a sweep's or a tune's), with its base profile; None when neither does."""
+    if resume and show:
+        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
+    run_id = resume or show
+    if not run_id:
+        return None
+    state = store.load(run_id)
+    if profile and profile != state.profile:
+        raise ToolkitError.of(f"{store.kind} {state.run_id} is of profile {state.profile}, not {profile}",
+                              field="profile", fix=f"leave the profile out or give {state.profile}")
+    base = profiles.resolve(state.profile)
+    return SweepSession(store, profiles, base, base_spec(base), state)
+
+
 def open_session(req: SweepRequest) -> SweepSession:
     """A new sweep (its variants planned and validated, its state created), or the one `resume`/`show` names."""
     store = SweepStore(sweeps_dir(req.sweeps_dir))
     profiles = open_store(req.profiles_dir)
-    if req.resume and req.show:
-        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
-    existing = req.resume or req.show
-    if existing:
-        state = store.load(existing)
-        if req.profile and req.profile != state.profile:
-            raise ToolkitError.of(f"sweep {state.run_id} is of profile {state.profile}, not {req.profile}",
-                                  field="profile", fix=f"leave the profile out or give {state.profile}")
-        base = profiles.resolve(state.profile)
-        spec = base_spec(base)
+    session = existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
+    if session is not None:
+        state, base, spec = session.state, session.base, session.spec
         axes = parse_axes(req.vary, spec) if req.vary else None
         lv = levels(req.concurrency, base) if req.concurrency else None
         check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=lv)
-        session = SweepSession(store, profiles, base, spec, state)
         if req.budget is not None:
             apply_budget(state, req.budget)
             store.save(state)
@@ -136,9 +144,11 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
     state = session.state
     out: list[tuple[str, str]] = []
     d = session.store.run_dir(state.run_id)
+    mark = report.data_watermark([p.measurement.data_source for _v, p in state.finished_points() if p.measurement])
     curves = report.curves(state)
     if curves:
-        (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}"))
+        (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}",
+                                                                         mark=mark))
         out.append(("steady-state throughput against concurrency, per variant", "throughput.png"))
     points = [
         (v.id, p.concurrency, p.measurement.steady_output_tok_per_s, p.measurement.energy_per_output_token_j)
@@ -148,7 +158,8 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
     ]
     if points:
         front = [(p.variant_id, p.concurrency) for p in pareto_front(state)]
-        (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}"))
+        (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}",
+                                                                 mark=mark))
         out.append(("Pareto front: throughput against energy per token", "pareto.png"))
     return out
 

@@ -19,6 +19,7 @@ from toolkit.app.measure import Promoted, write_promoted
 from toolkit.app.profiles import check, open_store
 from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
+from toolkit.core.sweep.report import data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
@@ -58,7 +59,7 @@ def _levels(req: TuneRequest, base: Any) -> list[int]:
     lv = sweep.levels(req.concurrency, base)
     if lv:
         return lv
-    # A closed benchmark with every request at t0 (the seed's `--request-rate inf`): all of them in flight.
+    # A closed benchmark with every request at t0 (the story's `--request-rate inf`): all of them in flight.
     return check_concurrency([req.num_prompts or base.spec.bench.num_prompts])
 
 
@@ -66,17 +67,10 @@ def open_session(req: TuneRequest) -> TuneSession:
     """A new tune (its log started, the base to be measured first), or the one `resume`/`show` names."""
     store = SweepStore(tunes_dir(req.tunes_dir), kind="tune", dir_flag="--tunes-dir")
     profiles = open_store(req.profiles_dir)
-    if req.resume and req.show:
-        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
-    existing = req.resume or req.show
-    if existing:
-        state = store.load(existing)
+    session = sweep.existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
+    if session is not None:
+        state, base, spec = session.state, session.base, session.spec
         state.tune = check_log(state.tune, file=str(store.state_path(state.run_id)))
-        if req.profile and req.profile != state.profile:
-            raise ToolkitError.of(f"tune {state.run_id} is of profile {state.profile}, not {req.profile}",
-                                  field="profile", fix=f"leave the profile out or give {state.profile}")
-        base = profiles.resolve(state.profile)
-        spec = base_spec(base)
         lv = _levels(req, base) if req.concurrency else None
         check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=None, concurrency=lv)
         if req.budget is not None and req.resume:
@@ -84,7 +78,7 @@ def open_session(req: TuneRequest) -> TuneSession:
             store.save(state)
         if req.resume:
             req.runner = state.runner  # a resumed tune measures on as it began
-        return TuneSession(store, profiles, base, spec, state)
+        return session
     if not req.profile:
         raise ToolkitError.of("which profile to tune?", field="profile", fix="toolkit tune PROFILE (or --resume RUN)")
     if req.repeats < 2:
@@ -132,13 +126,14 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
 
     out: list[tuple[int, str]] = []
     d = session.store.run_dir(session.state.run_id)
+    mark = data_watermark([p.measurement.data_source for _v, p in session.state.finished_points() if p.measurement])
     for step in (session.state.tune or {}).get("steps", []):
         bars = report.step_bars(session.state, step)
         if bars is None or not bars["bars"]:
             continue
         name = f"step-{step['step']}.png"
         (d / name).write_bytes(plotting.tune_step_png(bars["bars"], band_pct=bars["band_pct"], title=bars["title"],
-                                                      unit=bars["unit"]))
+                                                      unit=bars["unit"], mark=mark))
         out.append((int(step["step"]), name))
     return out
 

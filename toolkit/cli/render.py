@@ -170,3 +170,27 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
         console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
     console.print(f"artifacts: {summary['artifacts_dir']}")
 
+
+
+def figure_column(table: Table, name: str, cells: list[str]) -> None:
+    """A column of figures: right-aligned, never wrapped or cut (it keeps the width of its widest figure; the text
+    columns fold instead)."""
+    width = max([len(c) for c in cells] + [1])
+    table.add_column(name, justify="right", no_wrap=True, min_width=width)
+
+
+def text_column(table: Table, name: str) -> None:
+    """A column of words: folds onto more lines in a narrow terminal, so the figures beside it keep their width."""
+    table.add_column(name, overflow="fold")
+
+
+def print_wide(renderables: list[Any], *, stderr: bool = False) -> None:
+    """Print tables and lines on the terminal at its width (text columns fold, figures keep theirs); piped or in a
+    log, at the width the widest table needs, so no row is cut or folded in a file."""
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        wide = con.options.update_width(10_000)
+        need = max([con.measure(r, options=wide).maximum for r in renderables if not isinstance(r, str)] + [80])
+        con = Console(stderr=stderr, width=need)
+    for r in renderables:
+        con.print(r, highlight=False) if isinstance(r, str) else con.print(r)

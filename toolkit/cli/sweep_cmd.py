@@ -32,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--retry-failed", action="store_true", help="with --resume: measure the failed points again too"
     )
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
-    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule"), default="throughput")
+    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule"), default="throughput",
+                        help="which ranking --promote takes the best of (default: throughput)")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     parser.add_argument(
         "--runner",

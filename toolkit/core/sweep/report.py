@@ -8,6 +8,7 @@ from typing import Any
 from toolkit.core.sweep.ranking import ParetoPoint, RankedRow, pareto_front, rank_by_efficiency, rank_by_throughput
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
 from toolkit.core.sweep.variants import format_value
+from toolkit.core.tables import collapse_repeats, markdown_table
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -88,22 +89,49 @@ def to_json(state: SweepState) -> dict[str, Any]:
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(markdown_table(header, rows))
 
 
 def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
-    """The two rankings of every measured variant (the sweep's report and the tune's both end with them)."""
+    """The two rankings of every measured variant (the sweep's report and the tune's both end with them); when
+    both orders are the same, one table says so instead of two identical ones."""
+    by_tp, by_tpj = rank_by_throughput(state), rank_by_efficiency(state)
+    if [(r.variant_id, r.concurrency) for r in by_tp] == [(r.variant_id, r.concurrency) for r in by_tpj]:
+        return [f"## {throughput_title}", "", "Ranked by output tokens per joule, the order is the same.", "",
+                _md_table(RANK_HEADER, ranking_rows(by_tp))]
     return [
         f"## {throughput_title}",
         "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
+        _md_table(RANK_HEADER, ranking_rows(by_tp)),
         "",
         "## Ranked by output tokens per joule",
         "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
+        _md_table(RANK_HEADER, ranking_rows(by_tpj)),
     ]
+
+
+def not_measured_rows(state: SweepState) -> list[list[str]]:
+    """`not_measured` for a table: one line per reason (the same failure at every concurrency is one row naming
+    the concurrencies), the reason on one line."""
+    rows = [[v, k, " ".join(why.split())] for v, k, why in not_measured(state)]
+    # "c=64 failed: X", "c=256 failed: X" -> one row "c=64, c=256 failed: X"
+    split = []
+    for v, k, why in rows:
+        head, sep, rest = why.partition(" ")
+        if head.startswith("c=") and sep:
+            split.append([v, k, head, rest])
+        else:
+            split.append([v, k, "", why])
+    out = []
+    for row in collapse_repeats(split, 2):
+        v, k, cs, why = row
+        out.append([v, k, f"{cs} {why}".strip()])
+    return out
+
+
+def data_watermark(sources: Sequence[str]) -> str | None:
+    """The watermark of a sweep's or tune's images: SIMULATED when any point is lab data, else None."""
+    return "SIMULATED" if any("lab data" in s or "simulated" in s for s in sources) else None
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
@@ -137,9 +165,12 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
             ],
         ),
     ]
-    missing = not_measured(state)
+    missing = not_measured_rows(state)
     if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
+    mark = data_watermark(sources)
+    if plots and mark:
+        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"

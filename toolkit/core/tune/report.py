@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.core.sweep.report import _md_table, not_measured, ranking_sections
+from toolkit.core.sweep.report import _md_table, data_watermark, not_measured_rows, ranking_sections
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.tune.loop import change_text, score, unit
 
@@ -112,6 +112,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         _md_table(["step", "from", "its verdict", "change (why)", "variant", "result"], path_rows(state)),
     ]
     plot_of = dict(plots)
+    mark = data_watermark(sources)
+    if plots and mark:
+        parts += ["", f"The step plots are marked **{mark}**: lab data, not a measurement."]
     for step in log.get("steps", []):
         lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
         verdict = step.get("verdict") or {}
@@ -128,9 +131,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         parts += ["", "## Directions not proposed again (a variant failed)", ""]
         parts += [f"- `{f['knob']}` {f['direction']} ({f['variant']}): {f['reason']}" for f in log["failed_directions"]]
     parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
-    missing = not_measured(state)
+    missing = not_measured_rows(state)
     if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
     return "\n".join(parts) + "\n"
 
 
