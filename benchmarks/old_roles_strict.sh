@@ -5,7 +5,7 @@
 #
 #     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before the strict-lab fixes
 #     bash benchmarks/old_roles_strict.sh - deploy       # HEAD with only the fixes of findings 7 and 18 undone
-#     bash benchmarks/old_roles_strict.sh 0895aed round2 # roles-review-2's tests against the roles before issue 30
+#     bash benchmarks/old_roles_strict.sh 0895aed round2 # the second review's tests against the roles before them
 #
 # The old container roles stop at finding 6 (no python3-venv) before the deploy's findings are reached, and
 # REV's whole deploy roles fail today's tests for reasons of their own (the engine-model stand-in, the server

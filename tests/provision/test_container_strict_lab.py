@@ -8,11 +8,11 @@ the kinder lab. Its own container (vmid 151, host `ct-strict`), adopted from one
 - 11: a devN mode Proxmox's schema refuses is refused before any change.
 Each finding is a test of its own over one adopted container, so each fails or passes alone (the earlier roles
 fail 13, 15/16, 10 and 11 here: docs/provision.md).
+- 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing: the helper
+  alone, and a whole role run while another writer holds the lock most of the time.
 The second review: 13, raw passthrough one rule per node; the smaller one, an adopted container keeps its
 net0; 2, a model cache on the host's small root filesystem (the lab's LVM layout: 96 GiB) stops the reproduce
 before anything changes or downloads.
-- 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing: the helper
-  alone, and a whole role run while another writer holds the lock most of the time.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def _flavour_problems(config: LabConfig) -> list[Problem]:
                                 "need a stock flavour", field="--flavour", fix="add --flavour stock-pve8 or homelab"))
     if config.gpu_model not in GPU_MODELS:
         problems.append(Problem(f"GPU model {config.gpu_model!r} is not one of {sorted(GPU_MODELS)}",
-                                field="--gpu-model", fix=f"pass --gpu-model {DEFAULT_GPU_MODEL} (the seed host's)"))
+                                field="--gpu-model", fix=f"pass --gpu-model {DEFAULT_GPU_MODEL} (the story's)"))
     if not 0 <= config.vfio_gpus < max(config.gpus, 1):
         problems.append(Problem(f"{config.vfio_gpus} of {config.gpus} GPUs bound to vfio-pci: the host must keep one",
                                 field="--vfio-gpus", fix=f"pass --vfio-gpus between 0 and {max(config.gpus - 1, 0)}"))
