@@ -103,6 +103,17 @@ def toolkit_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=1500, check=False)
 
 
+def reproduce(lab: LabState, label: str) -> dict[str, Any]:
+    """`toolkit host reproduce pve1 --profile glm5-tp8`, as an operator types it; prints its timings."""
+    t0 = time.monotonic()
+    proc = toolkit_cli("host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", lab.inventory_path, "--json")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    print(f"reproduce on {FLAVOUR}, {label}: {time.monotonic() - t0:.1f} s;",
+          ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
+    return report
+
+
 def ct_cuinit(lab: LabState) -> dict[str, Any]:
     out = pve(lab, f"pct exec {VMID} -- python3 -c {shlex.quote(CUINIT)}", ok=False)
     return dict(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
@@ -215,12 +226,7 @@ def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock
     kernel that was waiting, with the GPUs (round 1 finding 1: persistenced off, only the node unit makes the
     nodes), the containers come up, the doctor passes. Every finding is checked and the ones that fail are
     listed together (the old roles' comparison reads them all from one run)."""
-    t0 = time.monotonic()
-    proc = toolkit_cli("host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path, "--json")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    report = json.loads(proc.stdout)
-    print(f"reproduce on {FLAVOUR}, cold: {time.monotonic() - t0:.1f} s;",
-          ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
+    report = reproduce(stock, "cold")
     host_run = next(r for r in report["runs"] if r.get("playbook") == "host.yml")
     assert host_run["hosts"]["pve1"]["changed"] > 0
     wrong: list[str] = []
@@ -286,12 +292,7 @@ def test_a_second_reproduce_changes_nothing_and_needs_no_network(stock: LabState
     mirror (every package and download server pve1 knows) stopped, the run passes and changes nothing."""
     pve(stock, "systemctl stop lab-standin-mirror && ! curl -sf -o /dev/null https://deb.debian.org/debian/")
     try:
-        t0 = time.monotonic()
-        proc = toolkit_cli("host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path, "--json")
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-        report = json.loads(proc.stdout)
-        print(f"reproduce on {FLAVOUR}, warm, no network: {time.monotonic() - t0:.1f} s;",
-              ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
+        report = reproduce(stock, "warm, no network")
         for run in report["runs"]:
             if "hosts" in run:
                 assert all(h["changed"] == 0 for h in run["hosts"].values()), run
