@@ -119,12 +119,12 @@ def ct_cuinit(lab: LabState) -> dict[str, Any]:
     return dict(json.loads([line for line in out.splitlines() if line.startswith("{")][-1]))
 
 
-def set_hardware(lab: LabState, **changes: Any) -> None:
+def set_hardware(lab: LabState, gpus_lost: bool = False, **changes: Any) -> None:
     """A firmware setting or a card changed (pve1's lab.json), then the reboot that makes it count."""
     config = json.loads(pve(lab, "cat /etc/lab-standin/lab.json"))
     config.update(changes)
     pve(lab, f"printf '%s' {shlex.quote(json.dumps(config, indent=2, sort_keys=True))} > /etc/lab-standin/lab.json")
-    reboot(lab)
+    reboot(lab, gpus_lost=gpus_lost)
 
 
 def reboot(lab: LabState, gpus_lost: bool = False) -> None:
@@ -489,9 +489,12 @@ def test_gpus_bound_to_vfio_pci_are_not_the_hosts(stock: LabState, runs: Path) -
     assert "/dev/nvidia6" not in pve(stock, f"pct config {VMID}")
     cuda = ct_cuinit(stock)
     assert cuda["rc"] == 0 and cuda["device_count"] == 6, cuda
-    set_hardware(stock, vfio_gpus=0)
     # Booted with the unit the role wrote: nodes for the six GPUs the host keeps, none for the VMs' two.
-    assert pve(stock, "ls /dev/nvidia6 2>/dev/null || echo none").strip() == "none"
+    reboot(stock)
+    assert pve(stock, "test -c /dev/nvidia5 && echo made; test -e /dev/nvidia6 || echo none").split() == [
+        "made", "none"]
+    assert "status: running" in pve(stock, f"pct status {VMID}")
+    set_hardware(stock, vfio_gpus=0)
 
 
 def test_modeset_is_not_passed_so_the_container_starts_after_a_reboot(stock: LabState, runs: Path) -> None:
@@ -514,7 +517,7 @@ def test_a_gpu_older_than_turing_gets_the_proprietary_module(stock: LabState, ru
     """Round 2, finding 5: the open modules do not drive GPUs before Turing (here Tesla P40s, which the 580 branch
     still supports with the proprietary module). Forcing open is refused before any change; `auto` lets the
     installer pick the proprietary module, and the GPUs work."""
-    set_hardware(stock, gpu_model="p40")
+    set_hardware(stock, gpus_lost=True, gpu_model="p40")  # the open module on the disk takes no P40
     assert "No such device" in pve(stock, "modprobe nvidia", ok=False)  # open nvidia.ko takes no P40
     forced = book(stock, runs, "host", proxmox_gpu_host_driver_kernel_module_type="open")
     assert forced.rc != 0 and forced.hosts["pve1"].changed == 0, fails(forced)

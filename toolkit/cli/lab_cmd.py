@@ -164,7 +164,9 @@ def cmd_reboot(args: argparse.Namespace) -> int:
 
         _state, duration_s, failed = system.reboot(progress=progress)
     if args.json:
-        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": failed.split()[::4] if failed else []}))
+        # `systemctl --failed --plain`: one unit a line, its name first, its description last.
+        units = [line.split()[0] for line in failed.splitlines() if line.strip()]
+        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": units}))
     else:
         console.print(f"[green]pve1 rebooted[/green] in {duration_s:.1f} s" +
                       (f"; [red]failed units[/red]:\n{failed}" if failed else ""))
