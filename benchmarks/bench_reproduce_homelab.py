@@ -1,8 +1,8 @@
 """`toolkit host reproduce pve1 --profile glm5-tp8` on the homelab flavour, cold and warm, in one run.
 
-    sudo python3 benchmarks/bench_reproduce_homelab.py [--cold 1] [--warm 3] [--instance h30]
+    sudo .venv/bin/python benchmarks/bench_reproduce_homelab.py [--cold 1] [--warm 3] [--instance bhl]
 
-Runs in its own lab instance (TOOLKIT_LAB_INSTANCE, default `h30`), so a lab others use is never touched. Through
+Runs in its own lab instance (default `bhl`), so a lab others use is never touched. Through
 the CLI, as a user runs it:
   cold  `toolkit lab down`, `toolkit lab up --flavour homelab` (caches warm: not timed), then reproduce from the
         bare host: the repositories switched, toolchain, headers and dkms from the mirror, the driver downloaded,
@@ -50,7 +50,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", type=int, default=1, help="cold runs (each from a fresh homelab lab)")
     parser.add_argument("--warm", type=int, default=3, help="warm runs after the last cold one")
-    parser.add_argument("--instance", default="h30")
+    parser.add_argument("--instance", default="bhl")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("the lab needs root")

@@ -347,6 +347,7 @@ def test_a_model_cache_on_the_small_root_stops_the_reproduce_before_anything(lab
     run0 = report["runs"][0]
     assert all(h["changed"] == 0 for h in run0["hosts"].values()), run0["hosts"]
     message = run0["failures"][0]["message"]
+    print(message)  # docs/provision.md quotes it
     said = re.search(r"is on /, which has ([0-9.]+) GiB free", message)
     assert said and abs(float(said.group(1)) - free_gib) < 0.5, (message, free_gib)
     assert "the model (lukealonso/GLM-5-NVFP4) needs 411" in message and "nothing downloaded" in message, message
