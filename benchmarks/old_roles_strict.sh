@@ -45,21 +45,26 @@ if [ "$mode" = round2 ]; then
   logs=${TOOLKIT_OLD_ROLES_LOGS:-/tmp/old-roles-round2}
   mkdir -p "$logs"
   report() { tee "$logs/$1.log" | grep -E "^(PASSED|FAILED|ERROR) |^=+ .*(passed|failed)" | cut -c1-700 || true; }
-  echo "== stage A: the roles of $rev"
-  { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short tests/provision/test_homelab_lab.py 2>&1 || true; } | report A-homelab
-  { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short \
+  stages=${3:-AB}  # `round2 B`: stage B alone; TOOLKIT_OLD_ROLES_K: pytest -k for the homelab module
+  k=(-k "${TOOLKIT_OLD_ROLES_K:-not nothing}")
+  if [[ $stages == *A* ]]; then
+    echo "== stage A: the roles of $rev"
+    { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short "${k[@]}" tests/provision/test_homelab_lab.py 2>&1 || true; } | report A-homelab
+    { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short \
     "tests/provision/test_provision_lab.py::test_host_role_from_scratch_then_no_change" \
     "tests/provision/test_container_strict_lab.py::test_raw_passthrough_allows_only_the_gpus_asked_for" \
     "tests/provision/test_container_strict_lab.py::test_an_adopted_container_keeps_its_own_net0" \
     "tests/provision/test_container_strict_lab.py::test_a_model_cache_on_the_small_root_stops_the_reproduce_before_anything" \
-    2>&1 || true; } | report A-strict
+      2>&1 || true; } | report A-strict
+  fi
+  [[ $stages == *B* ]] || exit 0
   echo "== stage B: the roles of $rev, with a user's workarounds for findings 1, 6 and 3"
   TOOLKIT_TEST_PREPARE_PVE1="sed -i 's|^deb https://enterprise|# deb https://enterprise|' /etc/apt/sources.list.d/*.list && \
 echo 'deb http://download.proxmox.com/debian/pve bookworm pve-no-subscription' > /etc/apt/sources.list.d/pve-no-subscription.list && \
 curl -sfo /tmp/k.deb https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb && \
 dpkg -i /tmp/k.deb >/dev/null" \
   TOOLKIT_TEST_EXTRAVARS='{"lxc_gpu_container_rootfs_storage": "local-zfs"}' \
-    .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short tests/provision/test_homelab_lab.py 2>&1 \
+    .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short "${k[@]}" tests/provision/test_homelab_lab.py 2>&1 \
     | report B-homelab || true
   exit 0
 fi
