@@ -267,7 +267,7 @@ def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock
     # Round 1, finding 1: a reboot with persistenced off (disabled, as with proxmox_gpu_host_persistenced: false or
     # a daemon that fails): nothing but the node unit makes the nodes then.
     pve(stock, "systemctl disable --now nvidia-persistenced")
-    reboot(stock)
+    reboot(stock, gpus_lost=True)  # the GPUs and the doctor are checked below, with the other findings
     assert pve(stock, "uname -r").strip() == PENDING  # the bootloader's newest
     assert pve(stock, "pgrep -x nvidia-persiste || echo none").strip() == "none"
     smi = pve(stock, "nvidia-smi -L", ok=False)
