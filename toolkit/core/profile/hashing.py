@@ -16,11 +16,13 @@ from toolkit.core.profile.resolve import ResolvedProfile
 HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extends", "schema_version")
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
-# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs. A patch's
-# `upstream` names the release that carries the change itself: what the pinned release runs is the same.
+# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
+# how much room the weights need, not which weights. A patch's `upstream` names the release that carries the
+# change itself: what the pinned release runs is the same.
 HASH_EXCLUDED_KNOBS: dict[str, Any] = {
     "server": {"allow_unauthenticated"},
     "probe": {"server_scrape_hz"},
+    "model": {"size_gib"},
     "engine": {"patches": {"__all__": {"upstream"}}},
 }
 
