@@ -86,7 +86,7 @@ def test_bench_defaults_are_the_seed_command(shipped) -> None:
         "inf",
     ]
     argv = render_bench_argv(shipped.resolve("glm5-baseline"), base_url="http://localhost:8000", output_file="o.jsonl")
-    assert argv[: len(seed)] == seed and argv[len(seed) :] == ["--output-file", "o.jsonl"]
+    assert argv[: len(seed)] == seed and argv[len(seed) :] == ["--output-file", "o.jsonl", "--output-details"]
     argv = render_bench_argv(shipped.resolve("glm5-tp8"), base_url="u", output_file="o", max_concurrency=64)
     assert argv[argv.index("--max-concurrency") + 1] == "64"
 

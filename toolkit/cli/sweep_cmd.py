@@ -32,7 +32,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--retry-failed", action="store_true", help="with --resume: measure the failed points again too"
     )
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
-    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule"), default="throughput")
+    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
+                        help="the ranking whose first is promoted (goodput needs --slo)")
+    parser.add_argument("--slo", help="search each variant's capacity: the highest Poisson request rate whose p99 "
+                        "latencies meet these bounds, e.g. ttft_p99_ms=3000,itl_p99_ms=100 (adds the goodput "
+                        "ranking; tokens per joule is then at that rate)")
+    parser.add_argument("--rate-start", type=float, help="with --slo: the first request rate of each search (req/s; "
+                        "default 0.7 x the rate a closed-loop run completes)")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     parser.add_argument(
         "--runner",
@@ -62,7 +68,7 @@ def _request(args: argparse.Namespace) -> Any:
                         resume=args.resume, show=args.show, retry_failed=args.retry_failed, runner=args.runner,
                         inventory=args.inventory, wait=not args.no_wait, num_prompts=args.num_prompts,
                         point_timeout_s=args.point_timeout_s, profiles_dir=args.profiles_dir,
-                        sweeps_dir=args.sweeps_dir)
+                        sweeps_dir=args.sweeps_dir, slo=args.slo, rate_start=args.rate_start)
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
@@ -83,7 +89,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         elif v.status == "over_budget":
             con.print(f"  [dim]over budget[/] {v.id} {v.label}")
     interrupted = False
-    if not args.show and state.pending():
+    if not args.show and (state.pending() or (state.capacity and not interrupted)):
         runner = sweep.runner(session, req)
         con.print(f"runner: {runner.describe()}")
         if args.resume:
@@ -92,7 +98,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         with MeasureProgress(con) as progress:
             interrupted = measure.measure(state, session.spec, runner, session.store, runner=req.runner,
                                           inventory=req.inventory, wait=req.wait, purpose="toolkit sweep",
-                                          on_progress=progress.on_progress, on_message=say(con))
+                                          on_progress=progress.on_progress, on_message=say(con),
+                                          loop=sweep.loop(session, runner) if state.capacity else None)
     report_path = sweep.write_report(session)
     if args.json:
         print(json.dumps(report.to_json(state), indent=1))
@@ -103,7 +110,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         con.print(f"[yellow]interrupted[/]: the state is saved; carry on with `toolkit sweep --resume {state.run_id}`")
         return 130
     if args.promote:
-        by = "throughput" if args.promote_by == "throughput" else "tokens_per_j"
+        by = {"throughput": "throughput", "goodput": "goodput"}.get(args.promote_by, "tokens_per_j")
         promoted, best = sweep.promote_best(session, by=by, name=args.promote_name)
         print_promoted(con, promoted, best, session.base.name)
     return EXIT_OK if sweep.measured(session) or state.pending() else EXIT_FAILED
@@ -113,10 +120,11 @@ def _print_rankings(console: Any, state: Any) -> None:
     from rich.table import Table
 
     from toolkit.core.sweep import report
-    from toolkit.core.sweep.ranking import pareto_front, rank_by_efficiency, rank_by_throughput
+    from toolkit.core.sweep.ranking import pareto_front, rank_by_efficiency, rank_by_goodput, rank_by_throughput
 
     for title, rows in (
         ("ranked by steady-state output throughput", rank_by_throughput(state)),
+        *((("ranked by goodput under the SLO", rank_by_goodput(state)),) if state.capacity else ()),
         ("ranked by output tokens per joule", rank_by_efficiency(state)),
     ):
         table = Table(title=f"sweep {state.run_id}: {title}")

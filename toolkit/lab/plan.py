@@ -446,6 +446,10 @@ def standin_config(config: LabConfig) -> str:
         "caps_major": CAPS_MAJOR,
         "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
         "power_limit_w": 600.0,
+        # The settable range nvidia-smi -pl checks (Min / Max Power Limit); 300 W is the lowest the seed's board
+        # (RTX PRO 6000 Blackwell Server Edition) has been seen set to.
+        "power_limit_min_w": 300.0,
+        "power_limit_max_w": 600.0,
         "idle_power_w": 87.0,
         "memory_total_mib": 97887,
         "flavour": config.flavour,

@@ -16,14 +16,21 @@ HASH_EXCLUDED = ("description", "why", "results", "name", "extends", "schema_ver
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs.
-HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}}
+# bench.slo is what a tune holds the measurements to, not what runs; the target's power-limit range only bounds
+# validation.
+HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}, "bench": {"slo"},
+                       "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"}}
 
 
 def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
     """The resolved spec as plain data, defaults filled in, without HASH_EXCLUDED."""
     exclude: dict[str, Any] = {key: True for key in HASH_EXCLUDED}
     exclude.update(HASH_EXCLUDED_KNOBS)
-    return resolved.spec.model_dump(mode="json", exclude=exclude)
+    spec = resolved.spec.model_dump(mode="json", exclude=exclude)
+    if not any(v is not None for v in (spec.get("gpu") or {}).values()):
+        # The gpu section came later: a profile that sets nothing in it keeps the hash its results recorded.
+        spec.pop("gpu", None)
+    return spec
 
 
 def spec_hash(resolved: ResolvedProfile) -> str:

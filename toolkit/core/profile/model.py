@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -37,7 +37,13 @@ class Target(_Strict):
     interconnect: Literal["pcie", "nvlink"] | None = None
     p2p: bool | None = Field(default=None, description="whether GPUs can reach each other peer-to-peer")
     nodes: int = Field(default=1, ge=1)
-    gpu_power_limit_w: float | None = Field(default=None, gt=0, description="board power limit per GPU, W")
+    gpu_power_limit_w: float | None = Field(default=None, gt=0, description="board power limit per GPU, W (the "
+                                            "board's default limit: what the GPU draws at most unless "
+                                            "gpu.power_limit_w sets another)")
+    # The range `nvidia-smi -pl` accepts on this board (nvidia-smi -q -d POWER: Min / Max Power Limit). Used to
+    # refuse a gpu.power_limit_w outside it before anything runs; the host role checks the GPU's own range again.
+    gpu_power_limit_min_w: float | None = Field(default=None, gt=0, description="lowest settable limit per GPU, W")
+    gpu_power_limit_max_w: float | None = Field(default=None, gt=0, description="highest settable limit per GPU, W")
     gpu_memory_gib: float | None = Field(default=None, gt=0)
 
     @property
@@ -125,6 +131,21 @@ class SteadyState(_Strict):
     min_window_s: float = Field(default=5.0, gt=0)
 
 
+class Slo(_Strict):
+    """The latency the service is held to, in ms: the 99th percentile over the benchmark's requests (from its
+    per-request results, not from means). Any subset; at least one."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0, description="time to first token, p99, ms")
+    itl_p99_ms: float | None = Field(default=None, gt=0, description="inter-token latency, p99 over all gaps, ms")
+    e2e_p99_ms: float | None = Field(default=None, gt=0, description="end-to-end request latency, p99, ms")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Slo:
+        if self.ttft_p99_ms is None and self.itl_p99_ms is None and self.e2e_p99_ms is None:
+            raise ValueError("an slo needs at least one of ttft_p99_ms, itl_p99_ms, e2e_p99_ms")
+        return self
+
+
 class Bench(_Strict):
     """SGLang's bench_serving run. Defaults are the seed's command (DOMAIN.md section 1)."""
 
@@ -140,6 +161,9 @@ class Bench(_Strict):
     warmup_requests: int | None = Field(default=None, ge=0)
     seed: int | None = None
     tokenizer: str | None = Field(default=None, description="None: model.repo_id")
+    # What `toolkit tune --objective goodput` and `toolkit sweep --objective goodput` hold each variant to
+    # (--slo on the command line wins). It renders nothing: bench_serving measures, the toolkit judges.
+    slo: Slo | None = None
 
     @field_validator("concurrency_levels")
     @classmethod
@@ -147,6 +171,14 @@ class Bench(_Strict):
         if any(level < 1 for level in v):
             raise ValueError("every concurrency level must be >= 1")
         return v
+
+
+class Gpu(_Strict):
+    """Settings of the GPUs themselves, applied on the host that owns them (a container cannot set them)."""
+
+    # nvidia-smi -pl / nvmlDeviceSetPowerManagementLimit on every GPU of the host, kept across reboots by a unit
+    # (roles/proxmox_gpu_host, tasks/power_limit.yml). None: the host's limits are left as they are.
+    power_limit_w: float | None = Field(default=None, gt=0, description="enforced power limit per GPU, W")
 
 
 class Probe(_Strict):
@@ -186,6 +218,7 @@ class Profile(_Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
     env: dict[str, str] = Field(default_factory=dict)
+    gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
     why: dict[str, Why] = Field(default_factory=dict)

@@ -286,7 +286,7 @@ def render_bench_argv(
     max_concurrency: int | None = None,
 ) -> list[str]:
     """SGLang's bench_serving against a running server. With the defaults this is the seed's command
-    (DOMAIN.md section 1) plus --output-file. `max_concurrency` overrides bench.max_concurrency for one
+    plus --output-file and --output-details. `max_concurrency` overrides bench.max_concurrency for one
     level of bench.concurrency_levels."""
     bench, model = resolved.spec.bench, resolved.spec.model
     served = model.served_model_name or _require(model.repo_id, "model.repo_id")
@@ -312,5 +312,7 @@ def render_bench_argv(
         argv += ["--warmup-requests", str(bench.warmup_requests)]
     if bench.seed is not None:
         argv += ["--seed", str(bench.seed)]
-    argv += ["--output-file", output_file]
+    # --output-details: each request's TTFT and inter-token gaps in the JSON line (bench_serving has had it since
+    # before 0.5.9), so latency percentiles and an SLO are judged from per-request results, not from means.
+    argv += ["--output-file", output_file, "--output-details"]
     return argv
