@@ -158,15 +158,32 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
             continue
         name = f"step-{step['step']}.png"
         (d / name).write_bytes(plotting.tune_step_png(bars["bars"], band_pct=bars["band_pct"], title=bars["title"],
-                                                      unit=bars["unit"]))
+                                                      unit=bars["unit"], intervals=bars["intervals"]))
         out.append((int(step["step"]), name))
     return out
+
+
+def frontier_plot(session: TuneSession) -> str | None:
+    """frontier.png (a run with a capacity search): throughput against p99 TTFT and ITL per variant, the SLO's
+    lines, J/token at each capacity with its power limit; its file name, None when there is nothing to plot."""
+    from toolkit.adapters import plots as plotting
+
+    state = session.state
+    series = report.frontier_series(state) if state.capacity else []
+    if not series:
+        return None
+    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
+    title = f"{state.run_id}: the SLO's frontier ({'; '.join(sources)})"
+    session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
+        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title))
+    return "frontier.png"
 
 
 def write_report(session: TuneSession, promoted: str | None) -> Path:
     state = session.state
     path = session.store.write_text(state.run_id, "report.md",
-                                    report.markdown(state, plots=plots(session), promoted=promoted))
+                                    report.markdown(state, plots=plots(session), promoted=promoted,
+                                                    plots_frontier=frontier_plot(session)))
     session.store.write_text(state.run_id, "tune.json", json.dumps(report.to_json(state), indent=1) + "\n")
     return path
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolkit.core.sweep.ranking import ParetoPoint, RankedRow, pareto_front, rank_by_efficiency, rank_by_throughput
+from toolkit.core.sweep.ranking import (
+    ParetoPoint,
+    RankedRow,
+    pareto_front,
+    rank_by_efficiency,
+    rank_by_goodput,
+    rank_by_throughput,
+)
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
 from toolkit.core.sweep.variants import format_value
 
@@ -81,6 +88,8 @@ def to_json(state: SweepState) -> dict[str, Any]:
         "profile": state.profile,
         "runner": state.runner,
         "by_throughput": [row(r) for r in rank_by_throughput(state)],
+        **({"slo": state.capacity.get("slo"), "by_goodput": [row(r) for r in rank_by_goodput(state)]}
+           if state.capacity else {}),
         "by_tokens_per_j": [row(r) for r in rank_by_efficiency(state)],
         "pareto_front": [pp(p) for p in pareto_front(state)],
         "not_measured": [{"variant": a, "knobs": b, "reason": c} for a, b, c in not_measured(state)],
@@ -93,17 +102,36 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+GOODPUT_HEADER = ["#", "variant", "knobs", "rate req/s", "goodput tok/s", "tok/J", "J/tok", "power W", "verdict",
+                  "runs"]
+
+
+def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
+    """A ranking under an SLO: the capacity rate in the concurrency's place."""
+    out = ranking_rows(rows)
+    for r, row in zip(rows, out, strict=True):
+        row[3] = _f(r.request_rate, "g")
+    return out
+
+
 def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
-    """The two rankings of every measured variant (the sweep's report and the tune's both end with them)."""
-    return [
+    """The rankings of every measured variant (the sweep's report and the tune's both end with them): throughput,
+    goodput under the SLO when the run searched capacities, tokens per joule (at each capacity rate then)."""
+    out = [
         f"## {throughput_title}",
         "",
         _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
-        "",
-        "## Ranked by output tokens per joule",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state))),
     ]
+    if state.capacity is not None:
+        slo = ", ".join(f"{k} {v:g}" for k, v in state.capacity["slo"].items())
+        out += ["", f"## Ranked by goodput under the SLO ({slo})", "",
+                "Output tok/s at the highest Poisson request rate whose p99 latencies met every bound.", "",
+                _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
+                "", "## Ranked by output tokens per joule at each capacity rate", "",
+                _md_table(GOODPUT_HEADER, _rate_rows(rank_by_efficiency(state)))]
+        return out
+    return [*out, "", "## Ranked by output tokens per joule", "",
+            _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state)))]
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:

@@ -7,7 +7,9 @@ limit binds, and the server's state at the edge says why:
 - TTFT from long prefills: requests waited without the cap binding: for the prefill batches, whose new tokens are
   bounded by chunked_prefill_size -> `server.chunked_prefill_size` up (more prompts per prefill);
 - ITL from prefills interrupting decode: the p99 gap is far above the median one (a decode step waits while a
-  prefill batch runs, SGLang pausing decode for it) -> `server.chunked_prefill_size` down (shorter interruptions);
+  prefill batch runs, SGLang pausing decode for it) -> `server.chunked_prefill_size` down (shorter interruptions)
+  and `server.max_running_requests` below what ran (fewer, larger prefills: requests wait and are admitted
+  together);
 - ITL from decode batches too large: even the median gap is near the bound: each decode step carries too many
   requests -> `server.max_running_requests` down;
 - end-to-end: whichever of the first token and the decode makes up more of it, then as above.
@@ -95,20 +97,28 @@ def edge_verdict(cap: Capacity, knobs: Mapping[str, Any]) -> EdgeVerdict | None:
                                   why, evidence))
     else:
         p50, p99 = _p(edge, "itl", "p50"), _p(edge, "itl", "p99")
+        top = min(running or cap_n or 0, cap_n or running)
+        below = 1 << max(0, (max(top, 1) - 1).bit_length() - 1)  # the powers of two under what ran at the edge
         if p50 and p99 and p99 >= INTERRUPTION_RATIO * p50:
             cause = "prefill-interrupts-decode"
             why = (f"{lead}{past}: ITL from prefills interrupting decode (p99 {p99:,.0f} ms against a median of "
-                   f"{p50:,.0f}: decode waits while a prefill batch runs); shorter prefill chunks interrupt for less")
+                   f"{p50:,.0f}: decode waits while a prefill batch runs)")
             steps.append(KnobStep("server.chunked_prefill_size", chunk, chunk_src,
-                                  (max(chunk_now // 2, 512), max(chunk_now // 4, 256)), why, evidence))
+                                  (max(chunk_now // 2, 512), max(chunk_now // 4, 256)),
+                                  why + "; shorter prefill chunks interrupt for less", evidence))
+            if top >= 4:
+                # Each admission is a prefill between two decode steps; with the running cap below what ran, requests
+                # wait (TTFT has room) and are admitted together, a few prefills instead of one per arrival.
+                steps.append(KnobStep("server.max_running_requests", cap_n, "profile" if cap_n else "server",
+                                      (below, max(below // 2, 1)),
+                                      why + f"; a running cap below the {running} that ran admits requests in fewer, "
+                                      "larger prefills", evidence))
         else:
             cause = "decode-batch-too-large"
             med = f"median {p50:,.0f} ms" if p50 else "the median"
             why = (f"{lead}{past}: ITL from decode batches too large ({med} with up to {running} running"
                    + (f" of {cap_n}" if cap_n else "") + "): fewer running requests make each decode step shorter")
-            # Below what ran at the edge (a cap above it changes nothing): the powers of two under it.
-            top = min(running or cap_n or 0, cap_n or running)
-            below = 1 << max(0, (max(top, 1) - 1).bit_length() - 1)
+            # Below what ran at the edge (a cap above it changes nothing).
             if top >= 4:
                 steps.append(KnobStep("server.max_running_requests", cap_n, "profile" if cap_n else "server",
                                       (below, max(below // 2, 1)), why, evidence))

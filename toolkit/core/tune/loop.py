@@ -328,6 +328,8 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
         return _base_result(state, log)
     incumbent = state.variant(int(log["incumbent"]))
     inc = score(incumbent, objective, state)
+    # The base measured again (a gain inside the intervals) sharpens the run-to-run spread: read it anew.
+    log["noise"] = noise_band(state, log) or log.get("noise")
     band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
     rows = []
     for s, cand in _measured_candidates(state, log, step):
@@ -354,50 +356,49 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
                               f"incumbent's {inc.goodput if inc else 0:,.4g} (at most "
                               f"{log['max_goodput_loss_pct']:g} % less)")
     best = max(eligible, key=lambda r: (r[0].value, -r[0].variant), default=None)
-    if best is not None and best[1] > band and not _significant(state, best[0], best[3], incumbent, inc_ci):
-        # A gain above the band whose interval still overlaps the incumbent's: the band is wider than the gain.
-        # Measure the base (the run-to-run spread), the incumbent and the candidate once more, while allowed.
-        base_runs = len(_at_score(state.variant(1), score(state.variant(1), objective, state)))  # type: ignore[arg-type]
-        if base_runs < int(log.get("max_repeats", DEFAULT_MAX_REPEATS)):
-            sides = [state.variant(1)] + ([incumbent] if incumbent.index != 1 else [])
-            cand_v = state.variant(best[0].variant)
-            edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
-            if edge is not None and _beats_at_edge(state, log, cand_v, incumbent) is not None:
-                # Under an SLO the question is the edge: the base again at its capacity (the latency's noise), the
-                # incumbent and the candidate again where the incumbent missed.
-                again = _remeasure(state, log, [state.variant(1)])
-                for v in ({incumbent.index: incumbent, cand_v.index: cand_v}).values():
-                    capacity.measure_again(state, v, edge)
-                    again.append(v.id)
-            else:
-                again = _remeasure(state, log, [*sides, cand_v])
-            step.setdefault("remeasured", []).append(
-                {"variants": again, "why": f"{state.variant(best[0].variant).id}'s {best[1]:+.1f} % lies inside "
-                 f"the intervals ({best[3].text() if best[3] else '-'} against {inc_ci.text() if inc_ci else '-'})"})
-            return None
-    if best is not None and best[1] > band and _significant(state, best[0], best[3], incumbent, inc_ci):
+    sig: bool | None = False
+    why_not = ""
+    if best is not None and best[1] > band:
+        sig, why_not = _significance(state, log, best[0], best[3], incumbent, inc_ci)
+    if sig is None:
+        # A gain above the band that the measurements cannot yet tell from noise: measure again, while allowed.
+        cand_v = state.variant(best[0].variant)  # type: ignore[index]
+        edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
+        if objective == "goodput" and edge is not None:
+            # Under an SLO the question is the edge: the incumbent and the candidate again where the incumbent
+            # missed it, so their latencies there are compared on several runs each.
+            again = []
+            for v in ({incumbent.index: incumbent, cand_v.index: cand_v}).values():
+                capacity.measure_again(state, v, edge)
+                again.append(v.id)
+        else:
+            # The base again (the run-to-run spread a once-measured variant borrows), the incumbent, the candidate.
+            again = _remeasure(state, log, [state.variant(1), *([incumbent] if incumbent.index != 1 else []),
+                                            cand_v])
+        step.setdefault("remeasured", []).append({"variants": again, "why": f"{cand_v.id}'s {best[1]:+.1f} % "  # type: ignore[index]
+                                                  f"is not yet told from noise ({why_not})"})
+        return None
+    if best is not None and sig:
         s, gain, cand, ci = best
         log["incumbent"] = s.variant
         where = ""
         edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
         if objective == "goodput" and edge is not None:
-            where = f", the SLO met at {edge:g} req/s where {incumbent.id} missed it"
-        elif state.capacity is not None and s.request_rate is not None:
-            where = f", both at {s.request_rate:g} req/s under the SLO"
+            how = f"the SLO met where {incumbent.id} missed it: {why_not}"
+        else:
+            how = (f"its 95 % interval {ci.text() if ci else '-'} wholly above {incumbent.id}'s "
+                   f"{inc_ci.text() if inc_ci else '-'}")
+            if state.capacity is not None and s.request_rate is not None:
+                how += f", both at {s.request_rate:g} req/s under the SLO"
         result.update(decision="improved", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"{state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against {incumbent.id}'s "
-                      f"{inc.value if inc else 0:,.4g}: {gain:+.1f} %, above the noise band ({band:.2f} %) and its "
-                      f"95 % interval {ci.text() if ci else '-'} wholly above {incumbent.id}'s "
-                      f"{inc_ci.text() if inc_ci else '-'}{where}: kept")
+                      f"{inc.value if inc else 0:,.4g}: {gain:+.1f} %, above the noise band ({band:.2f} %) and "
+                      f"{how}: kept")
     elif best is not None:
         s, gain, cand, ci = best
         why = ("inside the noise band" if abs(gain) <= band else
-               "not above the noise band" if gain <= band else
-               f"not significant (its interval {ci.text() if ci else '-'} against {incumbent.id}'s "
-               f"{inc_ci.text() if inc_ci else '-'}"
-               + (f"; the SLO not met above {incumbent.id}'s capacity" if state.capacity is not None else "")
-               + f", after {log.get('max_repeats', DEFAULT_MAX_REPEATS)} measurements of the base at most)")
+               "not above the noise band" if gain <= band else f"not significant: {why_not}")
         result.update(decision="no-gain", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"best candidate {state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against "
@@ -409,37 +410,66 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
     return result
 
 
-def _significant(state: SweepState, cand: Score, ci: Interval | None, incumbent: VariantState,
-                 inc_ci: Interval | None) -> bool:
-    """The candidate's interval lies wholly above the incumbent's; under an SLO it also met the SLO at a rate the
-    incumbent missed (goodput: its capacity bracket lies above the incumbent's, so the gain is not the search's
-    resolution)."""
-    if ci is None or inc_ci is None or not ci.above(inc_ci):
-        return False
-    if state.capacity is not None and state.tune is not None and state.tune["objective"] == "goodput":
-        return _beats_at_edge(state, state.tune, state.variant(cand.variant), incumbent) is True
-    return True
+def _significance(state: SweepState, log: Mapping[str, Any], cand: Score, ci: Interval | None,
+                  incumbent: VariantState, inc_ci: Interval | None) -> tuple[bool | None, str]:
+    """Whether a gain above the band is real: True, False (decided: no), None (measure again first), and why.
+
+    Goodput under an SLO: at the rate the incumbent missed, the candidate met it and its binding latency lies below
+    the incumbent's by more than their runs' own spread there (toolkit.core.tune.loop._edge_test). Otherwise: the
+    candidate's 95 % interval lies wholly above the incumbent's, the base measured again while it has fewer than
+    max_repeats measurements."""
+    max_runs = int(log.get("max_repeats", DEFAULT_MAX_REPEATS))
+    if state.capacity is not None and log["objective"] == "goodput":
+        return _edge_test(state, log, state.variant(cand.variant), incumbent, max_runs)
+    if ci is not None and inc_ci is not None and ci.above(inc_ci):
+        return True, ""
+    base_s = score(state.variant(1), log["objective"], state)
+    base_runs = len(_at_score(state.variant(1), base_s)) if base_s else max_runs
+    text = (f"its interval {ci.text() if ci else '-'} overlaps {incumbent.id}'s {inc_ci.text() if inc_ci else '-'}"
+            f" ({base_runs} measurements of the base)")
+    return (None if base_runs < max_runs else False), text
 
 
-def _beats_at_edge(state: SweepState, log: Mapping[str, Any], cand: VariantState, incumbent: VariantState
-                   ) -> bool | None:
-    """Under an SLO: at the rate the incumbent missed, the candidate met it, and by more than the latency's own
-    run-to-run noise (the base's repeats at its capacity): True; not measured there: None; else False. Paired at
-    one rate, the comparison does not rest on a single lucky pass at the edge."""
-    edge = capacity.result(state, incumbent)
-    if edge.hi is None:
-        return None
-    mine = capacity.check_at(state, cand, edge.hi)
-    r_c, r_i = capacity.slo_ratio(mine), capacity.slo_ratio(edge.check_edge)
-    if mine is None or r_c is None:
-        return None
-    if not mine.met:
-        return False
-    if r_i is None:
-        return True  # the incumbent's benchmark failed there: the candidate's pass is the difference
-    noise = (log.get("noise") or {}).get("slo_ratio") or {}
-    hw = t975(int(noise.get("df") or 1)) * float(noise.get("cv") or 0.0) * math.sqrt(2)
-    return r_i - r_c > hw
+def _ratios_at(state: SweepState, v: VariantState, rate: float) -> list[float]:
+    """Each run's binding latency over its bound at one rate (a failed benchmark: 2, past any bound)."""
+    assert state.capacity is not None
+    slo = capacity.CapacityParams.of(state.capacity).slo
+    out = []
+    for p in v.points:
+        if p.request_rate != rate or p.status == "pending":
+            continue
+        r = capacity.slo_ratio(check_slo(slo, p.measurement.latency_ms)) if p.measurement else None
+        out.append(2.0 if p.status == FAILED or r is None else r)
+    return out
+
+
+def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, incumbent: VariantState,
+               max_runs: int) -> tuple[bool | None, str]:
+    """At the rate the incumbent missed the SLO: the candidate's median run meets it, and the mean of its binding
+    latency ratios lies below the incumbent's by more than t(0.975, df) x their standard error (Welch, both sides'
+    own runs at that rate, at least two each). Near the edge a latency swings with the host's pace, so one pass
+    proves nothing; the runs there are what can."""
+    edge = capacity.result(state, incumbent).hi
+    if edge is None:
+        return False, f"{incumbent.id} met the SLO at every rate tried"
+    mine, theirs = _ratios_at(state, cand, edge), _ratios_at(state, incumbent, edge)
+    if not mine:
+        return None, f"{cand.id} not measured at {edge:g} req/s, where {incumbent.id} missed the SLO"
+    if statistics.median(mine) > 1.0:
+        return False, f"at {edge:g} req/s, where {incumbent.id} missed the SLO, {cand.id} missed it too"
+    text = (f"at {edge:g} req/s the binding latency over its bound: {cand.id} "
+            f"{', '.join(f'{r:.3f}' for r in mine)} against {incumbent.id} {', '.join(f'{r:.3f}' for r in theirs)}")
+    if len(mine) < 2 or len(theirs) < 2:
+        return (None if min(len(mine), len(theirs)) < max_runs else False), text
+    diff = statistics.fmean(theirs) - statistics.fmean(mine)
+    va, vb = statistics.variance(theirs) / len(theirs), statistics.variance(mine) / len(mine)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(theirs) - 1)) + (vb ** 2 / (len(mine) - 1))) if va + vb > 0 else 1e9
+    hw = t975(max(1, math.floor(df))) * se
+    if diff > hw:
+        return True, text + f" (apart by {diff:.3f}, more than the 95 % half-width {hw:.3f})"
+    text += f" (apart by {diff:.3f}, inside the 95 % half-width {hw:.3f})"
+    return (None if min(len(mine), len(theirs)) < max_runs else False), text
 
 
 def _goodput_guard(log: Mapping[str, Any], inc: Score | None) -> float | None:
