@@ -108,7 +108,7 @@ def capacity_record(objective: str, slo_text: str | None, spec: dict[str, Any], 
     return new_capacity(slo, rate_start=rate_start, tolerance_pct=tolerance_pct, max_rounds=max_rounds)
 
 
-def _round_rate(r: float) -> float:
+def round_rate(r: float) -> float:
     """Four significant digits: a rate a person can read and a bench command can carry."""
     if r <= 0:
         return r
@@ -249,16 +249,16 @@ def next_rate(state: SweepState, v: VariantState) -> float | None:
         start = info.get("start")
         if start is None and cap.closed_loop is not None and cap.closed_loop.request_per_s:
             start = params.start_fraction * float(cap.closed_loop.request_per_s)
-        return _round_rate(float(start)) if start else None
+        return round_rate(float(start)) if start else None
     known = info.get("floor") is not None
     first = params.known_step if known else params.step
     beat = info.get("beat")
     if beat is not None and cap.lo is not None and cap.hi is None and not any(r.rate >= beat for r in rps):
         # A tune's candidate that met the SLO at the incumbent's capacity is measured next where the incumbent
         # missed it: the same rate for both, so the two are compared on equal load.
-        return _round_rate(float(beat))
+        return round_rate(float(beat))
     if cap.lo is not None and cap.hi is not None:
-        return _round_rate(_inside(cap))
+        return round_rate(_inside(cap))
     # Bracketing: the k-th step in one direction is first ** (2 ** k), or as far as the binding latency's distance
     # from its bound suggests when that is further (a latency 8 x its bound is not 25 % away), at most x8.
     if cap.hi is None:
@@ -266,12 +266,12 @@ def next_rate(state: SweepState, v: VariantState) -> float | None:
         ups = sum(1 for r in rps if r.met)
         ratio = slo_ratio(top.check)
         hint = min(1.0 / ratio, MAX_JUMP) if ratio else 1.0
-        return _round_rate(top.rate * max(first ** (2 ** (ups - 1)), hint))
+        return round_rate(top.rate * max(first ** (2 ** (ups - 1)), hint))
     bottom = min(rps, key=lambda r: r.rate)
     downs = sum(1 for r in rps if not r.met)
     ratio = slo_ratio(bottom.check)
     hint = min(ratio, MAX_JUMP) if ratio else 1.0
-    return _round_rate(bottom.rate / max(first ** (2 ** (downs - 1)), hint))
+    return round_rate(bottom.rate / max(first ** (2 ** (downs - 1)), hint))
 
 
 def _inside(cap: Capacity) -> float:
@@ -301,7 +301,7 @@ def plan(state: SweepState, v: VariantState, *, start: float | None = None, floo
     state.capacity.setdefault("variants", {})[v.id] = {"start": start, "floor": floor, "beat": beat,
                                                         **({"hold": True} if hold else {})}
     level = state.concurrency[0]
-    v.points = [Point(concurrency=level, request_rate=None if start is None else _round_rate(start))]
+    v.points = [Point(concurrency=level, request_rate=None if start is None else round_rate(start))]
 
 
 def advance(state: SweepState) -> bool:

@@ -60,7 +60,8 @@ DEFAULT_MIN_GAIN_PCT = 1.0  # below this a knob change is not worth a profile's 
 # this many measurements; then it is not an improvement.
 DEFAULT_MAX_REPEATS = 6
 # tokens-per-joule under an SLO: a candidate may give up at most this much goodput for its energy.
-DEFAULT_MAX_GOODPUT_LOSS_PCT = 2.0
+DEFAULT_MAX_GOODPUT_LOSS_PCT = 1.5
+GUARD_SLACK = 0.005  # the goodput guard's allowance for the throughput measured at a held rate
 MAX_STEPS = 25  # a verdict that keeps proposing (it should not) still ends
 
 # Stop kinds.
@@ -264,6 +265,7 @@ def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
         "value": round(s.value, 4),
         "concurrency": s.concurrency,
         "request_rate": s.request_rate,
+        "goodput": None if s.goodput is None else round(s.goodput, 4),
         "interval": ci.to_dict() if ci else None,
         "text": (
             f"measured {len(n['values'])} times {where}: "
@@ -381,7 +383,6 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
     if best is not None and sig:
         s, gain, cand, ci = best
         log["incumbent"] = s.variant
-        where = ""
         edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
         if objective == "goodput" and edge is not None:
             how = f"the SLO met where {incumbent.id} missed it: {why_not}"
@@ -423,8 +424,11 @@ def _significance(state: SweepState, log: Mapping[str, Any], cand: Score, ci: In
         return _edge_test(state, log, state.variant(cand.variant), incumbent, max_runs)
     if ci is not None and inc_ci is not None and ci.above(inc_ci):
         return True, ""
-    base_s = score(state.variant(1), log["objective"], state)
-    base_runs = len(_at_score(state.variant(1), base_s)) if base_s else max_runs
+    base = state.variant(1)
+    base_s = score(base, log["objective"], state)
+    # Every attempt counts (one that failed too), so a host that cannot measure again ends the round.
+    base_runs = len([p for p in base.points if base_s and p.concurrency == base_s.concurrency
+                     and p.request_rate == base_s.request_rate]) if base_s else max_runs
     text = (f"its interval {ci.text() if ci else '-'} overlaps {incumbent.id}'s {inc_ci.text() if inc_ci else '-'}"
             f" ({base_runs} measurements of the base)")
     return (None if base_runs < max_runs else False), text
@@ -453,6 +457,7 @@ def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, in
     if edge is None:
         return False, f"{incumbent.id} met the SLO at every rate tried"
     mine, theirs = _ratios_at(state, cand, edge), _ratios_at(state, incumbent, edge)
+    tried = min(sum(1 for p in v.points if p.request_rate == edge) for v in (cand, incumbent))
     if not mine:
         return None, f"{cand.id} not measured at {edge:g} req/s, where {incumbent.id} missed the SLO"
     if statistics.median(mine) > 1.0:
@@ -460,7 +465,7 @@ def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, in
     text = (f"at {edge:g} req/s the binding latency over its bound: {cand.id} "
             f"{', '.join(f'{r:.3f}' for r in mine)} against {incumbent.id} {', '.join(f'{r:.3f}' for r in theirs)}")
     if len(mine) < 2 or len(theirs) < 2:
-        return (None if min(len(mine), len(theirs)) < max_runs else False), text
+        return (None if tried < max_runs else False), text
     diff = statistics.fmean(theirs) - statistics.fmean(mine)
     va, vb = statistics.variance(theirs) / len(theirs), statistics.variance(mine) / len(mine)
     se = math.sqrt(va + vb)
@@ -469,14 +474,25 @@ def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, in
     if diff > hw:
         return True, text + f" (apart by {diff:.3f}, more than the 95 % half-width {hw:.3f})"
     text += f" (apart by {diff:.3f}, inside the 95 % half-width {hw:.3f})"
-    return (None if min(len(mine), len(theirs)) < max_runs else False), text
+    return (None if tried < max_runs else False), text
 
 
 def _goodput_guard(log: Mapping[str, Any], inc: Score | None) -> float | None:
-    """tokens-per-joule under an SLO: the least goodput a candidate may have (None: no guard)."""
+    """tokens-per-joule under an SLO: the least goodput a candidate may have (None: no guard). A candidate is held
+    at the incumbent's capacity less max_goodput_loss_pct (its goodput is what that load gives), so the guard
+    allows a hair more for the measurement's own noise."""
     if log["objective"] != "tokens-per-joule" or inc is None or inc.goodput is None:
         return None
-    return inc.goodput * (1 - float(log.get("max_goodput_loss_pct", DEFAULT_MAX_GOODPUT_LOSS_PCT)) / 100)
+    loss = float(log.get("max_goodput_loss_pct", DEFAULT_MAX_GOODPUT_LOSS_PCT))
+    base = state_base_goodput(log)
+    return (base if base is not None else inc.goodput) * (1 - loss / 100) * (1 - GUARD_SLACK)
+
+
+def state_base_goodput(log: Mapping[str, Any]) -> float | None:
+    """The base's goodput, as its step 0 recorded it (the guard is against the base, not a later incumbent)."""
+    steps = log.get("steps") or []
+    res = (steps[0].get("result") or {}) if steps else {}
+    return res.get("goodput")
 
 
 def _propose(
@@ -629,6 +645,12 @@ def _climb(
                 # gives up no goodput; goodput: searched on upwards.
                 rate = inc.request_rate if inc is not None else None
                 energy = log["objective"] == "tokens-per-joule"
+                base_rate = capacity.result(state, state.variant(1)).lo
+                if energy and base_rate is not None:
+                    # It may give up at most max_goodput_loss_pct of the base's capacity, over all steps together:
+                    # every candidate is held there.
+                    rate = capacity.round_rate(base_rate * (1 - float(log.get("max_goodput_loss_pct",
+                                                                             DEFAULT_MAX_GOODPUT_LOSS_PCT)) / 100))
                 capacity.plan(state, vs, start=rate, floor=rate,
                               beat=None if energy else capacity.result(state, incumbent).hi, hold=energy)
             state.variants.append(vs)
