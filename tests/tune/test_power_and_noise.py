@@ -78,8 +78,8 @@ def test_a_cap_slows_compute_phases_and_leaves_waiting_ones_as_they_were() -> No
     d1, c1 = capped.decode_time_s(1024)
     assert d1 - d0 == pytest.approx(c1 - c0)  # only the compute part grew
     assert c1 / c0 == pytest.approx((1 - em.SM_BOUND_DECODE) + em.SM_BOUND_DECODE / k)
-    p0, pc0 = free.prefill_time_s(8192)
-    p1, pc1 = capped.prefill_time_s(8192)
+    _p0, pc0 = free.prefill_time_s(8192)
+    _p1, pc1 = capped.prefill_time_s(8192)
     assert (pc1 - pc0) / pc0 > (c1 - c0) / c0  # prefill is SM-bound: it slows more than decode
     assert capped.compute_power_w == 450.0 and free.compute_power_w == 600.0
 
