@@ -253,3 +253,49 @@ def test_goodput_tune_raises_the_cap_for_ttft_then_lowers_it_for_itl_and_keeps_n
     md = report.markdown(state)
     assert "## Capacity under the SLO, per variant" in md and "at the SLO's edge" in md
     assert "SIMULATED" in md.upper() or "simulated" in md
+
+
+@pytest.mark.slow
+def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    import shutil
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")  # the promotion writes here, not into the checkout
+
+    def toolkit(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "toolkit", *args, "--profiles-dir", str(tmp_path / "profiles")],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                              text=True, timeout=300)
+
+    slo = "ttft_p99_ms=3000,itl_p99_ms=300"
+    bad = toolkit("tune", "glm5-baseline", "--runner", "engine-model", "--objective", "goodput")
+    assert bad.returncode == 2 and "--objective goodput needs an SLO" in bad.stderr and "--slo" in bad.stderr
+    tuned = toolkit("tune", "glm5-baseline", "--runner", "engine-model", "--objective", "goodput", "--slo", slo,
+                    "--tunes-dir", str(tmp_path / "tunes"), "--json", "--promote", "--promote-name", "gp")
+    assert tuned.returncode == 0, tuned.stderr[-2000:]
+    out = json.loads(tuned.stdout)
+    assert out["objective"] == "goodput" and out["best"]["request_rate"] > 0
+    assert out["capacity"]["slo"] == {"ttft_p99_ms": 3000.0, "itl_p99_ms": 300.0}
+    (run,) = (tmp_path / "tunes").iterdir()
+    assert (run / "frontier.png").stat().st_size > 10_000
+    md = (run / "report.md").read_text()
+    assert "![throughput against p99 latency, SLO lines, J/token](frontier.png)" in md
+    text = (tmp_path / "profiles" / "gp.yaml").read_text()
+    assert "goodput" in text and "req/s, the highest rate that met the SLO" in text
+    assert toolkit("profile", "validate", "gp").returncode in (0, 1)  # warnings (the base's own) are not errors
+
+    swept = toolkit("sweep", "glm5-baseline", "--runner", "engine-model", "--vary",
+                    "server.max_running_requests=64,128", "--slo", slo, "--concurrency", "1024",
+                    "--sweeps-dir", str(tmp_path / "sweeps"), "--json")
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    ranking = json.loads(swept.stdout)
+    assert [r["label"] for r in ranking["by_goodput"]] == ["max_running_requests=128", "max_running_requests=64"]
+    assert ranking["by_goodput"][0]["request_rate"] > ranking["by_goodput"][1]["request_rate"]
+    (srun,) = (tmp_path / "sweeps").iterdir()
+    assert (srun / "frontier.png").is_file() and "## Ranked by goodput under the SLO" in (srun / "report.md").read_text()

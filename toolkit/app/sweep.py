@@ -167,6 +167,12 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
         front = [(p.variant_id, p.concurrency) for p in pareto_front(state)]
         (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}"))
         out.append(("Pareto front: throughput against energy per token", "pareto.png"))
+    series = report.frontier_series(state) if state.capacity else []
+    if series:
+        (d / "frontier.png").write_bytes(plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]),
+                                                               title=f"sweep {state.run_id}: the SLO's frontier"))
+        out.append(("throughput against p99 TTFT and ITL per variant, the SLO's bounds, J/token at each capacity",
+                    "frontier.png"))
     return out
 
 

@@ -18,6 +18,7 @@ from toolkit.app import sweep
 from toolkit.app.measure import Promoted, write_promoted
 from toolkit.app.profiles import check, open_store
 from toolkit.core.errors import ToolkitError
+from toolkit.core.sweep import report as sweep_report
 from toolkit.core.sweep.capacity import capacity_record
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
 from toolkit.core.sweep.run import Progress
@@ -169,7 +170,7 @@ def frontier_plot(session: TuneSession) -> str | None:
     from toolkit.adapters import plots as plotting
 
     state = session.state
-    series = report.frontier_series(state) if state.capacity else []
+    series = sweep_report.frontier_series(state) if state.capacity else []
     if not series:
         return None
     sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})

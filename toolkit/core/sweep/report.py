@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import (
     ParetoPoint,
     RankedRow,
@@ -13,7 +14,7 @@ from toolkit.core.sweep.ranking import (
     rank_by_goodput,
     rank_by_throughput,
 )
-from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
+from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState, VariantState
 from toolkit.core.sweep.variants import format_value
 
 
@@ -165,9 +166,56 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
             ],
         ),
     ]
+    if state.capacity is not None:
+        parts += ["", "## Capacity under the SLO, per variant", "",
+                  _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
+                             "capacity req/s", "goodput tok/s", "tok/J", "J/tok", "search"], capacity_rows(state))]
     missing = not_measured(state)
     if missing:
         parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"
+
+
+def capacity_rows(state: SweepState, interval_of: Callable[[VariantState], Any] | None = None) -> list[list[str]]:
+    """Per variant with a capacity search: the rates tried and what they gave, its capacity, goodput (with its
+    interval, when `interval_of` gives one), energy there, and how the search ended."""
+    rows = []
+    for v in state.planned():
+        cap = capacity.result(state, v)
+        m = cap.at_lo
+        limit = next((p.measurement.power_limit_w for p in v.points if p.measurement and p.measurement.power_limit_w),
+                     None)
+        tried = " ".join(f"{r.rate:g}{'+' if r.met else '-'}" for r in cap.rates) or "-"
+        ci = interval_of(v) if interval_of else None
+        good = "-" if m is None else f"{m.steady_output_tok_per_s:,.1f}" + (
+            f" [{ci.low:,.1f}, {ci.high:,.1f}]" if ci else "")
+        bracket = "-" if cap.lo is None else f"{cap.lo:g}" + (f" (missed at {cap.hi:g})" if cap.hi else "")
+        rows.append([v.id, v.label or "(the base)", "-" if limit is None else f"{limit:g}", tried, bracket, good,
+                     "-" if m is None or m.tokens_per_j is None else f"{m.tokens_per_j:.4g}",
+                     "-" if m is None or m.energy_per_output_token_j is None else f"{m.energy_per_output_token_j:.4g}",
+                     cap.status])
+    return rows
+
+
+def frontier_series(state: SweepState) -> list[dict[str, Any]]:
+    """The frontier plot's data: per variant, each measured rate's output tok/s and p99 TTFT and ITL, whether the
+    SLO held there, its J/token at its capacity rate and its power limit."""
+    out = []
+    for v in state.planned():
+        cap = capacity.result(state, v)
+        pts = []
+        for r in cap.rates:
+            m = r.measurement
+            if m is None:
+                continue
+            pts.append({"tok_s": m.steady_output_tok_per_s, "ttft_ms": (m.latency_ms.get("ttft") or {}).get("p99"),
+                        "itl_ms": (m.latency_ms.get("itl") or {}).get("p99"), "met": r.met, "rate": r.rate})
+        if not pts:
+            continue
+        limit = next((p.measurement.power_limit_w for p in v.points if p.status == DONE and p.measurement
+                      and p.measurement.power_limit_w), None)
+        out.append({"label": f"{v.id} {v.label}".strip(), "points": pts, "power_limit_w": limit,
+                    "j_per_tok": cap.at_lo.energy_per_output_token_j if cap.at_lo else None})
+    return out

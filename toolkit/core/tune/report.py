@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core.sweep import capacity
-from toolkit.core.sweep.report import _md_table, not_measured, ranking_sections
-from toolkit.core.sweep.state import DONE, SweepState
+from toolkit.core.sweep.report import _md_table, capacity_rows, not_measured, ranking_sections
+from toolkit.core.sweep.state import SweepState
 from toolkit.core.tune.loop import change_text, score, unit, variant_interval
 
 TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
@@ -162,7 +162,8 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         parts += ["", "## Capacity under the SLO, per variant", "",
                   _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
                              "capacity req/s", "goodput tok/s [95 %]", "tok/J", "J/tok", "search"],
-                            capacity_rows(state))]
+                            capacity_rows(state, interval_of=lambda v: variant_interval(state, log, v)
+                                          if log.get("objective") == "goodput" else None))]
         if plots_frontier:
             parts += ["", f"![throughput against p99 latency, SLO lines, J/token]({plots_frontier})"]
     parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
@@ -199,50 +200,6 @@ def to_json(state: SweepState) -> dict[str, Any]:
         "failed_directions": log.get("failed_directions", []),
         "ranking": report.to_json(state),
     }
-
-
-def capacity_rows(state: SweepState) -> list[list[str]]:
-    """Per variant with a capacity search: the rates tried and what they gave, its capacity, goodput (with its
-    interval), energy there, and how the search ended."""
-    log = state.tune or {}
-    rows = []
-    for v in state.planned():
-        cap = capacity.result(state, v)
-        m = cap.at_lo
-        limit = next((p.measurement.power_limit_w for p in v.points if p.measurement and p.measurement.power_limit_w),
-                     None)
-        tried = " ".join(f"{r.rate:g}{'+' if r.met else '-'}" for r in cap.rates) or "-"
-        ci = variant_interval(state, log, v) if log.get("objective") == "goodput" and log else None
-        good = "-" if m is None else f"{m.steady_output_tok_per_s:,.1f}" + (
-            f" [{ci.low:,.1f}, {ci.high:,.1f}]" if ci else "")
-        bracket = "-" if cap.lo is None else f"{cap.lo:g}" + (f" (missed at {cap.hi:g})" if cap.hi else "")
-        rows.append([v.id, v.label or "(the base)", "-" if limit is None else f"{limit:g}", tried, bracket, good,
-                     "-" if m is None or m.tokens_per_j is None else f"{m.tokens_per_j:.4g}",
-                     "-" if m is None or m.energy_per_output_token_j is None else f"{m.energy_per_output_token_j:.4g}",
-                     cap.status])
-    return rows
-
-
-def frontier_series(state: SweepState) -> list[dict[str, Any]]:
-    """The frontier plot's data: per variant, each measured rate's output tok/s and p99 TTFT and ITL, whether the
-    SLO held there, its J/token at its capacity rate and its power limit."""
-    out = []
-    for v in state.planned():
-        cap = capacity.result(state, v)
-        pts = []
-        for r in cap.rates:
-            m = r.measurement
-            if m is None:
-                continue
-            pts.append({"tok_s": m.steady_output_tok_per_s, "ttft_ms": (m.latency_ms.get("ttft") or {}).get("p99"),
-                        "itl_ms": (m.latency_ms.get("itl") or {}).get("p99"), "met": r.met, "rate": r.rate})
-        if not pts:
-            continue
-        limit = next((p.measurement.power_limit_w for p in v.points if p.status == DONE and p.measurement
-                      and p.measurement.power_limit_w), None)
-        out.append({"label": f"{v.id} {v.label}".strip(), "points": pts, "power_limit_w": limit,
-                    "j_per_tok": cap.at_lo.energy_per_output_token_j if cap.at_lo else None})
-    return out
 
 
 def knob_reasons(state: SweepState, run_ref: str) -> dict[str, str]:
