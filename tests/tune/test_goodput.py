@@ -259,12 +259,11 @@ def test_goodput_tune_raises_the_cap_for_ttft_then_lowers_it_for_itl_and_keeps_n
 def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tmp_path: Any) -> None:
     import json
     import os
+    import shutil
     import subprocess
     import sys
 
     from .conftest import REPO
-
-    import shutil
 
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")  # the promotion writes here, not into the checkout
 
