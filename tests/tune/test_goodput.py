@@ -297,4 +297,5 @@ def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tm
     assert [r["label"] for r in ranking["by_goodput"]] == ["max_running_requests=128", "max_running_requests=64"]
     assert ranking["by_goodput"][0]["request_rate"] > ranking["by_goodput"][1]["request_rate"]
     (srun,) = (tmp_path / "sweeps").iterdir()
-    assert (srun / "frontier.png").is_file() and "## Ranked by goodput under the SLO" in (srun / "report.md").read_text()
+    assert (srun / "frontier.png").is_file()
+    assert "## Ranked by goodput under the SLO" in (srun / "report.md").read_text()
