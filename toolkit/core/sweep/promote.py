@@ -166,11 +166,12 @@ def promote(
         place = "first" if best.rank == 1 else str(best.rank)
         reason += (
             f"{tool} {state.run_id}: {best.variant_id} ({best.label}) ranked {place} of {len(rows)} by {ranked}: "
-            f"{metric} at concurrency {best.concurrency}"
+            f"{metric}{'' if best.request_rate else f' at concurrency {best.concurrency}'}"
         )
         if best.tokens_per_j is not None and by == "throughput":
             reason += f", {best.tokens_per_j:.3f} tok/J"
-        reason += f"; {path.rsplit('.', 1)[-1]} {format_value(old)} in {base.name} -> {format_value(value)}"
+        reason += (f"; {path.rsplit('.', 1)[-1]} {'unset' if old is None else format_value(old)} in {base.name} -> "
+                   f"{format_value(value)}")
         if baseline is not None and by == "throughput":
             gain = (best.steady_output_tok_per_s / baseline.steady_output_tok_per_s - 1) * 100
             reason += (
@@ -196,8 +197,8 @@ def promote(
         name=promoted,
         knobs=changed,
         description=(
-            f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric} at "
-            f"concurrency {best.concurrency} ({best.data_source})."
+            f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric}"
+            f"{'' if best.request_rate else f' at concurrency {best.concurrency}'} ({best.data_source})."
         ),
         why=why,
         header=header,

@@ -86,8 +86,10 @@ def best_line(state: SweepState) -> str:
     gain = ""
     if base and base.value and v.index != 1:
         gain = f" ({(s.value / base.value - 1) * 100:+.1f} % over the base v01)"
-    return (f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} at concurrency "
-            f"{s.concurrency}{gain}.")
+    where = f"at {s.request_rate:g} req/s under the SLO" if s.request_rate is not None else \
+        f"at concurrency {s.concurrency}"
+    good = f", goodput {s.goodput:,.4g} output tok/s" if s.goodput is not None and log["objective"] != "goodput" else ""
+    return f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} {where}{good}{gain}."
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None,
