@@ -100,6 +100,11 @@ def main() -> int:
     parser.add_argument("--objective", choices=("throughput", "goodput", "tokens-per-joule"), default="throughput")
     parser.add_argument("--slo", help="the SLO of a goodput (or tokens-per-joule) tune and of the grid's capacity "
                         "searches, e.g. ttft_p99_ms=3000,itl_p99_ms=100")
+    parser.add_argument("--rate-start", help="both sides' first request rate (req/s)")
+    parser.add_argument("--rate-tolerance-pct", help="both sides' capacity bracket (default 4)")
+    parser.add_argument("--max-rounds", help="both sides' rates per variant (default 10)")
+    parser.add_argument("--grid-knobs", help="only these of the knobs the tune touched span the grid (comma-separated "
+                        "paths; default all): a smaller grid for the lab, where a point takes minutes")
     args = parser.parse_args()
 
     from toolkit.adapters.profile_store import ProfileStore
@@ -116,6 +121,9 @@ def main() -> int:
     conc = ["--concurrency", args.concurrency] if args.concurrency else []
 
     slo = ["--slo", args.slo] if args.slo else []
+    for flag in ("rate_start", "rate_tolerance_pct", "max_rounds"):
+        if getattr(args, flag):
+            slo += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats),
                           "--objective", args.objective, *slo, "--tunes-dir", str(work / "tunes")], cwd=work)
     (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
@@ -124,6 +132,8 @@ def main() -> int:
     levels = state["concurrency"]
 
     axes = grid_axes(state["tune"], spec, args.grid)
+    if args.grid_knobs:
+        axes = {path: values for path, values in axes.items() if path in args.grid_knobs.split(",")}
     vary = [a for path, values in axes.items() for a in ("--vary", f"{path}={','.join(map(_fmt, values))}")]
     grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra, *slo,
                           "--sweeps-dir", str(work / "sweeps")], cwd=work)

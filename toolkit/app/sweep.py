@@ -51,6 +51,8 @@ class SweepRequest:
     sweeps_dir: str | None = None
     slo: str | None = None  # a capacity search per variant (goodput, and tokens per joule at that rate)
     rate_start: float | None = None
+    rate_tolerance_pct: float = 4.0
+    max_rounds: int = 10
 
 
 @dataclass
@@ -112,7 +114,7 @@ def open_session(req: SweepRequest) -> SweepSession:
             f"no concurrency levels: {base.name} sets neither bench.concurrency_levels nor bench.max_concurrency",
             field="--concurrency", fix="add --concurrency 64,256,1024")
     cap = capacity.capacity_record("goodput", req.slo, spec, profile=base.name, rate_start=req.rate_start,
-                                   tolerance_pct=4.0, max_rounds=10) if req.slo else None
+                                   tolerance_pct=req.rate_tolerance_pct, max_rounds=req.max_rounds) if req.slo else None
     if cap is not None and len(lv) > 1:
         raise ToolkitError.of(f"a capacity search offers Poisson rates at one concurrency cap, not {len(lv)} levels",
                               field="--concurrency", fix=f"give one level (e.g. --concurrency {max(lv)})")

@@ -39,6 +39,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "ranking; tokens per joule is then at that rate)")
     parser.add_argument("--rate-start", type=float, help="with --slo: the first request rate of each search (req/s; "
                         "default 0.7 x the rate a closed-loop run completes)")
+    parser.add_argument("--rate-tolerance-pct", type=float, default=4.0, help="with --slo: a search stops when its "
+                        "bracket is this narrow (default 4)")
+    parser.add_argument("--max-rounds", type=int, default=10, help="with --slo: rates per variant (default 10)")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     parser.add_argument(
         "--runner",
@@ -68,7 +71,8 @@ def _request(args: argparse.Namespace) -> Any:
                         resume=args.resume, show=args.show, retry_failed=args.retry_failed, runner=args.runner,
                         inventory=args.inventory, wait=not args.no_wait, num_prompts=args.num_prompts,
                         point_timeout_s=args.point_timeout_s, profiles_dir=args.profiles_dir,
-                        sweeps_dir=args.sweeps_dir, slo=args.slo, rate_start=args.rate_start)
+                        sweeps_dir=args.sweeps_dir, slo=args.slo, rate_start=args.rate_start,
+                        rate_tolerance_pct=args.rate_tolerance_pct, max_rounds=args.max_rounds)
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
