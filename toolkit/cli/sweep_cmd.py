@@ -14,6 +14,8 @@ from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from toolkit.cli.render import capacity_arguments
+
     parser.add_argument("profile", nargs="?", help="base profile name (profiles/NAME.yaml); not needed with --resume")
     parser.add_argument(
         "--vary",
@@ -34,14 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
     parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
                         help="the ranking whose first is promoted (goodput needs --slo)")
-    parser.add_argument("--slo", help="search each variant's capacity: the highest Poisson request rate whose p99 "
-                        "latencies meet these bounds, e.g. ttft_p99_ms=3000,itl_p99_ms=100 (adds the goodput "
-                        "ranking; tokens per joule is then at that rate)")
-    parser.add_argument("--rate-start", type=float, help="with --slo: the first request rate of each search (req/s; "
-                        "default 0.7 x the rate a closed-loop run completes)")
-    parser.add_argument("--rate-tolerance-pct", type=float, default=4.0, help="with --slo: a search stops when its "
-                        "bracket is this narrow (default 4)")
-    parser.add_argument("--max-rounds", type=int, default=10, help="with --slo: rates per variant (default 10)")
+    # --slo: each variant's capacity (adds the goodput ranking; tokens per joule is then at that rate)
+    capacity_arguments(parser, who="each variant's")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     parser.add_argument(
         "--runner",

@@ -13,6 +13,7 @@ from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from toolkit.cli.render import capacity_arguments
     from toolkit.core.tune.loop import (
         DEFAULT_MAX_GOODPUT_LOSS_PCT,
         DEFAULT_MAX_REPEATS,
@@ -25,13 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="what a change must improve: steady-state output tok/s, output tokens per joule (under "
                         "an SLO: at the capacity rate), or goodput (output tok/s at the highest Poisson request "
                         "rate that meets the SLO)")
-    parser.add_argument("--slo", help="the latency bounds, p99 in ms, any of ttft_p99_ms, itl_p99_ms, e2e_p99_ms: "
-                        "e.g. ttft_p99_ms=3000,itl_p99_ms=100 (default: the profile's bench.slo)")
-    parser.add_argument("--rate-start", type=float, help="the base's first request rate (req/s) of its capacity "
-                        "search (default: 0.7 x the rate a closed-loop run completes)")
-    parser.add_argument("--rate-tolerance-pct", type=float, default=4.0, help="a capacity search stops when its "
-                        "bracket is this narrow (or the noise band, if wider); default 4")
-    parser.add_argument("--max-rounds", type=int, default=10, help="rates per variant's capacity search (default 10)")
+    capacity_arguments(parser, who="the base's")  # --slo (default: the profile's bench.slo), --rate-start ...
     parser.add_argument("--max-repeats", type=int, default=DEFAULT_MAX_REPEATS,
                         help="a gain inside the confidence intervals is measured again until the base has this many "
                         f"measurements (default {DEFAULT_MAX_REPEATS})")

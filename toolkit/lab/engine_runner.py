@@ -241,10 +241,12 @@ class EngineModelRunner:
         if now <= 0 or not rows:
             raise VariantFailed("the engine model ran no forward")
         window = rows
+        drain_s = 0.8 * now  # where the plateau ends without a queue to say so
         queued_s = sum(r[0] for r in rows if r[2])
         if queued_s >= DRAIN_QUEUED_SHARE * now:
             last = max(i for i, r in enumerate(rows) if r[2])
             window = rows[: last + 1]
+            drain_s = sum(r[0] for r in window)
         total_s = sum(r[0] for r in window)
         shares: dict[str, float] = {}
         for r in window:
@@ -277,8 +279,11 @@ class EngineModelRunner:
                         power={"mean_w": power_total_w / eng.tp, "limit_w": eng.power_limit_w,
                                "default_w": hw.default_limit_w, "min_w": (spec.get("target") or {})
                                .get("gpu_power_limit_min_w")})
+        # The run's own spread, over its plateau: a closed-loop run's throughput falls to nothing in the drain after
+        # the last queued forward, which is the benchmark emptying, not noise (the probe's plateau rule cuts it too).
+        p0, p1 = (w0, w1) if not closed else (0.1 * drain_s, drain_s)
         per = [_tokens_between(marks, t, t + INTERVAL_S) / INTERVAL_S
-               for t in _frange(w0, w1 - INTERVAL_S + 1e-9, INTERVAL_S)] if w1 > w0 else []
+               for t in _frange(p0, p1 - INTERVAL_S + 1e-9, INTERVAL_S)] if p1 > p0 else []
         lat = RequestLatencies([ttft[r.rid] for r in eng.finished],
                                [gaps[r.rid] for r in eng.finished], failed=0)
         headline = (f"{cls} ({top_share:.0%} of the run{'' if cls != MIXED else f' {top}'}): "
