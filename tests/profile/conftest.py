@@ -50,7 +50,7 @@ server:
   nsa_decode_backend: trtllm
   cuda_graph: false
   radix_cache: false
-  extra_args: [--enable-metrics]
+  extra_args: [--enable-cache-report]
 env:
   NCCL_DEBUG: WARN
 """

@@ -87,9 +87,12 @@ def test_apply_refuses_every_broken_profile_before_any_host_is_touched(tmp_path:
     reliability(
         fault=f"hostile or broken profiles: the {len(EXPECTED)} of tests/profile/broken/ (bad YAML, unknown keys, "
         "a host that is no address, relative paths, a newline in an env value or an argument, an open bind "
-        "without an API key, ...)",
+        "without an API key, a YAML boolean or octal number where a number is meant, a typed knob overridden "
+        "through an alias or a prefix in extra_args, paths out of the profiles' tree, invisible Unicode, "
+        "template markers, an alias bomb, a broken results block, ...)",
         user_saw="exit 2, one error each with file:line: field, message and fix, e.g. "
-        + "; ".join(f"'{first_lines[c][:150]}'" for c in ("newline-in-env", "public-bind-no-key")),
+        + "; ".join(f"'{first_lines[c][:150]}'" for c in ("newline-in-env", "tp-prefix-in-extra-args",
+                                                            "alias-bomb")),
         recorded="nothing: no Ansible run directory, no artifacts, no host contacted",
         next_run="the profile, fixed as the error says, validates (tests/profile/test_profile_validate.py)",
         area="profile",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolkit.adapters.profile_store import PROFILES_ENV, ProfileStore, find_profiles_dir
+from toolkit.adapters.profile_store import PROFILES_ENV, ProfileStore, find_profiles_dir, read_source
 from toolkit.core.errors import ToolkitError
 
 
@@ -72,6 +72,35 @@ def test_named_files_must_exist_and_the_patch_must_change_its_target(tmp_path: P
     assert p.field == "engine.patches.0.target" and "sglang/srt/b.py" in p.message
     (profiles / "patches" / "x.patch").write_text("--- a/sglang/srt/a.py\n+++ b/sglang/srt/a.py\n@@ -1 +1 @@\n-a\n+b\n")
     assert store.file_problems(store.resolve("p")) == []
+
+
+def test_named_files_that_link_out_of_the_profiles_tree_are_refused(tmp_path: Path) -> None:
+    """A lexically clean path (profiles/...) that is a symbolic link to a file elsewhere: the deploy would copy
+    that file to every host, so it is refused once the link is followed."""
+    profiles = tmp_path / "profiles"
+    (profiles / "patches").mkdir(parents=True)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("not for hosts\n")
+    (profiles / "req.txt").symlink_to(outside)
+    (profiles / "patches" / "x.patch").symlink_to(outside)
+    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req.txt", sha="a" * 64))
+    store = ProfileStore(profiles)
+    problems = {p.field: p for p in store.file_problems(store.resolve("p"))}
+    assert set(problems) == {"engine.requirements", "engine.patches.0.patch"}
+    assert all("outside the profiles' tree" in p.message and str(outside) in p.message for p in problems.values())
+
+
+def test_a_huge_profile_is_refused_after_reading_its_limit_only(tmp_path: Path) -> None:
+    """/dev/zero never ends: the reader stops one byte past the loader's limit and says so."""
+    from toolkit.core.profile.source import MAX_PROFILE_BYTES
+
+    with pytest.raises(ToolkitError) as err:
+        read_source("/dev/zero", "huge")
+    (p,) = err.value.problems
+    assert f"{MAX_PROFILE_BYTES + 1:,} bytes or more" in p.message and p.line == 1 and "keep_last" in p.fix
+    (tmp_path / "huge.yaml").symlink_to("/dev/zero")
+    with pytest.raises(ToolkitError, match="not a regular file"):
+        ProfileStore(tmp_path).source("huge")
 
 
 def test_shipped_profiles_name_files_that_exist(shipped) -> None:

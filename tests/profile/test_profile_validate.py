@@ -109,10 +109,11 @@ def test_flag_missing_in_the_pinned_version_is_an_error(write_profiles, base_yam
     assert "--nsa-decode-backend" in p.fix and p.field == "server.extra_args.0" and p.line == 5
 
 
-def test_value_outside_choices_in_extra_args(write_profiles, base_yaml) -> None:
-    store = write_profiles(_child(base_yaml, "server:\n  extra_args: ['--moe-runner-backend=cutlas']\n"))
+@pytest.mark.parametrize("args", ["['--schedule-policy=fcsf']", "[--schedule-policy, fcsf]"])
+def test_value_outside_choices_in_extra_args(write_profiles, base_yaml, args) -> None:
+    store = write_profiles(_child(base_yaml, f"server:\n  extra_args: {args}\n"))
     (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
-    assert "'cutlas' is not a value" in p.message and "cutlass" in p.fix
+    assert "'fcsf' is not a value" in p.message and "fcfs" in p.fix and p.field == "server.extra_args.0"
 
 
 def test_no_catalogue_for_the_version_is_an_error(write_profiles, base_yaml) -> None:
@@ -210,3 +211,45 @@ def test_the_acknowledgement_does_not_change_the_spec_hash(write_profiles, base_
     b = write_profiles(_child(base_yaml, "server:\n  host: 0.0.0.0\n  api_key_secret: env:K\n"
                               "  allow_unauthenticated: true\n" + why)).resolve("c")
     assert spec_hash(a) == spec_hash(b)
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.15"])
+def test_every_name_of_every_typed_flag_is_refused_in_extra_args(write_profiles, base_yaml, version) -> None:
+    """Derived from the catalogue, not a list: for each flag a typed field renders, every name SGLang gives its
+    destination (aliases, and the flag a deprecated one is replaced by), written plain, with `=value` and cut to
+    its shortest unique prefix, is refused as an override of that field (or as a secret)."""
+    from toolkit.core.profile.argv import read_option
+    from toolkit.core.profile.flags import typed_destinations
+
+    catalogue = load_catalogue(version)
+    owned = typed_destinations(catalogue)
+    options = [n for f in catalogue.flags for n in f.names]
+    names = sorted({n for f in catalogue.flags if f.dest in owned for n in f.names})
+    assert {"--tensor-parallel-size", "--tp-size", "--ep", "--model", "--host", "--api-key"} <= set(names)
+    for name in names:
+        short = next(name[:k] for k in range(3, len(name) + 1)
+                     if read_option(0, name[:k], options).option == name or name[:k] == name)
+        for args in ([name, "4"], [f"{name}=4"], [short, "4"]):
+            store = write_profiles(_child(base_yaml, f"engine:\n  sglang_version: {version}\n"
+                                          f"server:\n  extra_args: {args!r}\n"))
+            errors = [p for p in _problems(store, "c") if p.field == "server.extra_args.0"]
+            assert len(errors) == 1, (args, errors)
+            assert "would override" in errors[0].message or "carries a secret" in errors[0].message, (args, errors)
+
+
+def test_a_deprecated_typed_flags_replacement_is_owned_too(write_profiles, base_yaml) -> None:
+    """0.5.15 renamed --nsa-decode-backend to --dsa-decode-backend (same dest) and replaces
+    --enable-flashinfer-allreduce-fusion by --flashinfer-allreduce-fusion-backend (another dest)."""
+    for token in ("--dsa-decode-backend=trtllm", "--flashinfer-allreduce-fusion-backend=auto",
+                  "--cuda-graph-backend-decode=disabled"):
+        store = write_profiles(_child(base_yaml, f"engine:\n  sglang_version: 0.5.15\n"
+                                      f"server:\n  extra_args: ['{token}']\n"))
+        (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
+        assert "would override server." in p.message, (token, p)
+
+
+def test_a_flag_owned_by_no_typed_knob_passes_in_every_spelling_sglang_reads(write_profiles, base_yaml) -> None:
+    store = write_profiles(_child(base_yaml, "server:\n  extra_args: [--max-total-tokens, '4096', "
+                                  "'--schedule-policy=lpm', --enable-mixed-chunk, --chunked-prefill-size]\n"))
+    problems = [p for p in _problems(store, "c") if p.field and p.field.startswith("server.extra_args")]
+    assert len(problems) == 1 and "would override server.chunked_prefill_size" in problems[0].message

@@ -94,7 +94,24 @@ def _newer_schema(s: Scratch) -> int:
     return n + 1
 
 
-@pytest.mark.parametrize("case", ["no-profile", "no-summary", "broken-block", "newer-schema", "not-a-dir"])
+def _drop_marker(s: Scratch) -> int:
+    """The marker line deleted by hand: the block is now the author's text, and a record would add a second."""
+    path = s.profiles / "glm5-tp8.yaml"
+    lines = path.read_text().splitlines(keepends=True)
+    n = next(i for i, ln in enumerate(lines) if ln.startswith("# --- results:"))
+    del lines[n]
+    path.write_text("".join(lines))
+    return n + 1  # the `results:` line now sits where the marker was
+
+
+def _not_utf8(s: Scratch) -> int:
+    path = s.profiles / "glm5-tp8.yaml"
+    path.write_bytes(path.read_bytes().replace(b"3,740 tok/s", b"3\xe9740 tok/s", 1))
+    return 0
+
+
+@pytest.mark.parametrize("case", ["no-profile", "no-summary", "broken-block", "newer-schema", "not-a-dir",
+                                  "no-marker", "not-utf8"])
 def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsys: pytest.CaptureFixture[str]
                                               ) -> None:
     profile, run, want_line = "glm5-tp8", scratch.run, None
@@ -106,6 +123,10 @@ def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsy
         want_line = _break_block(scratch)
     elif case == "newer-schema":
         want_line = _newer_schema(scratch)
+    elif case == "no-marker":
+        want_line = _drop_marker(scratch)
+    elif case == "not-utf8":
+        _not_utf8(scratch)
     else:
         run = scratch.root / "missing-run"
     before = scratch.snapshot()
@@ -121,6 +142,10 @@ def test_bad_input_exits_2_and_writes_nothing(scratch: Scratch, case: str, capsy
         assert f"glm5-tp8.yaml:{want_line}" in err, err
     if case == "newer-schema":
         assert "newer than this toolkit" in err
+    if case == "no-marker":
+        assert "results: a results block without the marker line" in err, err
+    if case == "not-utf8":
+        assert "not UTF-8" in err, err
 
 
 def test_keep_last_prunes_toolkit_entries_but_keeps_manual_history(scratch: Scratch) -> None:

@@ -17,7 +17,7 @@ from toolkit.adapters.files import write_atomic
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
-from toolkit.core.profile.source import ProfileSource, parse_profile_text
+from toolkit.core.profile.source import MAX_PROFILE_BYTES, ProfileSource, parse_profile_text, too_large
 
 PROFILES_ENV = "TOOLKIT_PROFILES_DIR"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -85,7 +85,11 @@ def read_text(path: str | Path) -> str:
     """One profile file's text, as UTF-8; a clear error naming the file otherwise."""
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8")
+        with p.open("rb") as handle:  # never more than the loader takes: a huge file (or /dev/zero) stops here
+            raw = handle.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise too_large(str(p), len(raw))
+        return raw.decode("utf-8")
     except FileNotFoundError:
         raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
     except UnicodeDecodeError as err:
@@ -123,6 +127,9 @@ class ProfileStore:
         """The file's text, read once per store (the source, the results block and a rewrite all use it)."""
         if name not in self._texts:
             path = self.path(name)
+            if path.exists() and not path.is_file():
+                raise ToolkitError.of(f"{path} is not a regular file", file=str(path),
+                                      fix="a profile is a YAML file (not a device, a pipe or a directory)")
             if not path.is_file():
                 known = ", ".join(self.names()) or "none"
                 raise ProfileNotFound.of(f"no profile {name!r} in {self.dir}", fix=f"use one of: {known}")
@@ -144,32 +151,39 @@ class ProfileStore:
 
     def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
         """Files a profile names (patches, requirements lock), relative to the repository holding the
-        profiles dir: they must exist, and a patch must change the file its entry says."""
+        profiles dir: they must be regular files inside the profiles' tree once every symbolic link is
+        followed (the deploy copies them to hosts), and a patch must change the file its entry says."""
         root = self.dir.resolve().parent
         out: list[Problem] = []
         engine = resolved.spec.engine
-        if engine.requirements and not (root / engine.requirements).is_file():
-            out.append(
-                resolved.problem(
-                    "engine.requirements",
-                    f"{engine.requirements} does not exist (looked in {root})",
-                    "commit the lock file there, or fix the path (it is relative to the repository root)",
-                )
-            )
+        named = [("engine.requirements", engine.requirements, "commit the lock file there")] if engine.requirements \
+            else []
+        named += [(f"engine.patches.{i}.patch", p.patch, "commit the patch file under profiles/patches/")
+                  for i, p in enumerate(engine.patches)]
+        confined: dict[str, Path] = {}
+        for field, rel, commit in named:
+            path = (root / rel).resolve()
+            if not path.is_relative_to(self.dir.resolve()):
+                out.append(resolved.problem(
+                    field,
+                    f"{rel} resolves to {path}, outside the profiles' tree {self.dir.resolve()}",
+                    "keep the file itself under the profiles directory (a symbolic link out of it is refused)",
+                ))
+            elif not path.is_file():
+                out.append(resolved.problem(
+                    field,
+                    f"{rel} does not exist (looked in {root})",
+                    f"{commit}, or fix the path (it is relative to the repository root)",
+                ))
+            else:
+                confined[field] = path
         for i, patch in enumerate(engine.patches):
-            path = root / patch.patch
-            if not path.is_file():
-                out.append(
-                    resolved.problem(
-                        f"engine.patches.{i}.patch",
-                        f"{patch.patch} does not exist (looked in {root})",
-                        "commit the patch file under profiles/patches/, or fix the path",
-                    )
-                )
+            patch_file = confined.get(f"engine.patches.{i}.patch")
+            if patch_file is None:
                 continue
             touched = {
                 line[6:].split("\t")[0].strip()
-                for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+                for line in patch_file.read_text(encoding="utf-8", errors="replace").splitlines()
                 if line.startswith("+++ b/")
             }
             if touched != {patch.target}:

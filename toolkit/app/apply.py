@@ -110,7 +110,11 @@ def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
             )
         return {"sglang_service_api_key": value}, {}
     if kind == "file":
-        return {"sglang_service_api_key": Path(name).expanduser().read_text().strip()}, {}
+        try:
+            return {"sglang_service_api_key": Path(name).read_text().strip()}, {}
+        except OSError as err:
+            raise ToolkitError.of(f"cannot read the API key file {name}: {err.strerror}", field="server.api_key_secret",
+                                  fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
     if kind == "vault":
         # Ansible resolves the vaulted variable on the host side; the value never passes through here.
         return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
@@ -149,8 +153,8 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         raise ToolkitError.of(f"--num-prompts {req.num_prompts}: at least one", field="--num-prompts",
                               fix="e.g. --num-prompts 160")
     resolved = checked.resolved
-    repo_root = share_dir()
-    inputs = deploy.inputs_from_resolved(resolved, repo_root=repo_root)
+    # The files a profile names (patches) are relative to its repository: the profiles directory's parent.
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=checked.store.dir.resolve().parent)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(req.runs_dir).resolve() / run_id
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
@@ -173,7 +177,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
-    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=repo_root)
+    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,

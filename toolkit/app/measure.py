@@ -180,10 +180,14 @@ class ApplyProbeRunner:
         return f"toolkit apply profile VARIANT --probe against {where}"
 
     def _profiles_dir(self) -> Path:
+        """The run's own profiles directory: the chain's files, and the files profiles name (patches, locks),
+        which live in the profiles' tree (a profile names them relative to it), copied with their paths."""
         d = self.ctx.store.run_dir(self.ctx.run_id) / "profiles"
         d.mkdir(parents=True, exist_ok=True)
         for f in self.ctx.chain_files:
             shutil.copyfile(f, d / f.name)
+        for sub_dir in (p for p in self.ctx.profiles.dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            shutil.copytree(sub_dir, d / sub_dir.name, dirs_exist_ok=True)
         return d
 
     def __call__(self, request: PointRequest) -> Measurement:

@@ -14,6 +14,7 @@ from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.validate import validate
+from toolkit.core.results.block import block_problems
 
 
 def open_store(profiles_dir: str | None = None) -> ProfileStore:
@@ -22,8 +23,9 @@ def open_store(profiles_dir: str | None = None) -> ProfileStore:
 
 
 def check(resolved: ResolvedProfile) -> list[Problem]:
-    """The rules and the flags of the profile's pinned SGLang (its catalogue, read once per process)."""
-    return list(validate(resolved, load_catalogue(resolved.spec.engine.sglang_version)))
+    """The rules and the flags of the profile's pinned SGLang (its catalogue, read once per process), and its
+    results block as the recorder reads it (what it could not read, it could not add to)."""
+    return [*validate(resolved, load_catalogue(resolved.spec.engine.sglang_version)), *block_problems(resolved)]
 
 
 def check_profiles(store: ProfileStore, names: list[str]) -> dict[str, list[Problem]]:
@@ -35,7 +37,9 @@ def check_profiles(store: ProfileStore, names: list[str]) -> dict[str, list[Prob
         except ToolkitError as err:
             out[name] = list(err.problems)
             continue
-        out[name] = check(resolved) + store.file_problems(resolved)
+        out[name] = check(resolved)
+        if not any(p.severity == "error" for p in out[name]):  # a path refused as written is not looked up
+            out[name] += store.file_problems(resolved)
     return out
 
 
@@ -54,6 +58,8 @@ def resolve_checked(name: str, profiles_dir: str | None = None, *, store: Profil
     store = store or open_store(profiles_dir)
     resolved = store.resolve(name)
     problems = check(resolved)
+    if not any(p.severity == "error" for p in problems):  # the files it names go to every host: confined
+        problems += store.file_problems(resolved)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)

@@ -16,9 +16,10 @@ from toolkit.app.profiles import open_store
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.results.block import block_problems
 from toolkit.core.results.build import build_entry
 from toolkit.core.results.model import ResultsBlock, ResultsEntry
-from toolkit.core.results.record import migrated, read_block, with_entry
+from toolkit.core.results.record import RecordChange, migrated, read_block, with_entry
 
 
 @dataclass(frozen=True)
@@ -34,18 +35,24 @@ class ProfileResults:
 
 @dataclass(frozen=True)
 class RecordOutcome:
-    """What `record_run` did. `action`: "added", "replaced" (same run, new figures) or "unchanged"."""
+    """What `record_run` did: the entry, and the change to the file (its action, what keep_last dropped)."""
 
     profile: str
     file: Path
     entry: ResultsEntry
-    action: str
-    dropped: list[str]  # run_ids pruned by keep_last
-    block: ResultsBlock
+    change: RecordChange
 
     @property
-    def changed(self) -> bool:
-        return self.action != "unchanged"
+    def action(self) -> str:  # "added", "replaced" (same run, new figures) or "unchanged"
+        return self.change.action
+
+    @property
+    def dropped(self) -> list[str]:
+        return self.change.dropped
+
+    @property
+    def block(self) -> ResultsBlock:
+        return self.change.block
 
 
 def _store(profiles_dir: str | Path | None) -> ProfileStore:
@@ -97,6 +104,9 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
     with profile_lock(path):  # two recorders (parallel sweeps, several hosts) never drop each other's entry
         store.forget(profile)
         current = _results_of(store, profile, path)
+        unreadable = [p for p in block_problems(current.resolved) if p.severity == "error"]
+        if unreadable:  # what it cannot read as its own block, it does not write over
+            raise ToolkitError(unreadable)
         text = store.text(profile)
         entry = build_entry(
             summary, verdict, run,
@@ -111,7 +121,7 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
         change = with_entry(text, entry, file=str(path), keep_last=keep_last)
         if change.changed:
             store.write_text(profile, change.text)
-    return RecordOutcome(profile, path, entry, change.action, change.dropped, change.block)
+    return RecordOutcome(profile, path, entry, change)
 
 
 def migrate(profile: str, profiles_dir: str | Path | None = None) -> bool:

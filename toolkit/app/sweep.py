@@ -77,24 +77,32 @@ def levels(concurrency: str | None, base: ResolvedProfile) -> list[int] | None:
     return None
 
 
+def existing_run(store: SweepStore, profiles: ProfileStore, *, resume: str | None, show: str | None,
+                 profile: str | None) -> SweepSession | None:
+    """The run `resume` or `show` names (a sweep's or a tune's), with its base profile; None when neither does."""
+    if resume and show:
+        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
+    run_id = resume or show
+    if not run_id:
+        return None
+    state = store.load(run_id)
+    if profile and profile != state.profile:
+        raise ToolkitError.of(f"{store.kind} {state.run_id} is of profile {state.profile}, not {profile}",
+                              field="profile", fix=f"leave the profile out or give {state.profile}")
+    base = profiles.resolve(state.profile)
+    return SweepSession(store, profiles, base, base_spec(base), state)
+
+
 def open_session(req: SweepRequest) -> SweepSession:
     """A new sweep (its variants planned and validated, its state created), or the one `resume`/`show` names."""
     store = SweepStore(sweeps_dir(req.sweeps_dir))
     profiles = open_store(req.profiles_dir)
-    if req.resume and req.show:
-        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
-    existing = req.resume or req.show
-    if existing:
-        state = store.load(existing)
-        if req.profile and req.profile != state.profile:
-            raise ToolkitError.of(f"sweep {state.run_id} is of profile {state.profile}, not {req.profile}",
-                                  field="profile", fix=f"leave the profile out or give {state.profile}")
-        base = profiles.resolve(state.profile)
-        spec = base_spec(base)
+    session = existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
+    if session is not None:
+        state, base, spec = session.state, session.base, session.spec
         axes = parse_axes(req.vary, spec) if req.vary else None
         lv = levels(req.concurrency, base) if req.concurrency else None
         check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=lv)
-        session = SweepSession(store, profiles, base, spec, state)
         if req.budget is not None:
             apply_budget(state, req.budget)
             store.save(state)

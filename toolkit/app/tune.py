@@ -76,17 +76,10 @@ def open_session(req: TuneRequest) -> TuneSession:
     """A new tune (its log started, the base to be measured first), or the one `resume`/`show` names."""
     store = SweepStore(tunes_dir(req.tunes_dir), kind="tune", dir_flag="--tunes-dir")
     profiles = open_store(req.profiles_dir)
-    if req.resume and req.show:
-        raise ToolkitError.of("--resume and --show both name a run", field="--show", fix="give one of them")
-    existing = req.resume or req.show
-    if existing:
-        state = store.load(existing)
+    session = sweep.existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
+    if session is not None:
+        state, base, spec = session.state, session.base, session.spec
         state.tune = check_log(state.tune, file=str(store.state_path(state.run_id)))
-        if req.profile and req.profile != state.profile:
-            raise ToolkitError.of(f"tune {state.run_id} is of profile {state.profile}, not {req.profile}",
-                                  field="profile", fix=f"leave the profile out or give {state.profile}")
-        base = profiles.resolve(state.profile)
-        spec = base_spec(base)
         lv = _levels(req, base) if req.concurrency else None
         check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=None, concurrency=lv)
         if req.budget is not None and req.resume:
@@ -94,7 +87,7 @@ def open_session(req: TuneRequest) -> TuneSession:
             store.save(state)
         if req.resume:
             req.runner = state.runner  # a resumed tune measures on as it began
-        return TuneSession(store, profiles, base, spec, state)
+        return session
     if not req.profile:
         raise ToolkitError.of("which profile to tune?", field="profile", fix="toolkit tune PROFILE (or --resume RUN)")
     if req.repeats < 2:

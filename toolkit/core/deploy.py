@@ -251,7 +251,6 @@ def build_extravars(
                                    *probe_args],
         "bench_probe_hf_home": inputs.env.get("HF_HOME", DEFAULT_HF_HOME),
         "bench_probe_fetch_dir": fetch_dir,
-        "bench_probe_wheelhouse_src": wheelhouse_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,
     }
 

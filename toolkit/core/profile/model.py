@@ -7,7 +7,7 @@ when the merged profile still lacks them, naming the file to put them in.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -24,27 +24,57 @@ SECRET_SCHEMES = ("env", "vault", "file")
 API_KEY_ENV = "SGLANG_API_KEY"
 
 
+# Numbers by their meaning: strict, so a YAML 1.1 boolean (`port: yes`) is no number, 8.0 no GPU count and "8"
+# no integer; finite, so .nan and .inf are no fraction, rate or limit.
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
+
+
+# Hardware bounds: no board draws more than this (the largest today, B300-class, is rated 1,400 W), none holds
+# more memory (288 GB), and no one host more GPUs (NVLink domains of 72 span 18 hosts of 4).
+MAX_BOARD_POWER_W = 2000
+MAX_GPU_MEMORY_GIB = 1024
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 1024
+# An idle baseline, a smoothing window or a steady window longer than an hour is a typo, not a measurement.
+MAX_PROBE_WINDOW_S = 3600
+# Request, token and batch counts: SGLang and bench_serving hold them in 32-bit integers (torch int32
+# tensors, CUDA graph batch sizes), so a larger one is a typo that would fail only on the GPU host.
+MAX_COUNT = 2**31 - 1
+# bench_serving seeds numpy's generator with --seed, which takes 0 to 2**32 - 1 only.
+MAX_BENCH_SEED = 2**32 - 1
+# A latency bound longer than an hour is a typo, not a service level.
+MAX_SLO_MS = 3_600_000
+
+# Environment variable names as systemd and POSIX shells take them (env_name_is_valid): ASCII only.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Hugging Face repo ids (huggingface_hub validate_repo_id): ASCII word characters, '-' and '.', at most 96
+# characters a part, a word character at each end; '--' and '..' are refused there (ModelSpec below), and '..'
+# would climb out of the model cache here.
+_REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+REPO_ID = rf"^{_REPO_PART}/{_REPO_PART}$"
 
 
 class Target(_Strict):
     """The hardware the profile is tuned for (per node)."""
 
     gpu_model: str | None = None
-    gpu_count: int | None = Field(default=None, ge=1, description="GPUs per node")
+    gpu_count: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node")
     compute_capability: str | None = Field(default=None, pattern=r"^SM\d{2,3}$", description="e.g. SM120")
     interconnect: Literal["pcie", "nvlink"] | None = None
     p2p: bool | None = Field(default=None, description="whether GPUs can reach each other peer-to-peer")
-    nodes: int = Field(default=1, ge=1)
-    gpu_power_limit_w: float | None = Field(default=None, gt=0, description="board power limit per GPU, W (the "
-                                            "board's default limit: what the GPU draws at most unless "
-                                            "gpu.power_limit_w sets another)")
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    gpu_power_limit_w: float | None = Field(
+        default=None, gt=0, le=MAX_BOARD_POWER_W, description="board power limit per GPU, W (the board's default "
+        "limit: what the GPU draws at most unless gpu.power_limit_w sets another)"
+    )
     # The range `nvidia-smi -pl` accepts on this board (nvidia-smi -q -d POWER: Min / Max Power Limit). Used to
     # refuse a gpu.power_limit_w outside it before anything runs; the host role checks the GPU's own range again.
-    gpu_power_limit_min_w: float | None = Field(default=None, gt=0, description="lowest settable limit per GPU, W")
-    gpu_power_limit_max_w: float | None = Field(default=None, gt=0, description="highest settable limit per GPU, W")
-    gpu_memory_gib: float | None = Field(default=None, gt=0)
+    gpu_power_limit_min_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                                description="lowest settable limit per GPU, W")
+    gpu_power_limit_max_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                                description="highest settable limit per GPU, W")
+    gpu_memory_gib: float | None = Field(default=None, gt=0, le=MAX_GPU_MEMORY_GIB)
 
     @property
     def sm(self) -> int | None:
@@ -54,7 +84,7 @@ class Target(_Strict):
 class Patch(_Strict):
     """A change to a file of the installed SGLang, applied by the deploy role with `patch -p1`."""
 
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="lower-case letters, digits and '-'")
     target: str = Field(description="file relative to site-packages, e.g. sglang/srt/model_executor/model_runner.py")
     target_sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="sha256 of the unpatched file it expects")
     patch: str = Field(description="patch file, relative to the repository root (profiles/patches/...)")
@@ -70,7 +100,7 @@ class Engine(_Strict):
 
 
 class ModelSpec(_Strict):
-    repo_id: str | None = Field(default=None, pattern=r"^[\w.-]+/[\w.-]+$")
+    repo_id: str | None = Field(default=None, pattern=REPO_ID, description="a Hugging Face repo id, org/name")
     revision: str | None = None
     served_model_name: str | None = None
     quantization: str | None = None
@@ -78,18 +108,25 @@ class ModelSpec(_Strict):
     local_path: str | None = None
     architecture: str | None = Field(default=None, description="HF architectures[0], e.g. GlmMoeDsaForCausalLM")
 
+    @field_validator("repo_id")
+    @classmethod
+    def _repo_id_runs(cls, v: str | None) -> str | None:
+        if v is not None and ("--" in v or ".." in v):
+            raise ValueError("a Hugging Face repo id has no '--' or '..'")
+        return v
+
 
 class Server(_Strict):
     """Typed SGLang knobs. None means: leave SGLang's default, render no flag."""
 
     # Parallelism
-    tp_size: int = Field(default=1, ge=1)
-    pp_size: int = Field(default=1, ge=1)
-    ep_size: int = Field(default=1, ge=1)
-    dp_size: int = Field(default=1, ge=1)
+    tp_size: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE * MAX_NODES)
+    pp_size: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE * MAX_NODES)
+    ep_size: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE * MAX_NODES)
+    dp_size: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE * MAX_NODES)
     enable_dp_attention: bool = False
-    nnodes: int = Field(default=1, ge=1)
-    node_rank: int | None = Field(default=None, ge=0)
+    nnodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    node_rank: int | None = Field(default=None, ge=0, lt=MAX_NODES)
     dist_init_addr: str | None = None
     # Attention
     attention_backend: str | None = None
@@ -102,14 +139,15 @@ class Server(_Strict):
     flashinfer_autotune: bool = True
     allreduce_fusion: bool = False
     # Scheduler and memory
-    max_running_requests: int | None = Field(default=None, ge=1)
-    chunked_prefill_size: int | None = Field(default=None, ge=-1)
-    num_continuous_decode_steps: int | None = Field(default=None, ge=1)
+    max_running_requests: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    # SGLang: -1 (or any value <= 0) turns chunked prefill off; a chunk is a count of tokens.
+    chunked_prefill_size: int | None = Field(default=None, ge=-1, le=MAX_COUNT)
+    num_continuous_decode_steps: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     mem_fraction_static: float | None = Field(default=None, gt=0, lt=1)
     kv_cache_dtype: str | None = None
     # Graphs and cache
     cuda_graph: bool = True
-    cuda_graph_max_bs: int | None = Field(default=None, ge=1)
+    cuda_graph_max_bs: int | None = Field(default=None, ge=1, le=MAX_COUNT)
     radix_cache: bool = True
     # Serving
     host: str = "127.0.0.1"
@@ -127,17 +165,19 @@ class Server(_Strict):
 
 class SteadyState(_Strict):
     plateau_fraction: float = Field(default=0.8, gt=0, le=1)
-    smooth_s: float = Field(default=2.0, gt=0)
-    min_window_s: float = Field(default=5.0, gt=0)
+    smooth_s: float = Field(default=2.0, gt=0, le=MAX_PROBE_WINDOW_S)
+    min_window_s: float = Field(default=5.0, gt=0, le=MAX_PROBE_WINDOW_S)
 
 
 class Slo(_Strict):
     """The latency the service is held to, in ms: the 99th percentile over the benchmark's requests (from its
     per-request results, not from means). Any subset; at least one."""
 
-    ttft_p99_ms: float | None = Field(default=None, gt=0, description="time to first token, p99, ms")
-    itl_p99_ms: float | None = Field(default=None, gt=0, description="inter-token latency, p99 over all gaps, ms")
-    e2e_p99_ms: float | None = Field(default=None, gt=0, description="end-to-end request latency, p99, ms")
+    ttft_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS, description="time to first token, p99, ms")
+    itl_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS,
+                                     description="inter-token latency, p99 over all gaps, ms")
+    e2e_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS,
+                                     description="end-to-end request latency, p99, ms")
 
     @model_validator(mode="after")
     def _one_bound(self) -> Slo:
@@ -151,15 +191,16 @@ class Bench(_Strict):
 
     backend: str = "sglang-oai"
     dataset_name: str = "random"
-    random_input_len: int = Field(default=256, ge=1)
-    random_output_len: int = Field(default=128, ge=1)
+    random_input_len: int = Field(default=256, ge=1, le=MAX_COUNT)
+    random_output_len: int = Field(default=128, ge=1, le=MAX_COUNT)
     random_range_ratio: float | None = Field(default=None, ge=0, le=1)
-    num_prompts: int = Field(default=1024, ge=1)
-    request_rate: float | Literal["inf"] = "inf"
-    max_concurrency: int | None = Field(default=None, ge=1)
-    concurrency_levels: list[int] = Field(default_factory=list)
-    warmup_requests: int | None = Field(default=None, ge=0)
-    seed: int | None = None
+    num_prompts: int = Field(default=1024, ge=1, le=MAX_COUNT)
+    # Requests per second; 0 would send nothing and the run would never end. "inf" sends them all at once.
+    request_rate: Annotated[float, Field(gt=0)] | Literal["inf"] = "inf"
+    max_concurrency: int | None = Field(default=None, ge=1, le=MAX_COUNT)
+    concurrency_levels: list[Annotated[int, Field(le=MAX_COUNT)]] = Field(default_factory=list)
+    warmup_requests: int | None = Field(default=None, ge=0, le=MAX_COUNT)
+    seed: int | None = Field(default=None, ge=0, le=MAX_BENCH_SEED)
     tokenizer: str | None = Field(default=None, description="None: model.repo_id")
     # What `toolkit tune --objective goodput` and `toolkit sweep --objective goodput` hold each variant to
     # (--slo on the command line wins). It renders nothing: bench_serving measures, the toolkit judges.
@@ -178,11 +219,12 @@ class Gpu(_Strict):
 
     # nvidia-smi -pl / nvmlDeviceSetPowerManagementLimit on every GPU of the host, kept across reboots by a unit
     # (roles/proxmox_gpu_host, tasks/power_limit.yml). None: the host's limits are left as they are.
-    power_limit_w: float | None = Field(default=None, gt=0, description="enforced power limit per GPU, W")
+    power_limit_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                        description="enforced power limit per GPU, W")
 
 
 class Probe(_Strict):
-    idle_s: float = Field(default=10, ge=0)
+    idle_s: float = Field(default=10, ge=0, le=MAX_PROBE_WINDOW_S)
     sample_hz: float = Field(default=10, gt=0, le=100)
     # SGLang's /metrics and /v1/loads scrapes per second (server_trace.csv). Its gauges change at most at each
     # prefill batch and every decode_log_interval (40) decode steps, so faster only repeats values; AIPerf
@@ -203,21 +245,24 @@ class ResultsEnvelope(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    schema_version: int = 1
-    keep_last: int = Field(default=10, ge=1)
+    # Strict like the author's part: `keep_last: yes` would otherwise keep one entry.
+    schema_version: int = Field(default=1, strict=True)
+    keep_last: int = Field(default=10, ge=1, strict=True)
     entries: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class Profile(_Strict):
     schema_version: int
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9._-]*$", description="the file's name: lower-case letters, digits, '.', '_', '-'"
+    )
     description: str = ""
     extends: str | None = None
     target: Target = Field(default_factory=Target)
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
     gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
@@ -231,12 +276,4 @@ class Profile(_Strict):
             raise ValueError(f"schema_version {v} is newer than this toolkit understands ({SCHEMA_VERSION})")
         if v < 1:
             raise ValueError("schema_version starts at 1")
-        return v
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not key.replace("_", "").isalnum() or key[0].isdigit():
-                raise ValueError(f"{key!r} is not an environment variable name")
         return v

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.core.profile.model import API_KEY_ENV, Server
+from toolkit.core.profile.model import API_KEY_ENV
 from toolkit.core.profile.resolve import ResolvedProfile
 
 
@@ -55,6 +55,25 @@ SERVER_FLAGS: tuple[FlagSpec, ...] = (
     FlagSpec("radix_cache", "--disable-radix-cache", "false"),
     FlagSpec("enable_metrics", "--enable-metrics", "true"),
 )
+
+
+# The flags typed fields render besides SERVER_FLAGS (rendered_flags below), each with the field that owns it.
+OWNED_FLAGS: tuple[tuple[str, str], ...] = (
+    ("--model-path", "model.repo_id"),
+    ("--revision", "model.revision"),
+    ("--served-model-name", "model.served_model_name"),
+    ("--quantization", "model.quantization"),
+    ("--trust-remote-code", "model.trust_remote_code"),
+    ("--host", "server.host"),
+    ("--port", "server.port"),
+    ("--api-key", "server.api_key_secret"),
+)
+
+
+def typed_flags() -> dict[str, str]:
+    """Every flag a typed field renders -> that field (server.tp_size, model.repo_id, ...): the flags whose
+    settings extra_args may not touch."""
+    return {**dict(OWNED_FLAGS), **{fs.flag: f"server.{fs.field}" for fs in SERVER_FLAGS}}
 
 
 @dataclass(frozen=True)
@@ -106,15 +125,6 @@ def _require(value: str | None, path: str) -> str:
     if not value:
         raise ValueError(f"{path} is not set; validate() reports this before rendering")
     return value
-
-
-def extra_arg_flags(server: Server) -> list[tuple[int, str]]:
-    """(index, flag) for each `--flag` or `--flag=value` token in extra_args."""
-    out = []
-    for i, token in enumerate(server.extra_args):
-        if token.startswith("--"):
-            out.append((i, token.split("=", 1)[0]))
-    return out
 
 
 def render_launch_argv(resolved: ResolvedProfile) -> list[str]:

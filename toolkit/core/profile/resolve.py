@@ -7,6 +7,7 @@ toolkit.adapters.profile_store.
 from __future__ import annotations
 
 import difflib
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,12 +99,14 @@ class ResolvedProfile:
     def problem(
         self, path: str, message: str, fix: str, severity: str = "error", rule_id: str | None = None
     ) -> Problem:
-        """A Problem located where `path` was set (or, if never set, in this profile's file)."""
+        """A Problem located where `path` was set (or, if never set, in this profile's file: at the section it
+        belongs in when the file has one, else at its first line)."""
         where = self.origin(path)
+        own_line = self.source.line_of(tuple(path.split("."))) if self.source is not None else None
         return Problem(
             message,
             file=where.file if where else self.file,
-            line=where.line if where else None,
+            line=where.line if where else own_line,
             field=path,
             fix=fix,
             severity=severity,
@@ -135,14 +138,44 @@ def deep_merge(base: Any, over: Any) -> Any:
 
 def check_file(source: ProfileSource) -> Profile:
     """Type-check one file on its own, reporting every problem with its line."""
+    data = strip_nulls(source.data)
     try:
-        return Profile.model_validate(strip_nulls(source.data))
+        return Profile.model_validate(data)
     except ValidationError as err:
-        raise ToolkitError([_pydantic_problem(source, e) for e in err.errors()]) from None
+        raise ToolkitError([_pydantic_problem(source, loc, errors) for loc, errors in _by_field(err, data)]) from None
 
 
-def _pydantic_problem(source: ProfileSource, error: Any) -> Problem:
-    loc: Path = tuple(error["loc"])
+def _by_field(err: ValidationError, data: Any) -> list[tuple[Path, list[Any]]]:
+    """pydantic's errors grouped by the profile path they are about, in order. A value checked against a union
+    (`float | "inf"`) gets one error per member, each with the member's name appended to its loc: those are one
+    problem of one field."""
+    grouped: dict[Path, list[Any]] = {}
+    for error in err.errors():
+        grouped.setdefault(_data_path(tuple(error["loc"]), data), []).append(error)
+    return list(grouped.items())
+
+
+def _data_path(loc: Path, data: Any) -> Path:
+    """The part of `loc` that names a place in the input: keys and indexes that exist there, plus a missing
+    key of a mapping; what follows a plain value (a union member's name) is dropped."""
+    out: list[str | int] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            out.append(part)
+            if part not in node:
+                break
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            out.append(part)
+            node = node[part]
+        else:
+            break
+    return tuple(out)
+
+
+def _pydantic_problem(source: ProfileSource, loc: Path, errors: list[Any]) -> Problem:
+    error = errors[0]
     kind = error["type"]
     if kind == "extra_forbidden":
         parent, key = loc[:-1], str(loc[-1])
@@ -164,16 +197,50 @@ def _pydantic_problem(source: ProfileSource, error: Any) -> Problem:
             field=dotted(loc),
             fix=f"add `{loc[-1]}:`",
         )
-    got = error.get("input")
-    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
-    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["loc"][-1] == "[key]" and loc[:1] == ("env",):
+        return Problem(
+            f"{loc[-1]!r} is not an environment variable name (ASCII letters, digits and '_', no digit first)",
+            file=source.file,
+            line=source.line_of(loc),
+            field=dotted(loc),
+            fix="rename it: systemd and shells take no other names",
+        )
     return Problem(
-        f"{message} (got {shown})",
+        value_message(errors),
         file=source.file,
         line=source.line_of(loc),
         field=dotted(loc),
         fix=_type_fix(loc),
     )
+
+
+def value_message(errors: list[Any]) -> str:
+    """One message for the errors of one value: what pydantic says, what YAML made of the text, and what it got."""
+    got = errors[0].get("input")
+    parts: list[str] = []
+    for e in errors:
+        text = str(e["msg"]).removeprefix("Value error, ")
+        if parts:
+            text = text.removeprefix("Input should ")
+        if text not in parts:
+            parts.append(text)
+    kinds = {e["type"] for e in errors}
+    if kinds == {"string_pattern_mismatch"}:
+        parts = ["Text not of the form this field takes (see the fix)"]
+    message = " or ".join(parts)
+    if isinstance(got, bool) and kinds & _NUMBER_TYPES:
+        message += "; YAML 1.1 reads yes/no/on/off/true/false as booleans, not numbers"
+    elif isinstance(got, float) and "int_type" in kinds:
+        message += "; a fraction is no whole number (write 8, not 8.0)"
+    elif isinstance(got, str) and kinds & _NUMBER_TYPES:
+        message += "; a quoted number is text (write it without quotes)"
+    elif "finite_number" in kinds:
+        message += "; .nan and .inf are no values here"
+    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    return f"{message} (got {shown})"
+
+
+_NUMBER_TYPES = {"int_type", "float_type", "int_parsing", "float_parsing", "int_from_float"}
 
 
 def _field_model(parent: Path) -> type[BaseModel] | None:
@@ -211,7 +278,7 @@ def _type_fix(loc: Path) -> str:
     model = _field_model(loc[:-1])
     if model is not None and isinstance(loc[-1], str) and loc[-1] in model.model_fields:
         info = model.model_fields[loc[-1]]
-        text = f"give {loc[-1]} a value of type {_type_name(info.annotation)}"
+        text = f"give {loc[-1]} {_type_name(info)}"
         if info.description:
             text += f" ({info.description})"
         return text
@@ -220,8 +287,36 @@ def _type_fix(loc: Path) -> str:
     return "correct the value's type"
 
 
-def _type_name(annotation: Any) -> str:
-    return str(annotation).replace("typing.", "").replace("<class '", "").replace("'>", "")
+def _type_name(info: Any) -> str:
+    """What a field takes, in words: its type and its range."""
+    return _describe(info.annotation, info.metadata)
+
+
+def _describe(annotation: Any, metadata: Any = ()) -> str:
+    nested = _model_in(annotation) if isinstance(annotation, type) else None
+    if nested is not None:
+        return f"a mapping of {nested.__name__} keys ({', '.join(nested.model_fields)})"
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _describe(args[0], args[1:])
+    if origin in (typing.Union, types.UnionType):
+        named = [_describe(a, metadata) for a in args if a is not type(None)]
+        return " or ".join(named)
+    if origin is typing.Literal:
+        return " or ".join(repr(a) for a in args)
+    if origin is list:
+        return f"a list of {_describe(args[0]).removeprefix('a ')}s" if args else "a list"
+    if origin is dict:
+        return "a mapping of names to " + _describe(args[1]).removeprefix("a ") if args else "a mapping"
+    words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+    text = words.get(annotation, str(annotation).replace("typing.", ""))
+    bounds = []
+    for meta in [m for given in metadata for m in getattr(given, "metadata", [given])]:  # Field(...) holds its own
+        for name, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(meta, name, None)
+            if value is not None:
+                bounds.append(f"{sign} {value:,}")
+    return text + (f" {' and '.join(bounds)}" if bounds else "")
 
 
 def resolve(name: str, loader: Loader) -> ResolvedProfile:
@@ -288,14 +383,14 @@ def resolve(name: str, loader: Loader) -> ResolvedProfile:
         spec = Profile.model_validate(merged)
     except ValidationError as err:  # a combination only the merge creates
         problems = []
-        for e in err.errors():
-            where = origins.get(dotted(tuple(e["loc"])))
+        for loc, errors in _by_field(err, merged):
+            where = origins.get(dotted(loc))
             problems.append(
                 Problem(
-                    f"after merging extends: {e['msg']}",
+                    f"after merging extends: {value_message(errors)}",
                     file=where.file if where else own.file,
                     line=where.line if where else None,
-                    field=dotted(tuple(e["loc"])),
+                    field=dotted(loc),
                     fix="correct the value in the file that sets it",
                 )
             )

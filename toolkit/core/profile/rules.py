@@ -10,10 +10,14 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.profile.argv import read_option
+from toolkit.core.profile.model import SECRET_SCHEMES
+from toolkit.core.profile.render import SERVER_FLAGS
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Architectures whose attention is NSA/DSA sparse attention (server_args.py: is_deepseek_nsa).
@@ -188,7 +192,7 @@ RULES: tuple[Rule, ...] = (
         message="an unauthenticated server is allowed here without a reason",
         fix="add why.server.allow_unauthenticated: {reason: ...} saying who can reach the port and what guards "
         "it, or remove server.allow_unauthenticated and set server.api_key_secret",
-        source="issue #19: an open bind must be meant, and say so where the profile's reader looks",
+        source="an open bind must be meant, and say so where the profile's reader looks",
     ),
     Rule(
         id="public-bind-acknowledged",
@@ -230,14 +234,63 @@ class FieldRule:
 PROSE_KEYS = frozenset({"reason", "link", "description"})
 
 _CONTROL_NAMES = {"\n": "newline", "\r": "carriage return", "\x00": "NUL", "\x1b": "escape", "\t": "tab"}
+# Unicode categories no rendered string may hold: control (Cc), format (Cf: bidirectional overrides, zero-width
+# characters, the BOM), surrogates (Cs: no UTF-8 file can hold one), line and paragraph separators (Zl, Zp).
+_FORBIDDEN_CATEGORIES = {
+    "Cc": "a control character",
+    "Cf": "a format character",
+    "Cs": "a lone surrogate",
+    "Zl": "a line separator",
+    "Zp": "a paragraph separator",
+}
 _LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+# What a path the deploy role puts on a command line (`python -m venv --clear PATH`, `patch ... TARGET`) may
+# hold: the POSIX portable file name characters and '/'. Ansible's command module splits such a line at spaces.
+_PORTABLE_PATH = re.compile(r"[A-Za-z0-9._/+@-]+")
+# Directories of the system (FHS) and of this toolkit's model mount; a venv is made with `--clear`, which empties
+# its directory first, so none of these may be one.
+SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+    "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/models",
+    "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/sbin",
+    "/usr/share", "/usr/src", "/usr/local/bin", "/usr/local/lib", "/usr/local/sbin", "/usr/local/share",
+    "/var/cache", "/var/lib", "/var/lock", "/var/log", "/var/mail", "/var/opt", "/var/run", "/var/spool", "/var/tmp",
+    "/models/huggingface",
+})  # fmt: skip
+# Kernel and runtime file systems: nothing the deploy makes belongs there.
+_VIRTUAL_DIRS = ("/proc/", "/sys/", "/dev/", "/run/")
+# A git ref or commit as `git check-ref-format` takes it (refs/pr/1, main, v1.0, a hash): no '..', no '//',
+# no part starting with '.', no '@{', none of ~^:?*[\ and space.
+_REVISION = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._/+-]*")
+# Something that looks like a key rather than a reference: long, no scheme, or a known key prefix.
+_LITERAL_KEY = re.compile(r"^(sk-|hf_|[A-Za-z0-9_\-]{24,}$)")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def control_char_problem(value: str) -> str | None:
     for i, c in enumerate(value):
-        if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F:
-            name = _CONTROL_NAMES.get(c, "control character")
+        kind = _FORBIDDEN_CATEGORIES.get(unicodedata.category(c))
+        if kind is not None:
+            name = _CONTROL_NAMES.get(c) or unicodedata.name(c, "") or "unnamed"
+            return f"{kind}, U+{ord(c):04X} ({name}) at position {i}"
+    return None
+
+
+def prose_problem(value: str) -> str | None:
+    """Prose may hold line breaks and tabs (folded YAML blocks end in one), nothing else that drives a terminal."""
+    for i, c in enumerate(value):
+        category = unicodedata.category(c)
+        if (category == "Cc" and c not in "\n\t") or category in ("Zl", "Zp") or "\u202a" <= c <= "\u202e" \
+                or "\u2066" <= c <= "\u2069":
+            name = _CONTROL_NAMES.get(c) or unicodedata.name(c, "") or "control character"
             return f"U+{ord(c):04X} ({name}) at position {i}"
+    return None
+
+
+def template_problem(value: str) -> str | None:
+    for marker in ("{{", "{%", "{#"):
+        if marker in value:
+            return f"{marker!r} at position {value.index(marker)}"
     return None
 
 
@@ -260,7 +313,7 @@ def host_problem(value: str) -> str | None:
 
 def host_port_problem(value: str) -> str | None:
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not sep or not port.isdigit() or not port.isascii() or not 1 <= int(port) <= 65535:
         return f"{value!r} is not HOST:PORT"
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host_problem(host)
@@ -276,6 +329,19 @@ def absolute_path_problem(value: str) -> str | None:
     return None
 
 
+def relative_path_problem(value: str) -> str | None:
+    """A path inside some root: relative, normalised, without '..', of portable characters."""
+    if value.startswith(("/", "~")):
+        return f"{value!r} is not relative"
+    if ".." in value.split("/"):
+        return f"{value!r} contains '..'"
+    if posixpath.normpath(value) != value:
+        return f"{value!r} is not normalised (it means {posixpath.normpath(value)!r})"
+    if not _PORTABLE_PATH.fullmatch(value):
+        return f"{value!r} holds characters other than letters, digits and ._/+@-"
+    return None
+
+
 def path_like_problem(value: str) -> str | None:
     """A tokenizer is a Hugging Face repo id (org/name) or a path; a path must be absolute."""
     if value.startswith(("/", ".", "~")) or value.count("/") > 1:
@@ -283,13 +349,99 @@ def path_like_problem(value: str) -> str | None:
     return None
 
 
+def venv_dir_problem(value: str) -> str | None:
+    if not _PORTABLE_PATH.fullmatch(value):
+        return f"{value!r} holds characters other than letters, digits and ._/+@-"
+    if value in SYSTEM_DIRS:
+        return f"{value!r} is a directory of the system"
+    if value.startswith(_VIRTUAL_DIRS):
+        return f"{value!r} is on a kernel or runtime file system"
+    return None
+
+
+def repo_file_problem(value: str, folder: str = "profiles/") -> str | None:
+    problem = relative_path_problem(value)
+    if problem is not None:
+        return problem
+    if not value.startswith(folder) or value == folder:
+        return f"{value!r} is outside {folder}"
+    return None
+
+
+def patch_file_problem(value: str) -> str | None:
+    return repo_file_problem(value, "profiles/patches/")
+
+
+def revision_problem(value: str) -> str | None:
+    parts = value.split("/")
+    if (
+        not _REVISION.fullmatch(value)
+        or ".." in value
+        or any(not p or p.startswith(".") or p.endswith(".lock") for p in parts)
+        or value.endswith(".")
+    ):
+        return f"{value!r} is not a git branch, tag or commit"
+    return None
+
+
+def secret_ref_problem(value: str) -> str | None:
+    scheme, sep, name = value.partition(":")
+    if scheme not in SECRET_SCHEMES or not sep or not name:
+        if _LITERAL_KEY.match(value):
+            return "it must be a reference to a secret, not the key itself"
+        return f"{value!r} is not a secret reference"
+    if scheme == "env" and not _IDENTIFIER.fullmatch(name):
+        return f"{name!r} is not an environment variable name"
+    if scheme == "vault" and not _IDENTIFIER.fullmatch(name):
+        return f"{name!r} is not an Ansible variable name (the deploy reads the key as {{{{ {name} }}}})"
+    if scheme == "file":
+        problem = absolute_path_problem(name)
+        if problem is not None:
+            return f"the file: reference {problem}"
+    return None
+
+
+def served_name_problem(value: str) -> str | None:
+    if ":" in value:
+        return f"{value!r} holds ':'"
+    return None
+
+
+def argv_value_problem(value: str) -> str | None:
+    """A value that argparse (SGLang's and bench_serving's parsers) would read as an option, not as a value."""
+    if value == "--" or read_option(0, value, ()).kind != "value":
+        return f"{value!r} starts with '-'"
+    return None
+
+
 CHECKS: dict[str, Callable[[str], str | None]] = {
     "control_chars": control_char_problem,
+    "prose": prose_problem,
+    "template": template_problem,
     "host": host_problem,
     "host_port": host_port_problem,
     "absolute_path": absolute_path_problem,
     "path_like": path_like_problem,
+    "venv_dir": venv_dir_problem,
+    "repo_file": repo_file_problem,
+    "patch_file": patch_file_problem,
+    "site_packages_path": relative_path_problem,
+    "revision": revision_problem,
+    "secret_ref": secret_ref_problem,
+    "served_name": served_name_problem,
+    "argv_value": argv_value_problem,
 }
+
+# Every string knob that becomes the value of a flag in SGLang's argv or bench_serving's.
+ARGV_VALUE_PATHS = (
+    "model.revision",
+    "model.served_model_name",
+    "model.quantization",
+    *(f"server.{fs.field}" for fs in SERVER_FLAGS if fs.kind == "value"),
+    "bench.backend",
+    "bench.dataset_name",
+    "bench.tokenizer",
+)
 
 FIELD_RULES: tuple[FieldRule, ...] = (
     FieldRule(
@@ -297,10 +449,31 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         paths=("*",),
         check="control_chars",
         severity="error",
-        message="contains a control character, {detail}: it would end a line of the unit or the environment "
-        "file (a new directive, a new variable) or split an argument",
-        fix="remove it (YAML turns \\n in a double-quoted string, and the end of a block scalar, into a newline)",
-        source="systemd.syntax(7): a newline ends an assignment; issue #19",
+        message="contains {detail}: it would end a line of the unit or the environment file (a new directive, "
+        "a new variable), split an argument, or show a name other than the one that runs",
+        fix="remove it (YAML turns \\n in a double-quoted string, and the end of a block scalar, into a newline; "
+        "\\u escapes and pasted text can carry invisible characters)",
+        source="systemd.syntax(7): a newline ends an assignment; Unicode TR9 (bidirectional overrides), CVE-2021-42574",
+    ),
+    FieldRule(
+        id="prose-control-characters",
+        paths=("description", "why.*.reason", "why.*.link", "engine.patches.*.reason", "engine.patches.*.link"),
+        check="prose",
+        severity="error",
+        message="contains {detail}: prose reaches the terminal through `profile show`, `diff` and git's textconv, "
+        "where an escape sequence or a bidirectional control rewrites what is shown",
+        fix="remove it (a YAML \\e or \\x1b escape in a double-quoted string makes one)",
+        source="ECMA-48 control sequences; Unicode TR9, CVE-2021-42574",
+    ),
+    FieldRule(
+        id="ansible-template",
+        paths=("*",),
+        check="template",
+        severity="error",
+        message="contains the template marker {detail}: the deploy hands this value to Ansible, which would "
+        "evaluate it as Jinja on the controller (a lookup there runs commands)",
+        fix="remove the marker; profile values are literal text",
+        source="Ansible: variables are templated when used, unless marked unsafe",
     ),
     FieldRule(
         id="host-address",
@@ -322,12 +495,22 @@ FIELD_RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         id="absolute-path",
-        paths=("engine.venv_path", "model.local_path"),
+        paths=("engine.venv_path", "model.local_path", "env.HF_HOME"),
         check="absolute_path",
         severity="error",
         message="{detail}: this path goes into the unit and the deploy tasks, which run from no fixed directory",
         fix="write an absolute, normalised path without '..', e.g. /opt/sglang/venv or /models/GLM-5-NVFP4",
-        source="systemd.service(5): ExecStart= needs an absolute path; issue #19",
+        source="systemd.service(5): ExecStart= needs an absolute path",
+    ),
+    FieldRule(
+        id="venv-directory",
+        paths=("engine.venv_path",),
+        check="venv_dir",
+        severity="error",
+        message="{detail}: the deploy makes the venv with `python -m venv --clear PATH` on a command line split "
+        "at spaces, and --clear empties the directory first",
+        fix="give the venv a directory of its own, e.g. /opt/sglang/venv",
+        source="roles/sglang_venv/tasks/install.yml (Create the venv); python -m venv --help (--clear)",
     ),
     FieldRule(
         id="tokenizer-path",
@@ -336,18 +519,93 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         severity="error",
         message="{detail}: the benchmark runs on the host, from no fixed directory",
         fix="give a Hugging Face repo id (org/name) or an absolute, normalised path",
-        source="issue #19",
+        source="bench_serving loads --tokenizer from the current directory when it is relative",
+    ),
+    FieldRule(
+        id="secret-reference",
+        paths=("server.api_key_secret",),
+        check="secret_ref",
+        severity="error",
+        message="{detail}",
+        fix="write env:SGLANG_API_KEY, vault:sglang_api_key or file:/etc/sglang/api-key, and keep the key there "
+        "(a key written here would end up in git, units and logs; a file: path is read on the controller from "
+        "no fixed directory)",
+        source="toolkit apply resolves the reference on the controller",
+    ),
+    FieldRule(
+        id="repo-file",
+        paths=("engine.requirements",),
+        check="repo_file",
+        severity="error",
+        message="{detail}: files a profile names are the repository's, under profiles/",
+        fix="keep the lock file under profiles/ and give its path from the repository root, e.g. "
+        "profiles/requirements/sglang-0.5.9.txt",
+        source="a path that climbs out of the profiles' tree reads (and ships) any file of the controller",
+    ),
+    FieldRule(
+        id="patch-file",
+        paths=("engine.patches.*.patch",),
+        check="patch_file",
+        severity="error",
+        message="{detail}: patch files are the repository's, under profiles/patches/",
+        fix="keep patch files in profiles/patches/ and give the repo-relative path",
+        source="the deploy copies the patch file from the controller to every host",
+    ),
+    FieldRule(
+        id="patch-target",
+        paths=("engine.patches.*.target",),
+        check="site_packages_path",
+        severity="error",
+        message="{detail}: target must be relative to site-packages",
+        fix="write e.g. sglang/srt/model_executor/model_runner.py",
+        source="roles/sglang_venv/tasks/patches.yml joins it to site-packages on a command line split at spaces",
+    ),
+    FieldRule(
+        id="model-revision",
+        paths=("model.revision",),
+        check="revision",
+        severity="error",
+        message="{detail}: the revision names the download and a marker file in the model cache",
+        fix="write a branch, a tag or a commit hash, e.g. main or 0123abcd",
+        source="git check-ref-format(1); huggingface_hub snapshot_download(revision=...)",
+    ),
+    FieldRule(
+        id="served-model-name",
+        paths=("model.served_model_name",),
+        check="served_name",
+        severity="error",
+        message="{detail}: SGLang refuses a served model name with a colon at start (it separates model:adapter)",
+        fix="remove the ':' from served_model_name",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py (check_server_args)",
+    ),
+    FieldRule(
+        id="argv-value",
+        paths=ARGV_VALUE_PATHS,
+        check="argv_value",
+        severity="error",
+        message="{detail}: SGLang's argument parser (argparse) would read it as a flag, not as this value, and "
+        "stop at start",
+        fix="remove the leading '-'",
+        source="argparse: a token starting with '-' is an option unless it is a negative number",
     ),
 )
 
 
-def string_fields(resolved: ResolvedProfile) -> Iterator[tuple[str, str]]:
-    """(dotted path, value) of every string of the spec that is rendered somewhere (not prose, not results)."""
+def _path_matches(pattern: str, path: str) -> bool:
+    """`*` in a pattern stands for one or more parts of the dotted path: an index (engine.patches.*.patch) or
+    a key with dots in it (why.*.reason matches why.server.tp_size.reason)."""
+    parts = (".+" if part == "*" else re.escape(part) for part in pattern.split("."))
+    return re.fullmatch(r"\.".join(parts), path) is not None
+
+
+def string_fields(resolved: ResolvedProfile, *, prose: bool = False) -> Iterator[tuple[str, str]]:
+    """(dotted path, value) of every string of the spec that is rendered somewhere (not results); with
+    `prose`, the prose too (description, why, reasons and links)."""
 
     def walk(prefix: str, value: Any) -> Iterator[tuple[str, str]]:
         if isinstance(value, dict):
             for k, v in value.items():
-                if k not in PROSE_KEYS:
+                if prose or k not in PROSE_KEYS:
                     yield from walk(f"{prefix}.{k}" if prefix else str(k), v)
         elif isinstance(value, list):
             for i, v in enumerate(value):
@@ -355,7 +613,8 @@ def string_fields(resolved: ResolvedProfile) -> Iterator[tuple[str, str]]:
         elif isinstance(value, str):
             yield prefix, value
 
-    yield from walk("", resolved.spec.model_dump(mode="json", exclude={"results", "why", "description"}))
+    exclude = {"results"} if prose else {"results", "why", "description"}
+    yield from walk("", resolved.spec.model_dump(mode="json", exclude=exclude))
 
 
 def field_rule_hits(
@@ -363,11 +622,15 @@ def field_rule_hits(
 ) -> list[tuple[FieldRule, str, str]]:
     """(rule, path, detail) for each field a rule finds wrong; one hit per field (the first rule wins), so a
     value with a newline is not also reported as a bad host."""
-    strings = dict(string_fields(resolved))
+    rendered = dict(string_fields(resolved))
+    strings = dict(string_fields(resolved, prose=True))
     hits: list[tuple[FieldRule, str, str]] = []
     seen: set[str] = set()
     for rule in rules:
-        paths = sorted(strings) if rule.paths == ("*",) else [p for p in rule.paths if p in strings]
+        if rule.paths == ("*",):  # every rendered string; prose is named by its own rules
+            paths = sorted(rendered)
+        else:
+            paths = [p for p in strings if any(_path_matches(pattern, p) for pattern in rule.paths)]
         for path in paths:
             if path in seen:
                 continue

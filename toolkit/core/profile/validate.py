@@ -4,12 +4,9 @@ target, hardware rules, secrets, and every rendered flag against the pinned SGLa
 
 from __future__ import annotations
 
-import re
-
 from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
-from toolkit.core.profile.model import SECRET_SCHEMES
-from toolkit.core.profile.render import extra_arg_flags, rendered_flags
+from toolkit.core.profile.flags import extra_args_problems, rendered_flag_problems
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.rules import FIELD_RULES, RULES, FieldRule, Rule, field_rule_hits, matching_rules
 
@@ -19,19 +16,6 @@ REQUIRED = (
     ("engine.sglang_version", "the SGLang release the flags are checked against, e.g. 0.5.9"),
     ("model.repo_id", "the Hugging Face repo id, e.g. lukealonso/GLM-5-NVFP4"),
 )
-
-# Something that looks like a key rather than a reference: long, no scheme, or a known key prefix.
-_LITERAL_KEY = re.compile(r"^(sk-|hf_|[A-Za-z0-9_\-]{24,}$)")
-
-
-# Flags that typed fields render and rules check (host, port, model path): in extra_args they would override
-# the checked value unchecked (argparse: the last one wins).
-TYPED_ONLY_FLAGS = {
-    "--host": "server.host",
-    "--port": "server.port",
-    "--model-path": "model.local_path or model.repo_id",
-}
-
 
 def validate(
     resolved: ResolvedProfile,
@@ -44,23 +28,24 @@ def validate(
     `catalogue` is the pinned version's flag catalogue; None reports that it is missing (an error:
     flags cannot be checked)."""
     problems: list[Problem] = []
-    for frule, path, detail in field_rule_hits(resolved, field_rules):
+    hits = field_rule_hits(resolved, field_rules)
+    for frule, path, detail in hits:
         problems.append(
             resolved.problem(path, frule.message.format(detail=detail), frule.fix, frule.severity, frule.id)
         )
-    problems += _required(resolved)
-    problems += _parallelism(resolved)
-    problems += _power_limit(resolved)
-    problems += _secrets(resolved)
-    problems += _patches(resolved)
-    problems += _whys(resolved)
+    later: list[Problem] = []
+    later += _required(resolved)
+    later += _parallelism(resolved)
+    later += _power_limit(resolved)
+    later += _secrets(resolved)
+    later += _whys(resolved)
     for rule in matching_rules(resolved, rules):
-        problems.append(
+        later.append(
             resolved.problem(rule.field, f"{rule.message} (source: {rule.source})", rule.fix, rule.severity, rule.id)
         )
     if resolved.spec.engine.sglang_version:
         if catalogue is None:
-            problems.append(
+            later.append(
                 resolved.problem(
                     "engine.sglang_version",
                     f"no flag catalogue for SGLang {resolved.spec.engine.sglang_version}",
@@ -68,9 +53,13 @@ def validate(
                     "or pin a version that has one (toolkit/data/sglang_flags/)",
                 )
             )
-        elif not any(p.severity == "error" and p.field == "model.repo_id" for p in problems):
-            problems += _flags(resolved, catalogue)
-    return problems
+        elif not any(p.severity == "error" and p.field == "model.repo_id" for p in later):
+            later += rendered_flag_problems(resolved, catalogue)
+            later += extra_args_problems(resolved, catalogue)
+    # A value a field rule refused (a control character, a template marker, a bad path) is reported once: the
+    # checks that read it as a flag value or a host would only repeat it in other words.
+    flagged = {path for _, path, _ in hits}
+    return problems + [p for p in later if p.field not in flagged]
 
 
 def _required(resolved: ResolvedProfile) -> list[Problem]:
@@ -168,6 +157,31 @@ def _parallelism(resolved: ResolvedProfile) -> list[Problem]:
                 "make server.nnodes equal target.nodes",
             )
         )
+    if (s.tp_size * s.pp_size) % s.nnodes:
+        out.append(
+            resolved.problem(
+                "server.nnodes",
+                f"tp_size {s.tp_size} x pp_size {s.pp_size} does not divide over {s.nnodes} nodes "
+                "(SGLang asserts it at start)",
+                "make tp_size x pp_size a multiple of server.nnodes",
+            )
+        )
+    if s.dp_size > 1 and s.nnodes > 1 and not s.enable_dp_attention:
+        out.append(
+            resolved.problem(
+                "server.dp_size",
+                "data parallel over several nodes needs enable_dp_attention (SGLang asserts it at start)",
+                "set server.enable_dp_attention: true, or dp_size: 1",
+            )
+        )
+    if s.node_rank is not None and s.node_rank >= s.nnodes:
+        out.append(
+            resolved.problem(
+                "server.node_rank",
+                f"node_rank {s.node_rank} is not a node of {s.nnodes} (ranks count from 0)",
+                f"use a node_rank from 0 to {s.nnodes - 1}",
+            )
+        )
     if s.nnodes > 1 and not s.dist_init_addr:
         out.append(
             resolved.problem(
@@ -180,39 +194,8 @@ def _parallelism(resolved: ResolvedProfile) -> list[Problem]:
 
 
 def _secrets(resolved: ResolvedProfile) -> list[Problem]:
+    """Secrets by name in env (the reference itself: rules.py, secret-reference; in extra_args: _extra_args)."""
     out = []
-    ref = resolved.spec.server.api_key_secret
-    if ref is not None:
-        scheme, _, name = ref.partition(":")
-        if scheme not in SECRET_SCHEMES or not name:
-            out.append(
-                resolved.problem(
-                    "server.api_key_secret",
-                    "must be a reference to a secret, not the key itself"
-                    if _LITERAL_KEY.match(ref)
-                    else f"{ref!r} is not a secret reference",
-                    "write env:SGLANG_API_KEY, vault:sglang_api_key or file:/etc/sglang/api-key, and keep the key "
-                    "there (a key written here would end up in git, units and logs)",
-                )
-            )
-    for i, token in enumerate(resolved.spec.server.extra_args):
-        flag = token.split("=", 1)[0]
-        if flag == "--api-key":
-            out.append(
-                resolved.problem(
-                    f"server.extra_args.{i}",
-                    "the API key may not be passed in extra_args",
-                    "remove it and set server.api_key_secret to a reference (env:NAME or vault:NAME)",
-                )
-            )
-        elif flag in TYPED_ONLY_FLAGS:
-            out.append(
-                resolved.problem(
-                    f"server.extra_args.{i}",
-                    f"{flag} in extra_args would override {TYPED_ONLY_FLAGS[flag]} without its checks",
-                    f"remove it from extra_args and set {TYPED_ONLY_FLAGS[flag]}",
-                )
-            )
     for key in resolved.spec.env:
         if any(word in key.upper() for word in ("API_KEY", "TOKEN", "SECRET", "PASSWORD")):
             out.append(
@@ -250,71 +233,3 @@ def _whys(resolved: ResolvedProfile) -> list[Problem]:
     return out
 
 
-def _patches(resolved: ResolvedProfile) -> list[Problem]:
-    out = []
-    for i, patch in enumerate(resolved.spec.engine.patches):
-        if not patch.patch.startswith("profiles/patches/") or ".." in patch.patch.split("/"):
-            out.append(
-                resolved.problem(
-                    f"engine.patches.{i}.patch",
-                    f"{patch.patch!r} is outside profiles/patches/",
-                    "keep patch files in profiles/patches/ and give the repo-relative path",
-                )
-            )
-        if patch.target.startswith("/") or ".." in patch.target.split("/"):
-            out.append(
-                resolved.problem(
-                    f"engine.patches.{i}.target",
-                    "target must be relative to site-packages",
-                    "write e.g. sglang/srt/model_executor/model_runner.py",
-                )
-            )
-    return out
-
-
-def _flags(resolved: ResolvedProfile, catalogue: Catalogue) -> list[Problem]:
-    version = catalogue.sglang_version
-    out = []
-    checks = [(rf.path, rf.flag, rf.value) for rf in rendered_flags(resolved)]
-    extra = resolved.spec.server.extra_args
-    for i, flag in extra_arg_flags(resolved.spec.server):
-        token = extra[i]
-        value = (
-            token.split("=", 1)[1]
-            if "=" in token
-            else (extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("--") else None)
-        )
-        checks.append((f"server.extra_args.{i}", flag, value))
-    for path, flag, value in checks:
-        info = catalogue.get(flag)
-        if info is None:
-            close = catalogue.suggest(flag)
-            hint = f"did you mean {', '.join(close)}?" if close else f"see toolkit/data/sglang_flags/{version}.json"
-            out.append(
-                resolved.problem(
-                    path,
-                    f"SGLang {version} has no flag {flag}",
-                    f"{hint} (catalogue of SGLang {version}, read from its server_args.py)",
-                )
-            )
-            continue
-        if info.deprecated:
-            instead = f"use {info.replacement}" if info.replacement else "see SGLang's release notes"
-            out.append(
-                resolved.problem(
-                    path,
-                    f"{flag} is deprecated in SGLang {version}",
-                    f"{instead}; the old name still works for now",
-                    severity="warning",
-                )
-            )
-        if info.choices and value is not None and not value.startswith("${"):  # noqa: SIM102
-            if value not in [str(c) for c in info.choices]:
-                out.append(
-                    resolved.problem(
-                        path,
-                        f"{value!r} is not a value SGLang {version} accepts for {flag}",
-                        f"choose one of: {', '.join(str(c) for c in info.choices)}",
-                    )
-                )
-    return out

@@ -25,6 +25,8 @@ from pydantic import ValidationError
 
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import RESULTS_MARKER
+from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.source import marker_line
 from toolkit.core.results.migrate import migrate_block
 from toolkit.core.results.model import DEFAULT_KEEP_LAST, RESULTS_SCHEMA_VERSION, ResultsBlock, ResultsEntry
 
@@ -194,3 +196,49 @@ def prune(entries: list[ResultsEntry], keep_last: int) -> list[ResultsEntry]:
     toolkit_ids = [id(e) for e in entries if e.source == "toolkit"]
     kept = set(toolkit_ids[-keep_last:]) if keep_last > 0 else set()
     return [e for e in entries if e.source == "manual" or id(e) in kept]
+
+
+def block_problems(resolved: ResolvedProfile) -> list[Problem]:
+    """The toolkit's results block, read as `toolkit results record` reads it: what it could not read, it could
+    not add to either. A block from a newer toolkit is a warning (the profile itself is fine)."""
+    source = resolved.source
+    if source is None:
+        return []
+    author, block_text = split_results_block(source.text)
+    if block_text is None:
+        if "results" in source.data:
+            return [
+                resolved.problem(
+                    "results",
+                    "a results block without the marker line above it: `toolkit results record` would add a "
+                    "second one",
+                    "remove the block (the toolkit writes it), or put the marker line above it: "
+                    "# --- results: written by toolkit, do not edit below this line ---",
+                )
+            ]
+        return []
+    marker = marker_line(source.text) or 0
+    if "results" in source.data and (source.lines.get(("results",)) or 0) < marker:
+        return [
+            resolved.problem(
+                "results",
+                f"results is above the marker line {marker}: only the toolkit writes below it",
+                "move the block below the marker line, or remove it",
+            )
+        ]
+    try:
+        parse_block(block_text, file=source.file, first_line=author.count("\n") + 2)
+    except ToolkitError as err:
+        newer = any("newer" in p.message for p in err.problems)
+        return [
+            Problem(
+                p.message if p.message.startswith("the results block") else f"the results block: {p.message}",
+                file=p.file,
+                line=p.line,
+                field=p.field or "results",
+                fix=p.fix,
+                severity="warning" if newer else "error",
+            )
+            for p in err.problems
+        ]
+    return []
