@@ -103,6 +103,8 @@ def main() -> int:
     parser.add_argument("--rate-start", help="both sides' first request rate (req/s)")
     parser.add_argument("--rate-tolerance-pct", help="both sides' capacity bracket (default 4)")
     parser.add_argument("--max-rounds", help="both sides' rates per variant (default 10)")
+    parser.add_argument("--max-repeats", help="the tune's runs of a side before a gain inside the noise is given up "
+                        "(default 6)")
     parser.add_argument("--grid-knobs", help="only these of the knobs the tune touched span the grid (comma-separated "
                         "paths; default all): a smaller grid for the lab, where a point takes minutes")
     args = parser.parse_args()
@@ -124,7 +126,8 @@ def main() -> int:
     for flag in ("rate_start", "rate_tolerance_pct", "max_rounds"):
         if getattr(args, flag):
             slo += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
-    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats),
+    again = ["--max-repeats", args.max_repeats] if args.max_repeats else []
+    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats), *again,
                           "--objective", args.objective, *slo, "--tunes-dir", str(work / "tunes")], cwd=work)
     (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
     tune = json.loads((tune_dir / "tune.json").read_text())
