@@ -19,7 +19,10 @@ Per variant:
    interpolated between them in log-log, meets its bound (kept inside the bracket's middle 60 %), until hi / lo - 1
    is inside the tolerance (`tolerance_pct`, at least the tune's noise band): a finer bracket than the noise would
    rank noise.
-4. Bounded: at most `max_rounds` rates per variant; the result says it stopped for rounds.
+4. Confirmed: once the bracket is narrow enough (or a held candidate met its rate), the capacity rate is measured
+   again (`confirm_runs`, 2): near the edge a p99 swings with the host's pace, and the highest of many searches
+   would otherwise be the luckiest.
+5. Bounded: at most `max_rounds` distinct rates per variant; the result says it stopped for rounds.
 
 A rate meets the SLO when the median of each bounded percentile over its measurements does (a rate measured again
 for the noise band); a rate whose benchmark failed (lost requests, NaN) does not meet it. Rates met above the
@@ -64,12 +67,13 @@ class CapacityParams:
     tolerance_pct: float = 4.0
     max_rounds: int = 10
     min_rate: float = 0.01
+    confirm_runs: int = 2  # runs at the capacity rate before it counts: one lucky pass at the edge is not a capacity
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": CAPACITY_SCHEMA, "slo": dict(self.slo), "rate_start": self.rate_start,
                 "start_fraction": self.start_fraction, "step": self.step, "known_step": self.known_step,
                 "tolerance_pct": self.tolerance_pct, "max_rounds": self.max_rounds, "min_rate": self.min_rate,
-                "variants": {}}
+                "confirm_runs": self.confirm_runs, "variants": {}}
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> CapacityParams:
@@ -78,16 +82,17 @@ class CapacityParams:
                    start_fraction=float(data.get("start_fraction", 0.7)), step=float(data.get("step", 1.25)),
                    known_step=float(data.get("known_step", 1.12)),
                    tolerance_pct=float(data.get("tolerance_pct", 4.0)), max_rounds=int(data.get("max_rounds", 10)),
-                   min_rate=float(data.get("min_rate", 0.01)))
+                   min_rate=float(data.get("min_rate", 0.01)), confirm_runs=int(data.get("confirm_runs", 1)))
 
 
 def new_capacity(slo: Mapping[str, float], *, rate_start: float | None = None, tolerance_pct: float = 4.0,
-                 max_rounds: int = 10) -> dict[str, Any]:
+                 max_rounds: int = 10, confirm_runs: int = 2) -> dict[str, Any]:
     """The state's `capacity` record for a run whose objective needs the search."""
     if rate_start is not None and not rate_start > 0:
         raise ToolkitError.of(f"--rate-start {rate_start} is not a positive rate", field="--rate-start",
                               fix="give requests per second, e.g. 8")
-    return CapacityParams(dict(slo), rate_start, tolerance_pct=tolerance_pct, max_rounds=max_rounds).to_dict()
+    return CapacityParams(dict(slo), rate_start, tolerance_pct=tolerance_pct, max_rounds=max_rounds,
+                          confirm_runs=confirm_runs).to_dict()
 
 
 def capacity_record(objective: str, slo_text: str | None, spec: dict[str, Any], *, profile: str,
@@ -218,17 +223,28 @@ def result(state: SweepState, v: VariantState) -> Capacity:
     elif lo is None and floor is not None and hi is not None and hi <= float(floor) * (1 + 1e-9):
         status = BELOW_FLOOR
     elif info.get("hold") and lo is not None:
-        status = HELD
+        status = HELD if _confirmed(lo_rp, params) else SEARCHING
     elif lo is None and hi is not None and hi / params.step < params.min_rate:
         status = UNMET
-    elif lo is not None and hi is not None and (hi / lo - 1) * 100 <= _tolerance(state, params):
-        status = CONVERGED
+    elif _narrow(lo, hi, _tolerance(state, params)):
+        status = CONVERGED if _confirmed(lo_rp, params) else SEARCHING
     elif len(rps) >= params.max_rounds:
         status = ROUNDS if hi is not None else (UNBOUNDED if lo is not None else UNMET)
     else:
         status = SEARCHING
     return Capacity(status, lo, hi, lo_rp.measurement if lo_rp else None, hi_rp.measurement if hi_rp else None,
                     lo_rp.check if lo_rp else None, hi_rp.check if hi_rp else None, tuple(rps), cl, tuple(notes))
+
+
+def _narrow(lo: float | None, hi: float | None, tolerance_pct: float) -> bool:
+    """The bracket is inside the tolerance, or rates as they are written cannot split it any further."""
+    if lo is None or hi is None:
+        return False
+    return (hi / lo - 1) * 100 <= tolerance_pct or round_rate(math.sqrt(lo * hi)) in (lo, hi)
+
+
+def _confirmed(lo_rp: RatePoint | None, params: CapacityParams) -> bool:
+    return lo_rp is not None and lo_rp.runs - lo_rp.failed >= params.confirm_runs
 
 
 def _tolerance(state: SweepState, params: CapacityParams) -> float:
@@ -245,6 +261,8 @@ def next_rate(state: SweepState, v: VariantState) -> float | None:
     if cap.status != SEARCHING or any(p.status == PENDING for p in v.points):
         return None
     rps = cap.rates
+    if cap.lo is not None and (info.get("hold") or _narrow(cap.lo, cap.hi, _tolerance(state, params))):
+        return cap.lo  # the capacity measured again before it counts (a repeat: advance numbers it)
     if not rps:
         start = info.get("start")
         if start is None and cap.closed_loop is not None and cap.closed_loop.request_per_s:
@@ -314,9 +332,8 @@ def advance(state: SweepState) -> bool:
         r = next_rate(state, v)
         if r is None:
             continue
-        if any(p.request_rate == r and p.repeat == 0 for p in v.points):
-            continue  # rounding met a rate already measured: the bracket is as fine as rates are written
-        v.points.append(Point(concurrency=level, request_rate=r))
+        v.points.append(Point(concurrency=level, request_rate=r,
+                              repeat=sum(1 for p in v.points if p.request_rate == r)))
         added = True
     return added
 

@@ -735,7 +735,9 @@ def run_tune(
             # The base's capacity is found: measure it there again for the noise band.
             log["repeated"] = True
             base = state.variant(1)
-            for _ in range(int(log["repeats"]) - 1):
+            lo = capacity.result(state, base).lo
+            runs = sum(1 for p in base.points if lo is not None and p.request_rate == lo)
+            for _ in range(int(log["repeats"]) - runs):
                 capacity.measure_again(state, base)
             save(state)
             cap = capacity.result(state, base)
