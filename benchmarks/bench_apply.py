@@ -1,4 +1,4 @@
-"""Cost of a no-change `toolkit apply` against the lab, next to plain ansible-playbook in the same run (issue #7).
+"""Cost of a no-change `toolkit apply` against the lab, next to plain ansible-playbook in the same run.
 
     python3 benchmarks/bench_apply.py [--repeats 5] [-i inventory/lab.yml] [--profile glm5-tp8]
 

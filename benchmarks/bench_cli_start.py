@@ -1,4 +1,4 @@
-"""Startup cost of the commands that only read profiles (issue #2: aim under 0.5 s).
+"""Startup cost of the commands that only read profiles (aim under 0.5 s).
 
     python3 benchmarks/bench_cli_start.py [--repeats 5]
 

@@ -1,4 +1,4 @@
-"""Cost of `toolkit lab up` with a warm cache, next to an `up` of a running lab in the same run (issue #5).
+"""Cost of `toolkit lab up` with a warm cache, next to an `up` of a running lab in the same run.
 
     sudo python3 benchmarks/bench_lab_up.py [--repeats 5] [--instance k] [--flavour stock-pve8]
 

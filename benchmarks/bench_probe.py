@@ -8,7 +8,7 @@ Replay: builds the trace text once (synthetic, labelled so in its header), then 
 summarize + judge, `--repeats` times, on the default path (numpy columns where numpy is present) and on the
 list path (TOOLKIT_PROBE_STDLIB=1), interleaved with a baseline in the same run (a bare csv.reader pass over
 the same text: the floor any CSV replay pays); prints medians, ratios and whether the verdicts are identical.
-Goal (issue #18): under 1 s, at most 3x the floor.
+Goal: under 1 s, at most 3x the floor.
 NVML (--nvml): median wall ms of each NVML call on GPU 0 (where a sampler's time would go).
 Fleet (--fleet, GPU machine): the probe's NVML sampler thread with 8 independent sampler states on GPU 0 (own
 buffers, lastSeen, GPM pair each; 50 Hz rows from the driver's samples), its rows formatted and written as the

@@ -4,7 +4,7 @@
 
 The server is the lab's stand-in (a separate process, so its CPU is not counted), started with
 --enable-metrics after a few requests so every histogram has counts: its exposition carries SGLang 0.5.9's
-core families (shared/research/sglang-metrics.md) in its multiprocess layout. Per variant, in interleaved
+core families (SGLang 0.5.9's srt/metrics/collector.py) in its multiprocess layout. Per variant, in interleaved
 rounds:
   bare_get       urllib GET /metrics, body read (the floor any scraper pays)
   get_parse      the same GET + parse_exposition (prometheus_client) + scrape_row

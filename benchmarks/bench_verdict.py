@@ -3,7 +3,7 @@
     python3 benchmarks/bench_verdict.py [--repeats 5]
 
 Builds the trace once (benchmarks/bench_probe.py's synthetic text, labelled so), a server timeline at 2 Hz and a
-host timeline at 2 Hz (two processes) in the SPEC-timelines.md formats, parses them and summarizes once; then
+host timeline at 2 Hz (two processes) in the formats of docs/probe.md, parses them and summarizes once; then
 times, in alternating rounds, judge() on the summary alone (the window-mean fallback, the baseline) and judge() with
 the GPU trace and both timelines (3,590 intervals). Prints one JSON object: medians and their ratio.
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Today's strict lab and container tests against the container roles of an older commit: which findings of
-# shared/research/roles-review.md each test catches (issue #14: "each finding as a lab test that fails on the
+# the roles review (docs/provision.md) each test catches ("each finding as a lab test that fails on the
 # old roles and passes on the fixed ones").
 #
-#     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before issue #14
+#     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before the strict-lab fixes
 #     bash benchmarks/old_roles_strict.sh - deploy       # HEAD with only the fixes of findings 7 and 18 undone
 #
 # The old container roles stop at finding 6 (no python3-venv) before the deploy's findings are reached, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18: where the sampler's process CPU goes on the H200 (loads/sampler_breakdown.py) and the fleet cost
+# where the sampler's process CPU goes on the H200 (loads/sampler_breakdown.py) and the fleet cost
 # with GPM at 2 Hz and with drains every 1.5 s instead of 1 s (benchmarks/bench_probe.py --fleet, 2 rounds each).
 source "$(dirname "$0")/device_env.sh" h200g
 { date -u; nproc; uptime; python3 -c "import sys; print(sys.version)"; } > "$R/env.txt" 2>&1

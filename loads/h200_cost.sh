@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Second (last) H200 call of issue #3: the sampling cost after PCIe throughput was taken off the hot path
+# Second (last) H200 call: the sampling cost after PCIe throughput was taken off the hot path
 # (nvml.py PCIE_MIN_INTERVAL_S), with each NVML call's own cost, plus two probe runs to confirm the fix.
 source "$(dirname "$0")/device_env.sh" h200b
 python3 benchmarks/bench_probe.py --nvml --seconds 10 > "$R/nvml_cost.json" 2> "$R/nvml_cost.err"; echo "== nvml cost rc=$?"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #3's real-GPU experiment, in ONE device call (device time is scarce): every phase of
+# The real-GPU experiment, in ONE device call (device time is scarce): every phase of
 # loads/gpu_phases.py under `toolkit probe run` at 10 Hz, the compute phase again at 50 Hz, NVML sampling
 # cost at 10 and 50 Hz (benchmarks/bench_probe.py --nvml), the replay benchmark on that machine's CPUs,
 # a failing benchmark and a Ctrl-C'd run. Everything lands in $OUT/h200.tgz (the tool returns at most 8 files).

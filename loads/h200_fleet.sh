@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18's H200 call: the sampler built on the driver's 20 ms power samples (adapters/nvml.py), 8 independent
+# The H200 call: the sampler built on the driver's 20 ms power samples (adapters/nvml.py), 8 independent
 # sampler states on the one GPU at 50 Hz under a real load, its CPU against an idle baseline and the load's
 # throughput with and without it (benchmarks/bench_probe.py --fleet, interleaved windows in one process); the
 # earlier fixtures' loads re-recorded with it (h200e-*); and the replay benchmark on this machine's CPU.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18's second (last) H200 call: the fleet cost after the first call's figures (loads/h200_fleet.sh:
+# The second (last) H200 call: the fleet cost after the first call's figures (loads/h200_fleet.sh:
 # process 2.2 % of a core against the idle baseline, the sampler thread 1.64 %) with the trace writer's
 # carried-value cache, buffer decoding in one pass and no idle-start energy read; and the replay benchmark
 # on this machine's CPU with the numpy-column path (and the list path, same run).

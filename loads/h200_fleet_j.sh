@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18's last H200 call: the fleet cost with drains set by the power ring's depth (1.5 s on the H200) and
+# The last H200 call: the fleet cost with drains set by the power ring's depth (1.5 s on the H200) and
 # GPM at 2.5 Hz (loads/sampler_breakdown.py: a drain ~0.55 ms whatever it brings, a GPM pair ~0.14 ms, the
 # counter ~3.5 ms; results in benchmarks/results/h200-sampler-breakdown.json); the earlier fixtures' loads
 # re-recorded with this sampler (h200j-*, committed as tests/fixtures/probe/h200j-*, their classes checked by

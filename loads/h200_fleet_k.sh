@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18: the fleet cost again, twice under the compute load (is 1.81 % reproducible?) and once under the
+# the fleet cost again, twice under the compute load (is 1.81 % reproducible?) and once under the
 # host load (pure-Python work between kernels: the load's process holds a core), same sampler as h200_fleet_j.sh.
 source "$(dirname "$0")/device_env.sh" h200k
 { date -u; nproc; uptime; } > "$R/env.txt" 2>&1

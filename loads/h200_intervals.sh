@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue #16's H200 call: the verdict over time. Each load of loads/gpu_phases.py under `toolkit probe run` at 10 Hz
-# with the host timeline (/proc, 4 Hz: host_trace.csv, issue #15): Python work between kernels (host-bound),
+# The H200 call: the verdict over time. Each load of loads/gpu_phases.py under `toolkit probe run` at 10 Hz
+# with the host timeline (/proc, 4 Hz: host_trace.csv): Python work between kernels (host-bound),
 # alternating compute/idle phases of 0.5 s, 2 s and 5 s (intermittent-load), then the earlier phases again
 # (compute, memory, spin, launch, idle). The run directories come back in $OUT/h200i.tgz and are committed as
 # tests/fixtures/probe/h200i-*; tests/probe/test_h200_intervals.py replays them. Needs python3 with torch, pynvml.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue #18: replay + judge of the 288,000-row synthetic trace on the H200 host's CPU, the numpy path with the
+# replay + judge of the 288,000-row synthetic trace on the H200 host's CPU, the numpy path with the
 # empty-column cut against the same path without it (loads/_baseline_columnar.py, the previous parse_body,
 # carried only for this call: `git show 3ad33d2~1:toolkit/core/probe/columnar.py > loads/_baseline_columnar.py`)
 # and the bare csv.reader floor, interleaved in one process; then the

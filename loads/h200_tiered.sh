@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Third H200 call of issue #3: the sampler with slow readings at SLOW_INTERVAL_S (nvml.py) against the
+# Third H200 call: the sampler with slow readings at SLOW_INTERVAL_S (nvml.py) against the
 # every-reading-every-tick baseline, in the same run (benchmarks/bench_probe.py --nvml, interleaved rounds);
 # the whole probe process's CPU at 20 Hz (loop, CSV, sampler; minus start-up, measured by a run of `true`);
 # and the compute, memory, spin and launch phases under the tiered sampler, to check each keeps its class.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fourth H200 call of issue #3: the sampler's cost while the GPU computes (NVML calls cost more on a busy
+# Fourth H200 call: the sampler's cost while the GPU computes (NVML calls cost more on a busy
 # GPU: 1.2 ms per GPU-sample in the compute phase against 0.46 ms spinning, h200c fixtures), the same configs
 # as benchmarks/bench_probe.py --nvml at idle; then a 20 Hz probe of the compute phase with the defaults.
 source "$(dirname "$0")/device_env.sh" h200d

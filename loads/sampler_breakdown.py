@@ -1,4 +1,4 @@
-"""Where the NVML sampler's CPU goes, on a GPU machine under a real load (issue #18's process-cost goal).
+"""Where the NVML sampler's CPU goes, on a GPU machine under a real load (the process-cost goal).
 
     python3 loads/sampler_breakdown.py [--seconds 15] > breakdown.json
 

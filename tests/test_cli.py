@@ -44,3 +44,76 @@ def test_group_without_subcommand_exits_2(capsys: object) -> None:
     except SystemExit as exc:  # argparse's own exit
         code = int(exc.code or 0)
     assert code == 2
+
+
+def _parsers() -> list[tuple[str, object]]:
+    """Every parser of every command group, with its command line: (`toolkit profile validate`, parser)."""
+    import argparse
+
+    from toolkit.cli.main import build_parser
+
+    out: list[tuple[str, object]] = []
+
+    def walk(name: str, parser: argparse.ArgumentParser) -> None:
+        out.append((name, parser))
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub, p in action.choices.items():
+                    walk(f"{name} {sub}", p)
+
+    for group in GROUPS:
+        root = build_parser(group)
+        sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+        walk(f"toolkit {group}", sub.choices[group])
+    return out
+
+
+def test_every_command_and_option_has_help() -> None:
+    import argparse
+
+    missing = []
+    for name, parser in _parsers():
+        assert isinstance(parser, argparse.ArgumentParser)
+        if not parser.description:
+            missing.append(f"{name}: no description")
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            if isinstance(action, argparse._SubParsersAction):
+                missing += [f"{name} {c.dest}: no help" for c in action._choices_actions if not c.help]
+                continue
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}: no help")
+    assert not missing, "\n".join(missing)
+
+
+def test_no_option_can_be_abbreviated() -> None:
+    import argparse
+
+    for name, parser in _parsers():
+        assert isinstance(parser, argparse.ArgumentParser)
+        assert parser.allow_abbrev is False, f"{name} accepts abbreviated options"
+    try:
+        code = main(["report", "glm5-tp8", "--htm", "x.html"])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 2
+
+
+OUTSIDE_WORDS = re.compile(r"DOMAIN\.md|issue #\d|shared/|\bseed\b(?!\s*\(|-)|SPEC-timelines", re.IGNORECASE)
+
+
+def test_help_uses_no_words_from_outside_the_repository() -> None:
+    """Help names only what is in the repository: no "seed", issue numbers or research-note paths (the GLM-5 story
+    is docs/story.md)."""
+    import argparse
+
+    found = []
+    for name, parser in _parsers():
+        assert isinstance(parser, argparse.ArgumentParser)
+        text = parser.format_help()
+        # bench_serving's own `--seed` flag is a word of SGLang's, not of a note outside the repository.
+        text = text.replace("--seed", "")
+        for m in OUTSIDE_WORDS.finditer(text):
+            found.append(f"{name}: ...{text[max(0, m.start() - 40):m.end() + 20]!r}")
+    assert not found, "\n".join(found)

@@ -8,7 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from toolkit.lab.standin_server import engine_model as em
 
-SEED = em.random_workload(1024, 256, 128, 0.0, seed=1)  # the seed's bench: 1024 prompts, 256/128, range ratio 0
+SEED = em.random_workload(1024, 256, 128, 0.0, seed=1)  # the story's bench: 1024 prompts, 256/128, range ratio 0
 LAB = em.random_workload(160, 256, 128, 0.0, seed=1)  # the lab's 160 prompts (toolkit/cli/apply_cmd.py)
 
 

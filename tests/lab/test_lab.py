@@ -282,7 +282,7 @@ def test_driver_stand_ins_and_the_hmm_symptom(ct: LabState) -> None:
                    f"pct stop {VMID} && pct start {VMID}")
     wait_for(lambda: ct.ssh("ct", "true").returncode == 0, 30, "ct back after restart")
     assert ok(ct, "ct", "nvidia-smi --query-gpu=index,driver_version --format=csv,noheader") == f"0, {ver}\n"
-    # HMM on (the default): cuInit fails with 3, CUDA_ERROR_NOT_INITIALIZED, as on the seed host.
+    # HMM on (the default): cuInit fails with 3, CUDA_ERROR_NOT_INITIALIZED, as on the story's host.
     assert ok(ct, "ct", CUINIT).split() == ["3", "-1"]
     ok(ct, "pve1", "echo 'options nvidia_uvm uvm_disable_hmm=1' > /etc/modprobe.d/nvidia-uvm.conf && "
                    "modprobe -r nvidia_uvm && modprobe nvidia_uvm")

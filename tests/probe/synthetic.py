@@ -1,6 +1,6 @@
 """Synthetic traces for tests, each labelled as such in its header (source=synthetic:...).
 
-`seed_run` is shaped like the seed's published figures (DOMAIN.md section 1; seed/000_*.txt): 8 GPUs of
+`seed_run` is shaped like the story's published figures (docs/story.md): 8 GPUs of
 600 W, idle ~87 W, then 100 % utilization at the per-GPU powers nvidia-smi printed 20 s into the benchmark
 (256.54, 248.95, 255.94, 247.21, 248.81, 249.72, 255.02, 251.61 W), PCIe only, no P2P, 3,740 output tok/s.
 Only what the seed measured is filled in (power, limit, util); every other metric is empty (unavailable),
@@ -43,7 +43,7 @@ def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> t
                          "power_limit_w": SEED_LIMIT_W, "util_gpu_pct": round(100.0 * x)})
     trace = trace_from_rows(rows, {"sample_hz": str(hz), "source": "synthetic:seed-figures", "gpus": "0;1;2;3;4;5;6;7"})
     run = {"idle_start_s": 0.0, "idle_end_s": b0, "bench_start_s": b0, "bench_end_s": b1, "exit_code": 0,
-           "data_source": "synthetic: shaped from the seed's published figures, not measured",
+           "data_source": "synthetic: shaped from the story's published figures, not measured",
            "target": {"profile": "glm5-tp8", "gpu_count": 8, "interconnect": "pcie", "p2p": False, "tp_size": 8}}
     bench = {"duration": bench_s, "completed": 1024, "total_input_tokens": 1024 * 256,
              "total_output_tokens": round(3740 * bench_s), "request_throughput": 1024 / bench_s,
@@ -79,7 +79,7 @@ def write_seed_fixture(directory: Any) -> None:
 
 
 # --- Timelines for the verdict over time (tests/probe/test_timeline_verdict.py) ---------------------------------
-# GPU shapes as the H200 read them (DOMAIN.md section 3; tests/fixtures/probe/h200-*), 700 W limit, idle ~80 W.
+# GPU shapes as the H200 read them (tests/fixtures/probe/h200-*), 700 W limit, idle ~80 W.
 H200_SHAPES: dict[str, dict[str, float]] = {
     "compute": {"power_w": 692.0, "util_gpu_pct": 99.0, "gpm_sm_util_pct": 96.0, "gpm_tensor_util_pct": 93.0,
                 "gpm_dram_bw_util_pct": 17.0, "sm_clock_mhz": 1470.0, "clock_reasons": 4},
@@ -149,7 +149,7 @@ def _cell(v: Any) -> str:
 
 
 def server_csv(state_at: Any, seconds: float, *, hz: float = 2.0) -> str:
-    """server_trace.csv text (SPEC-timelines.md, schema 1): one scrape every 1/hz s over the benchmark; state_at(t)
+    """server_trace.csv text (schema 1, docs/probe.md): one scrape every 1/hz s over the benchmark; state_at(t)
     gives the gauges (running, queue, token_usage, max_running_requests, retracted_total) at t from its start."""
     lines = [f"# toolkit-probe-server-trace schema_version=1 scrape_hz={hz} source=synthetic:timeline",
              ",".join(SERVER_COLUMNS)]
@@ -165,7 +165,7 @@ def server_csv(state_at: Any, seconds: float, *, hz: float = 2.0) -> str:
 
 
 def host_csv(threads_at: Any, seconds: float, *, hz: float = 2.0) -> str:
-    """host_trace.csv text (SPEC-timelines.md, schema 1): threads_at(t) lists (role, pid, comm, thread, cpu_pct) of
+    """host_trace.csv text (schema 1, docs/probe.md): threads_at(t) lists (role, pid, comm, thread, cpu_pct) of
     the busiest thread of each process at t from the benchmark's start."""
     lines = [f"# toolkit-probe-host-trace schema_version=1 sample_hz={hz} source=proc", ",".join(HOST_COLUMNS)]
     for i in range(1, int(seconds * hz) + 1):

@@ -1,5 +1,5 @@
 """Schema-1 recordings (no 20 ms power samples; instant power only): thinning the recorded H200 runs' 1 s counter
-reads to 5 s (the per-tick sampler's interval before issue #18) must leave the steady-window energy within 1 %
+reads to 5 s (the per-tick sampler's interval, earlier) must leave the steady-window energy within 1 %
 (their windows: 13.6-19.7 s). The driver-sample sampler reads the counter at the edges and every 20 s and
 integrates the 20 ms samples between: tests/probe/test_h200_fixtures.py (h200e-*)."""
 

@@ -41,7 +41,7 @@ EXPECTED = {
     "h200c-spin-10hz": "busy-but-waiting",
     "h200c-launch-10hz": "launch-bound",
     "h200d-compute-20hz": "compute-bound",
-    # issue #18 (loads/h200_fleet.sh): the same loads under the sampler on the driver's 20 ms power samples
+    # (loads/h200_fleet.sh): the same loads under the sampler on the driver's 20 ms power samples
     # (trace schema 2: one row per sample, 50 Hz), util/clocks at 10 Hz, GPM at 5 Hz, energy at the edges
     "h200e-compute": "compute-bound",
     "h200e-memory": "memory-bandwidth-bound",
@@ -141,7 +141,7 @@ def test_composed_eight_gpus_one_working_is_imbalanced_and_named() -> None:
 
 def test_composed_eight_spinning_gpus_without_p2p_say_fewer_tp_ranks() -> None:
     trace, manifest = _compose({g: "h200-spin" for g in range(8)})
-    *_, topology = seed_run()  # the seed's topology: 8 GPUs, each on its own root complex, no P2P
+    *_, topology = seed_run()  # the story's topology: 8 GPUs, each on its own root complex, no P2P
     v = judge(summarize(trace, manifest, {}), topology, {"profile": "glm5-tp8"})
     assert v.cls == "busy-but-waiting"
     assert "glm5-tp4-pp2" in v.next_steps[0] and "glm5-ep8" in v.next_steps[0]

@@ -27,7 +27,7 @@ EXPECTED = {
     # timeline the verdict names that thread (host-bound); the earlier recordings without it stay launch-bound.
     "h200i-launch": "host-bound",
     "h200i-idle": "no-load",
-    # issue #18's last call (loads/h200_fleet_j.sh): the same loads under the sampler that drains the power ring
+    # the last call (loads/h200_fleet_j.sh): the same loads under the sampler that drains the power ring
     # every 0.65 of its depth and reads GPM at 2.5 Hz
     "h200j-compute": "compute-bound",
     "h200j-memory": "memory-bandwidth-bound",

@@ -1,4 +1,4 @@
-"""The verdict over time, on synthetic timelines that follow SPEC-timelines.md (server_trace.csv and host_trace.csv
+"""The verdict over time, on synthetic timelines in the layout of docs/probe.md (server_trace.csv and host_trace.csv
 text parsed by the real readers), through the real summary, interval and verdict code."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_a_saturated_gpu_with_a_spinning_sync_thread_is_not_host_bound() -> None
     assert (v.cls, v.power_capped) == ("compute-bound", True)
 
 
-def _capped(t: float) -> dict[str, Any]:  # the seed's baseline: 1024 prompts at once, 64 slots
+def _capped(t: float) -> dict[str, Any]:  # the story's baseline: 1024 prompts at once, 64 slots
     return {"running": 64, "queue": max(0.0, 960 - 30 * t), "token_usage": 0.31, "cap": 64}
 
 

@@ -1,4 +1,4 @@
-"""server_trace.csv and host_trace.csv (SPEC-timelines.md): writers, readers, reset-safe rates, /proc sampling."""
+"""server_trace.csv and host_trace.csv: writers, readers, reset-safe rates, /proc sampling."""
 
 from __future__ import annotations
 

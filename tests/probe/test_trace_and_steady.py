@@ -6,7 +6,7 @@ import pytest
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.series import COLUMNS
-from toolkit.core.probe.steady import SteadyParams, find_steady_window
+from toolkit.core.probe.steady import SteadyParams, find_counter_window, find_steady_window
 from toolkit.core.probe.trace import TRACE_SCHEMA_VERSION, dump_trace, parse_trace, trace_from_rows
 
 from .synthetic import ramp, seed_run
@@ -100,3 +100,55 @@ def test_no_load_has_no_steady_window() -> None:
     trace = trace_from_rows(rows, {"sample_hz": "10", "source": "synthetic:idle"})
     w = find_steady_window(trace, 5.0, 19.9, {0: 80.0}, SteadyParams())
     assert not w.found and "no load" in w.reason
+
+
+# --- the steady window from the server's token counter -------------------------------------------------------
+
+
+
+def _counter(rate_at, start: float = 10.0, end: float = 40.0, hz: float = 2.0) -> tuple[list[float], list[float]]:
+    """Per-second rates between scrapes at `hz` (midpoints), as server_trace.counter_series gives them."""
+    n = int((end - start) * hz)
+    ts = [start + (i + 0.5) / hz for i in range(n)]
+    return ts, [rate_at(t) for t in ts]
+
+
+def test_counter_window_excludes_the_drain_that_gpu_util_hides() -> None:
+    """A plateau at 2,450 tok/s from 12 to 30 s, then the last requests finishing (2,450 -> 50 over 6 s): the
+    window ends where the rate falls, not where the benchmark ends."""
+    def rate(t: float) -> float:
+        if t < 12:
+            return 2450 * (t - 10) / 2
+        if t < 30:
+            return 2450.0 + (60 if int(t * 2) % 3 == 0 else -40)  # scrape jitter
+        return max(50.0, 2450 - 400 * (t - 30))
+
+    ts, rs = _counter(rate, end=37.0)
+    w = find_counter_window(ts, rs, 10.0, 37.0, SteadyParams())
+    assert w is not None and w.found and w.signal == "server token counter"
+    assert 12.0 <= w.start_s <= 13.0 and 30.0 <= w.end_s <= 31.0
+    inside = [r for t, r in zip(ts, rs, strict=True) if w.start_s <= t <= w.end_s]
+    assert min(inside) >= 0.8 * 2450 * 0.98  # no drain (nor ramp) inside
+
+
+def test_a_late_scrape_spike_does_not_set_the_plateau_bar() -> None:
+    """One scrape that saw two intervals' tokens (2x the rate) must not lift the threshold above the plateau."""
+    def rate(t: float) -> float:
+        return 5000.0 if abs(t - 20.25) < 0.01 else 1270.0
+
+    ts, rs = _counter(rate)
+    w = find_counter_window(ts, rs, 10.0, 40.0, SteadyParams())
+    assert w is not None and w.found and w.end_s - w.start_s > 25
+
+
+def test_a_burst_that_only_drains_has_no_steady_state() -> None:
+    """160 prompts at once: the rate falls from the first second (no queue refills the batch): too short."""
+    ts, rs = _counter(lambda t: max(0.0, 2500 * (1 - (t - 10) / 7)), end=17.0)
+    w = find_counter_window(ts, rs, 10.0, 17.0, SteadyParams())
+    assert w is not None and not w.found
+    assert "too short for a steady state" in w.reason and w.reason.endswith("using the full benchmark window")
+    assert (w.start_s, w.end_s) == (10.0, 17.0)
+
+
+def test_too_few_scrapes_leave_it_to_the_gpu_rule() -> None:
+    assert find_counter_window([10.5, 11.0], [100.0, 100.0], 10.0, 12.0, SteadyParams()) is None

@@ -56,7 +56,7 @@ def _flat(gpus: dict[int, dict[str, float]], seconds: float = 30.0, idle_w: floa
     return trace_from_rows(rows, {"sample_hz": "10", "source": "synthetic:flat"}), run
 
 
-H200_LIKE = {  # shapes of DOMAIN.md section 3 (earlier H200 readings), for the GPM path
+H200_LIKE = {  # shapes of the earlier H200 readings (docs/probe.md), for the GPM path
     **{k: H200_SHAPES[k] for k in ("compute", "memory", "spin")},
     "launch": {"power_w": 126.0, "util_gpu_pct": 29.0, "gpm_sm_util_pct": 2.0, "gpm_tensor_util_pct": 0.0,
                "gpm_dram_bw_util_pct": 0.0, "sm_clock_mhz": 1980.0, "clock_reasons": 0},

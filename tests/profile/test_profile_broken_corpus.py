@@ -14,7 +14,7 @@ from toolkit.cli.main import main
 
 BROKEN = Path(__file__).resolve().parent / "broken"
 EXPECTED = yaml.safe_load((BROKEN / "EXPECTED.yaml").read_text())
-ISSUE_CASES = {  # the cases issue #2 lists by name
+ISSUE_CASES = {  # the first hostile-profile cases, by name
     "malformed-yaml", "empty-file", "list-not-mapping", "unknown-key", "wrong-type", "impossible-parallelism",
     "unknown-flag", "cycle-a", "missing-parent", "sm120-allreduce-fusion",
 }  # fmt: skip

@@ -3,30 +3,64 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 from toolkit.cli.main import main
 
-PROFILES = str(Path(__file__).resolve().parents[2] / "profiles")
+REPO = Path(__file__).resolve().parents[2]
+PROFILES = str(REPO / "profiles")
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["profile", *argv, "--profiles-dir", PROFILES])
+def run(capsys, *argv: str, profiles: str = PROFILES) -> tuple[int, str, str]:
+    code = main(["profile", *argv, "--profiles-dir", profiles])
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
 def test_validate_all_passes(capsys) -> None:
-    code, out, _ = run(capsys, "validate", "all")
+    code, out, err = run(capsys, "validate", "all", "--strict")  # the shipped profiles acknowledge their warnings
     assert code == 0
-    assert [line.split()[:2] for line in out.splitlines() if not line.startswith(" ")] == [
-        ["ok", "glm5-baseline"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"], ["ok", "glm5-tp8"],
+    # Parents first; one status line each on stdout, every problem once on stderr (a parent's under the parent).
+    assert [line.split()[:2] for line in out.splitlines()] == [
+        ["ok", "glm5-baseline"], ["ok", "glm5-tp8"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"],
     ]  # fmt: skip
+    assert "2 shown under glm5-baseline, glm5-tp8" in out
+    located = re.findall(r"^\w+: (\S+:\d+: \S+) ", err, re.M)  # file:line: field
+    assert located and len(located) == len(set(located)), err
+    assert err.count("[nsa-phase-backend-leaves-nsa]") == 1
+    assert "acknowledged: " in err and "acknowledged (" in err
 
 
-def test_strict_turns_warnings_into_errors(capsys) -> None:
-    code, _, err = run(capsys, "validate", "glm5-baseline", "--strict")
-    assert code == 2 and "[sm120-nsa-cuda-graph]" in err
+def test_strict_turns_warnings_into_errors(tmp_path, capsys) -> None:
+    """Without its acknowledgement, glm5-baseline's warnings fail --strict; with one whose reason is empty the
+    profile does not load; an acknowledgement of a rule that does not exist is a warning."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(REPO / "profiles", profiles)
+    path = profiles / "glm5-baseline.yaml"
+    text = path.read_text()
+    start, end = text.index("acknowledge:"), text.index("# --- results:")
+    path.write_text(text[:start] + text[end:])
+    code, out, err = run(capsys, "validate", "glm5-baseline", "--strict", profiles=str(profiles))
+    assert code == 2 and out.startswith("FAIL glm5-baseline") and "[sm120-nsa-cuda-graph]" in err
+    assert main(["profile", "validate", "glm5-baseline", "--profiles-dir", str(profiles)]) == 0  # warnings only
+    path.write_text(text[:start] + "acknowledge:\n  sm120-nsa-cuda-graph: ''\n" + text[end:])
+    code, _, err = run(capsys, "validate", "glm5-baseline", profiles=str(profiles))
+    assert code == 2 and "needs a reason" in err
+    path.write_text(text[:start] + "acknowledge:\n  no-such-rule: because\n" + text[end:])
+    code, _, err = run(capsys, "validate", "glm5-baseline", "--strict", profiles=str(profiles))
+    assert code == 2 and "acknowledge.no-such-rule: no rule is called no-such-rule" in err
+
+
+def test_show_prints_an_invalid_file_marked_invalid(tmp_path, capsys) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    bad = "schema_version: 1\nname: bad\nserver:\n  tp_sise: 8\n"
+    (profiles / "bad.yaml").write_text(bad)
+    code, out, err = run(capsys, "show", "bad", profiles=str(profiles))
+    assert code == 2 and out == bad  # the file as written, to be fixed
+    assert err.startswith("INVALID: ") and "tp_sise" in err
 
 
 def test_list_json(capsys) -> None:

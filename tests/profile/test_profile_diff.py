@@ -85,7 +85,9 @@ def test_git_diff_shows_the_semantic_view(tmp_path: Path) -> None:
     assert "+server.max_running_requests = 2048" in out
     assert "why: 64 -> 1024 let the scheduler" in out
     changed = [line for line in out.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    assert len(changed) == 2, out
+    # The knob, and the imported entry, which measured the spec before the change: now marked stale.
+    assert len(changed) == 4, out
+    assert changed[-1].startswith("+  manual-1 [imported from notes]") and changed[-1].endswith("| STALE")
 
 
 def test_textconv_of_a_broken_file_falls_back_to_text(tmp_path: Path, capsys) -> None:
@@ -94,3 +96,54 @@ def test_textconv_of_a_broken_file_falls_back_to_text(tmp_path: Path, capsys) ->
     assert main(["profile", "textconv", str(bad), "--profiles-dir", str(REPO / "profiles")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# toolkit textconv: shown as text") and out.endswith("server: [\n")
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_textconv_reads_an_old_revisions_parent_at_that_revision_in_a_shell_without_the_venv(tmp_path: Path) -> None:
+    """`toolkit profile install-textconv` writes an absolute command, so `git diff` works with a bare PATH; the old
+    side's parent is read at its own commit (an inherited value that changed shows as changed), and a copy that
+    is in no commit says it cannot be resolved there."""
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    base = "schema_version: 1\nname: base\nserver:\n  max_running_requests: {mrr}\n  tp_size: 8\n"
+    child = "schema_version: 1\nname: child\nextends: base\nserver:\n  cuda_graph: {graph}\n"
+    (repo / "profiles" / "base.yaml").write_text(base.format(mrr=64))
+    (repo / "profiles" / "child.yaml").write_text(child.format(graph="true"))
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    subprocess.run([sys.executable, "-m", "toolkit", "profile", "install-textconv"], cwd=repo, check=True,
+                   env={**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}, capture_output=True)
+    command = git("config", "diff.toolkit-profile.textconv").strip()
+    assert command.startswith("/") and command.endswith("-m toolkit profile textconv")
+    git("add", ".")
+    git("commit", "-qm", "1")
+    # One commit raises the parent's cap and turns the child's graphs off: the child inherits 128 from now on.
+    (repo / "profiles" / "base.yaml").write_text(base.format(mrr=128))
+    (repo / "profiles" / "child.yaml").write_text(child.format(graph="false"))
+    git("commit", "-qam", "2")
+    out = git("diff", "HEAD~1", "HEAD", "--", "profiles/child.yaml")  # both sides are copies of blobs
+    assert "-server.max_running_requests = 64" in out and "+server.max_running_requests = 128" in out, out
+    assert "-server.cuda_graph = true" in out and "+server.cuda_graph = false" in out
+    assert "# parents as of commit" in out  # the old side says where its parent was read: not today's
+
+    lone = tmp_path / "elsewhere" / "child.yaml"
+    lone.parent.mkdir()
+    lone.write_text(child.format(graph="maybe-never-committed"))
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "profile", "textconv", str(lone)], cwd=repo,
+                          capture_output=True, text=True, check=True, env={**os.environ, "TOOLKIT_PROFILES_DIR": ""})
+    assert proc.stdout.startswith("# toolkit textconv: shown as text (this version of profiles/child.yaml is in no "
+                                  "commit and not staged: its parents cannot be resolved at its revision)")
+
+
+def test_diff_exit_code(capsys) -> None:
+    profiles = str(REPO / "profiles")
+    assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 1
+    assert main(["profile", "diff", "glm5-tp8", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 0
+    assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles]) == 0

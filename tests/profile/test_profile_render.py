@@ -61,7 +61,7 @@ def test_tp8_argv_carries_the_seed_knobs(shipped) -> None:
     assert "--enable-flashinfer-allreduce-fusion" not in argv
 
 
-def test_bench_defaults_are_the_seed_command(shipped) -> None:
+def test_bench_defaults_are_the_story_command(shipped) -> None:
     seed = [
         "python3",
         "-m",
@@ -86,6 +86,8 @@ def test_bench_defaults_are_the_seed_command(shipped) -> None:
         "inf",
     ]
     argv = render_bench_argv(shipped.resolve("glm5-baseline"), base_url="http://localhost:8000", output_file="o.jsonl")
+    # the story's command, then where its result goes, with the per-request results the report's TTFT/ITL
+    # distributions come from
     assert argv[: len(seed)] == seed and argv[len(seed) :] == ["--output-file", "o.jsonl", "--output-details"]
     argv = render_bench_argv(shipped.resolve("glm5-tp8"), base_url="u", output_file="o", max_concurrency=64)
     assert argv[argv.index("--max-concurrency") + 1] == "64"

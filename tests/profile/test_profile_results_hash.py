@@ -66,11 +66,13 @@ def test_explicit_default_hashes_like_the_default() -> None:
 
 
 def test_shipped_results_are_imported_history(shipped) -> None:
-    # The seed's figures are history typed in from the session, never presented as toolkit measurements.
-    # (The results engineer's schema 2 regroups the figures; source: manual stays in either shape.)
+    # The story's figures are history typed in from its notes (docs/story.md), never presented as toolkit
+    # measurements; they carry the hash of the spec that describes their setup, so they go stale when it changes.
     for name in ("glm5-baseline", "glm5-tp8"):
-        entries = shipped.resolve(name).results.entries
-        assert entries and all(e["source"] == "manual" and not e.get("spec_hash") for e in entries)
+        resolved = shipped.resolve(name)
+        entries = resolved.results.entries
+        assert entries and all(e["source"] == "manual" and e.get("spec_hash") == spec_hash(resolved)
+                               for e in entries)
     text = (shipped.dir / "glm5-tp8.yaml").read_text()
     author, block = split_results_block(text)
     assert yaml.safe_load(block)["results"]["entries"]

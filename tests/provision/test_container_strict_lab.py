@@ -6,8 +6,8 @@ the kinder lab. Its own container (vmid 151, host `ct-strict`), adopted from one
 - 15, 16: the user's devN/mpN/net0 keys and raw lines survive byte for byte; features are merged.
 - 10: a run killed between `pct set` and the restart converges on the next run (the CT gets the new passthrough).
 - 11: a devN mode Proxmox's schema refuses is refused before any change.
-Each finding is a test of its own over one adopted container, so each fails or passes alone (the roles before
-issue #14 fail 13, 15/16, 10 and 11 here: docs/provision.md).
+Each finding is a test of its own over one adopted container, so each fails or passes alone (the earlier roles
+fail 13, 15/16, 10 and 11 here: docs/provision.md).
 - 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing: the helper
   alone, and a whole role run while another writer holds the lock most of the time.
 """

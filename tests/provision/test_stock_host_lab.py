@@ -1,4 +1,4 @@
-"""A real Proxmox VE host from scratch (issue 13), in the lab's stock-pve8 flavour: no compiler, make,
+"""A real Proxmox VE host from scratch, in the lab's stock-pve8 flavour: no compiler, make,
 libc or kernel headers, no dkms, nouveau bound to the GPUs, no /dev/nvidia* until something makes them,
 a stand-in Proxmox kernel with newer ones on the package mirror. The stand-ins are as strict as
 nvidia-modprobe, nvidia-installer and the kernel (review findings 1-5, 8, 19, 20).

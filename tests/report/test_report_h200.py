@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from tests.report.test_report import CHROMIUM_FLAGS, LIMIT_RGB, _count_near
+from tests.report.test_report import assert_first_screen, screenshot
 from tests.results.conftest import REPO
 from toolkit.app.record import load_results
 from toolkit.cli.main import main
@@ -51,9 +49,6 @@ server:
 def test_report_of_a_recorded_h200_run_renders_in_chromium(run: Path | None, tmp_path: Path) -> None:
     if run is None:
         pytest.skip(f"no recorded run directory (run.json + trace.csv) under {FIXTURES} yet")
-    chromium = shutil.which("chromium")
-    if chromium is None:
-        pytest.fail("Debian's chromium is not installed: run scripts/setup")
     profiles = tmp_path / "profiles"
     profiles.mkdir()
     (profiles / "h200-lab.yaml").write_text(PROFILE)
@@ -65,15 +60,11 @@ def test_report_of_a_recorded_h200_run_renders_in_chromium(run: Path | None, tmp
     assert entry.verdict is not None
     # Real GPU figures under a stand-in load: the entry must not pass loop iterations off as a model's tokens.
     if (copy / "bench.jsonl").exists():  # a failed or interrupted run left no bench result to name its unit
-        assert entry.lab is not None and "not a served model" in entry.lab.note
+        assert entry.lab is not None and entry.lab.kind == "load" and "not a served model" in entry.lab.note
     html_file = tmp_path / "report.html"
     assert main(["report", "h200-lab", "--profiles-dir", str(profiles), "--html", str(html_file)]) == 0
-    shot = tmp_path / "shot.png"
-    proc = subprocess.run(
-        [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", "--window-size=1200,2600",
-         f"--screenshot={shot}", html_file.as_uri()], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0 and shot.exists(), proc.stderr[-2000:]
-    img = Image.open(shot)
-    colours = img.convert("RGB").getcolors(maxcolors=1 << 20) or []
-    assert len(colours) > 200 and max(colours)[0] / (img.width * img.height) < 0.9, "blank screenshot"
-    assert _count_near(img, LIMIT_RGB) > 300, "no enforced-limit line: the power plot did not render"
+    page = html_file.read_text()
+    assert "SIMULATED" not in page and "REPLAYED" not in page  # measured on the H200: no watermark
+    assert str(tmp_path) not in page, "no absolute path of the machine that made it"
+    img = screenshot(html_file, tmp_path / "shot.png", tmp_path)
+    assert_first_screen(img)  # what ran, the verdict, then the power plot, on the first screen

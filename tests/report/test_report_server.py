@@ -75,7 +75,9 @@ def test_steady_throughput_comes_from_the_counter_and_the_report_draws_the_serve
     assert main(["report", "glm5-tp8", "--profiles-dir", str(profiles), "--html", str(html_file),
                  "--markdown", str(md_file)]) == 0
     page = html_file.read_text()
-    assert page.index("id='plot-power'") < page.index("id='plot-server'") < page.index("id='plot-util-gpm'")
+    assert page.index('id="plot-power"') < page.index('id="plot-server"') < page.index('id="plot-util-gpm"')
+    # The counter's steady window is the whole constant-rate span: the drain-free plateau of 880 tok/s.
+    assert summary["steady_state"]["signal"] == "server token counter"
     img = Image.open(tmp_path / "r-server.png").convert("RGB")
     colours = img.getcolors(maxcolors=1 << 20) or []
     assert len(colours) > 50 and max(colours)[0] / (img.width * img.height) < 0.95

@@ -50,13 +50,27 @@ def test_v1_manual_entries_migrate_to_the_current_schema() -> None:
     assert e.bench.input_len == 256 and e.bench.request_rate == "inf"
 
 
+# What the imported entries gained after the migration: the stamp that lets them go stale (docs/story.md).
+STAMP_ADDED = {"date", "spec_hash", "sglang_version", "note"}
+
+
 @pytest.mark.parametrize("name", ["glm5-baseline", "glm5-tp8"])
 def test_the_shipped_blocks_are_current_and_render_stably(name: str) -> None:
-    # `toolkit results migrate all` wrote them; migrating the v1 fixture gives the same text.
-    text = render_block(parse_block(_v1_block(name), file=name))
-    assert _repo_block(name) == text
-    assert render_block(parse_block(text, file="x")) == text
+    # `toolkit results migrate all` wrote them from the v1 fixture; the imported entries then gained their stamp
+    # (date, spec hash, SGLang, GPU model, the story's range ratio) and nothing else changed.
+    migrated = parse_block(_v1_block(name), file=name)
+    text = _repo_block(name)
+    shipped = parse_block(text, file=name)
+    assert render_block(shipped) == text
     assert text.startswith("results:\n  schema_version: 2\n  keep_last: 10\n")
+    for old, new in zip(migrated.entries, shipped.entries, strict=True):
+        a = old.model_dump(exclude=STAMP_ADDED | {"gpu", "bench"})
+        b = new.model_dump(exclude=STAMP_ADDED | {"gpu", "bench"})
+        assert a == b
+        assert new.date == "2026-02" and new.spec_hash and new.sglang_version == "0.5.9"
+        assert new.gpu.model == "NVIDIA RTX PRO 6000 Blackwell" and new.bench.range_ratio == 0.0
+        assert new.bench.model_dump(exclude={"range_ratio"}) == old.bench.model_dump(exclude={"range_ratio"})
+        assert "seed" not in (new.note or "")
 
 
 def test_unknown_field_in_an_entry_is_named_with_its_line() -> None:
@@ -108,6 +122,7 @@ def test_rank_steady_first_then_tokens_per_joule_with_ties() -> None:
     assert [r.profile for r in ranked] == ["tie", "fast", "slow", "none"]
     assert [r.rank_throughput for r in ranked] == [1, 1, 3, None]
     assert [r.rank_tok_per_j for r in ranked] == [2, 3, 1, None]
+    assert {r.throughput_kind for r in ranked} == {"steady"}
     stale = rank([("x", _entry("5", "d", steady=1.0, spec="old"), "new")])
     assert stale[0].stale
 
@@ -115,7 +130,7 @@ def test_rank_steady_first_then_tokens_per_joule_with_ties() -> None:
 def test_deltas_compare_like_with_like() -> None:
     a = _entry("a", "d", out=880.0)
     b = _entry("b", "d", out=3740.0, steady=3900.0)
-    (d,) = result_deltas(a, b)
+    (d,) = result_deltas(a, b)  # one side has no steady window: both full-run
     assert d.name.startswith("output throughput, full-run") and d.change_pct == 325.0
     assert d.render() == "output throughput, full-run (tok/s): 880 -> 3,740 (+325 %)"
 
@@ -123,6 +138,7 @@ def test_deltas_compare_like_with_like() -> None:
 def test_profile_diff_shows_the_imported_result_deltas(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", str(REPO / "profiles")]) == 0
     out = capsys.readouterr().out
+    assert "imported from notes, 1,024 prompts, random 256 in / 128 out (range 0), rate inf" in out
     assert "output throughput, full-run (tok/s): 880 -> 3,740 (+325 %)" in out
     assert "verdict (changed): - -> busy-but-waiting" in out
 

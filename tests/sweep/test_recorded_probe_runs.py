@@ -1,4 +1,4 @@
-"""A sweep answered by recorded probe runs: the H200 recordings of issue #3 read through the probe's own
+"""A sweep answered by recorded probe runs: the H200 recordings read through the probe's own
 summary and verdict code and the results entry builder, then ranked (fixtures/sweep_3x2_probe_runs.yaml).
 
 Expected figures come from each run's summary.json (the probe's own output), not from this code.

@@ -51,7 +51,7 @@ def test_glm5_baseline_finds_the_running_cap_then_the_communication_limit(profil
     best = state.variant(int(log["incumbent"]))
     assert dict(best.knobs)[MRR] >= 512
 
-    # Step 2: at the new cap the GPUs wait on the allreduce: the verdict proposes the seed's next layouts.
+    # Step 2: at the new cap the GPUs wait on the allreduce: the verdict proposes the story's next layouts.
     assert steps[2]["from"] == best.id and steps[2]["verdict"]["class"] == "busy-but-waiting"
     changes = {c["knob"]: c for c in steps[2]["candidates"]}
     assert changes["server.tp_size"]["change"] == {"server.tp_size": [8, 4], "server.pp_size": [1, 2]}

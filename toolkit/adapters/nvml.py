@@ -5,7 +5,7 @@ and is not asked for again. Any other NVML error of one GPU is written into a ro
 goes on: a GPU falling off the bus mid-run must not lose the others' data.
 
 The sampler is built on what each NVML call costs and how often the driver refreshes each value, measured on
-the H200 (shared/research/nvml-sampling.md; re-measured by benchmarks/bench_probe.py --fleet):
+the H200 (re-measured by benchmarks/bench_probe.py --fleet):
 
 - power: the driver keeps its own 20 ms power samples (nvmlDeviceGetSamples, NVML_TOTAL_POWER_SAMPLES, a ring
   of ~119 samples = ~2.4 s). A drain costs ~0.55 ms of CPU whether it brings 50 samples or 100 (0.25 ms when

@@ -2,7 +2,7 @@
 
 The exposition is parsed with prometheus_client's own parser (`text_string_to_metric_families`), never a regex:
 label escaping, histogram `le` strings and the `_total` renaming of counters are its business (research:
-shared/research/sglang-metrics.md section 5). Its samples become plain (name, labels, value) tuples here, so
+its module docstring). Its samples become plain (name, labels, value) tuples here, so
 nothing above this module sees a prometheus_client type.
 
 Faults are data, not exceptions: a server that does not answer, answers an error, or serves text that does not
@@ -180,7 +180,7 @@ class ServerScraper:
         return notes
 
     def info(self) -> dict[str, Any]:
-        """run.json `server` (SPEC-timelines.md)."""
+        """run.json `server`."""
         return {"url": self.base_url, "scrape_hz": self.scrape_hz, "metrics_enabled": self.metrics_enabled,
                 "rows": self.rows, "gaps": self.gaps, "resets": self.resets,
                 "gap_errors": dict(sorted(self.errors.items())), "what_was_not_seen": self.what_was_not_seen()}

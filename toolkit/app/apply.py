@@ -44,6 +44,7 @@ class ApplyRequest:
     profiles_dir: str | None = None
     runs_dir: str = "runs"  # where fetched run artifacts go on this machine
     num_prompts: int | None = None  # the bench's prompts instead of the profile's
+    max_concurrency: int | None = None  # the bench's requests in flight instead of the profile's
     wait: bool = True  # wait for another apply or sweep holding a target host (else refuse at once)
 
 
@@ -149,6 +150,9 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
 
     if req.record and not req.probe:
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
+    if req.max_concurrency is not None and req.max_concurrency < 1:
+        raise ToolkitError.of(f"--max-concurrency {req.max_concurrency}: at least one", field="--max-concurrency",
+                              fix="e.g. --max-concurrency 128")
     if req.num_prompts is not None and req.num_prompts < 1:
         raise ToolkitError.of(f"--num-prompts {req.num_prompts}: at least one", field="--num-prompts",
                               fix="e.g. --num-prompts 160")
@@ -166,6 +170,10 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         bench_argv = deploy.with_bench_flags(bench_argv, {"--num-prompts": str(req.num_prompts)})
         notes.append(f"bench --num-prompts {req.num_prompts} instead of the profile's "
                      f"{resolved.spec.bench.num_prompts}")
+    if req.max_concurrency is not None:
+        bench_argv = deploy.with_bench_flags(bench_argv, {"--max-concurrency": str(req.max_concurrency)})
+        notes.append(f"bench --max-concurrency {req.max_concurrency} instead of the profile's "
+                     f"{resolved.spec.bench.max_concurrency or 'none (every request at once)'}")
     # A failed benchmark's verdict carries the server's journal since the probe started (killed, crashed).
     probe_args = ["--server-unit", inputs.service_name]
     if req.probe:

@@ -241,6 +241,8 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
             "data_source": data_source,
             "sampler_source": sampler.source,
             "host": socket.gethostname(),
+            # "host" becomes the host timeline's facts when there is one (run.json `host`): the name stays here.
+            "hostname": socket.gethostname(),
             "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "clock": "seconds since the run's start on time.monotonic() of the probe process",
             "gpus": gpus,

@@ -6,8 +6,10 @@ variants and a tune's steps, and a promotion before it is written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
 from toolkit.adapters.sglang_catalogue import load_catalogue
@@ -66,30 +68,126 @@ def resolve_checked(name: str, profiles_dir: str | None = None, *, store: Profil
     return CheckedProfile(resolved, [p for p in problems if p.severity == "warning"], store)
 
 
-def textconv(file: str | Path, profiles_dir: str | None = None) -> str:
-    """A profile file as `git diff` should compare it: one line per set knob with its why, then its results. git
-    runs this on old and new versions; a version that does not resolve (a broken revision, a parent that no longer
-    exists) is shown as its raw text, so `git diff` never fails. The parents come from the profiles directory of
-    the repository the file is in (else the usual one)."""
-    from toolkit.adapters.profile_store import read_source, read_text
+def textconv(file: str | Path, profiles_dir: str | None = None, *, text: str | None = None) -> str:
+    """A profile file as `git diff` should compare it: one line per set knob with its why, then its results.
+
+    git runs this on old and new versions: the work tree's file by its path, an older version as a temporary copy
+    of its blob. A profile's parents are resolved at the same revision: for a copy, the commit (or the index) that
+    holds that blob, its parents read from there, and the view says which commit where a parent there is not
+    today's; a version that is in no commit and not staged is shown as its text with the reason, and so is one
+    that does not resolve. A copy beside other profiles (a copied profiles directory) takes its parents there.
+    `text`: the file's text when it came on standard input (`-`): its parents are then today's. This never fails,
+    so `git diff` never does."""
+    from toolkit.adapters.profile_store import read_text
     from toolkit.core.profile.resolve import resolve
-    from toolkit.core.profile.source import ProfileSource
+    from toolkit.core.profile.source import ProfileSource, parse_profile_text
     from toolkit.core.results.profile_diff import textconv_text
 
     path = Path(file)
-    text = read_text(path)
+    text = read_text(path) if text is None else text
     try:
-        source = read_source(path)
+        source = parse_profile_text(path.stem, str(path), text)
         name = source.data.get("name") if isinstance(source.data.get("name"), str) else source.name
         source.name = str(name)
         try:
             store = ProfileStore(find_profiles_dir(profiles_dir, cwd=path.parent))
         except ToolkitError:
             store = ProfileStore(find_profiles_dir(profiles_dir))
+        header, parent_of = _revision_of(path, store, stdin=str(file) == "-")
 
         def loader(n: str) -> ProfileSource:
-            return source if n == source.name else store.source(n)
+            return source if n == source.name else parent_of(n)
 
-        return textconv_text(resolve(source.name, loader))
+        body = textconv_text(resolve(source.name, loader))
+        return header() + body
     except ToolkitError as err:
         return f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n" + text
+
+
+def _revision_of(path: Path, store: ProfileStore, *, stdin: bool) -> tuple[Callable[[], str], Any]:
+    """(a header line saying where the parents come from, name -> ProfileSource of that revision)."""
+    from toolkit.adapters import git
+    from toolkit.core.profile.source import parse_profile_text
+
+    if stdin or path.resolve().parent == store.dir.resolve():
+        return lambda: "", store.source  # the work tree's file: its parents are the work tree's
+    if any(p != path and p.suffix == ".yaml" for p in path.parent.iterdir()):
+        beside = ProfileStore(path.parent)  # a directory of profiles (a copy of one): the parents beside it
+        return lambda: "", beside.source
+    top = git.toplevel(Path.cwd())
+    try:
+        rel_dir = store.dir.resolve().relative_to(top.resolve()) if top else None
+    except ValueError:
+        rel_dir = None
+    blob = git.blob_id(path, top) if top is not None else None
+    if top is None or rel_dir is None or blob is None:
+        here = f"# parents as they are now in {store.dir.name}/ (this copy is not from a git revision here)\n"
+        return lambda: here, store.source
+    relpath = f"{rel_dir.as_posix()}/{path.name}"
+    since: str | None = None  # the commit that made this version, where a later parent change can be seen from
+    if git.index_blob(top, relpath) == blob:
+        revision, where = "", "the index, where this version is staged"
+    else:
+        # The last commit in which this version stood: just before the commit that replaced it (the old side of
+        # `git log -p`, `git show`, `git diff HEAD~1`), or HEAD when it stands there still.
+        history = git.changes(top, relpath)
+        made = next((i for i, (_, b) in enumerate(history) if b == blob), None)
+        if made is not None:
+            since = history[made][0]
+            revision = f"{history[made - 1][0]}^1" if made > 0 else "HEAD"
+            where = f"commit {git.short(top, revision)}, the last in which this version of {relpath} stood"
+        else:
+            others = [c for c, b in git.changes(top, relpath, all_refs=True) if b == blob]
+            if not others:
+                raise ToolkitError.of(f"this version of {relpath} is in no commit and not staged: its parents "
+                                      "cannot be resolved at its revision")
+            since = revision = others[0]
+            where = f"commit {others[0][:12]} (another branch), where this version of {relpath} was committed"
+    moved: list[str] = []
+    differ: list[str] = []
+
+    def parent_of(n: str) -> Any:
+        rel = f"{rel_dir.as_posix()}/{n}.yaml"
+        text = git.show(top, revision, rel)
+        if text is None:
+            raise ToolkitError.of(f"the parent {n} does not exist at {where.split(',')[0]}", file=rel)
+        if since is not None and revision != since and git.changed_between(top, since, revision, rel):
+            moved.append(n)
+        try:
+            if store.text(n) != text:
+                differ.append(n)
+        except ToolkitError:
+            differ.append(n)
+        return parse_profile_text(n, f"{revision[:12] or 'index'}:{rel}", text)
+
+    def header() -> str:
+        # Said only where it matters (a parent that is not today's, or one that changed while this version
+        # stood), so the line does not show in every diff.
+        if not differ and not moved:
+            return ""
+        note = (f" ({', '.join(moved)} changed while this version stood, after commit {since[:12] if since else ''}:"
+                " an earlier revision's parent may differ)") if moved else ""
+        return f"# parents as of {where}{note}\n"
+
+    return header, parent_of
+
+
+def install_textconv(*, global_: bool = False, cwd: Path | None = None) -> tuple[str, str]:
+    """Wire `git diff` of profiles to the textconv in this clone's git config (or the user's, `global_`), as an
+    absolute command: this interpreter and `-m toolkit`, so it works in a shell without the venv. Returns the
+    key and the command written."""
+    import shlex
+    import sys
+
+    from toolkit.adapters import git
+
+    top = git.toplevel(cwd or Path.cwd())
+    if top is None and not global_:
+        raise ToolkitError.of("not inside a git repository", field="install-textconv",
+                              fix="run it inside your clone, or pass --global for every repository")
+    key = "diff.toolkit-profile.textconv"
+    command = f"{shlex.quote(sys.executable)} -m toolkit profile textconv"
+    if not git.set_config(top or Path.cwd(), key, command, global_=global_):
+        raise ToolkitError.of(f"git config {key} failed", field="install-textconv",
+                              fix="check that git is installed and the repository's config is writable")
+    return key, command

@@ -163,9 +163,11 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
     state = session.state
     out: list[tuple[str, str]] = []
     d = session.store.run_dir(state.run_id)
+    mark = report.data_watermark([p.measurement.data_source for _v, p in state.finished_points() if p.measurement])
     curves = report.curves(state)
     if curves:
-        (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}"))
+        (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}",
+                                                                         mark=mark))
         out.append(("steady-state throughput against concurrency, per variant", "throughput.png"))
     points = [
         (v.id, p.concurrency, p.measurement.steady_output_tok_per_s, p.measurement.energy_per_output_token_j)
@@ -175,12 +177,14 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
     ]
     if points:
         front = [(p.variant_id, p.concurrency) for p in pareto_front(state)]
-        (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}"))
+        (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}",
+                                                                 mark=mark))
         out.append(("Pareto front: throughput against energy per token", "pareto.png"))
     series = report.frontier_series(state) if state.capacity else []
     if series:
         (d / "frontier.png").write_bytes(plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]),
-                                                               title=f"sweep {state.run_id}: the SLO's frontier"))
+                                                               title=f"sweep {state.run_id}: the SLO's frontier",
+                                                               mark=mark))
         out.append(("throughput against p99 TTFT and ITL per variant, the SLO's bounds, J/token at each capacity",
                     "frontier.png"))
     return out

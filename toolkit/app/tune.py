@@ -21,6 +21,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep import report as sweep_report
 from toolkit.core.sweep.capacity import capacity_record
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
+from toolkit.core.sweep.report import data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
@@ -68,7 +69,7 @@ def _levels(req: TuneRequest, base: Any) -> list[int]:
     lv = sweep.levels(req.concurrency, base)
     if lv:
         return lv
-    # A closed benchmark with every request at t0 (the seed's `--request-rate inf`): all of them in flight.
+    # A closed benchmark with every request at t0 (the story's `--request-rate inf`): all of them in flight.
     return check_concurrency([req.num_prompts or base.spec.bench.num_prompts])
 
 
@@ -146,13 +147,14 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
 
     out: list[tuple[int, str]] = []
     d = session.store.run_dir(session.state.run_id)
+    mark = data_watermark([p.measurement.data_source for _v, p in session.state.finished_points() if p.measurement])
     for step in (session.state.tune or {}).get("steps", []):
         bars = report.step_bars(session.state, step)
         if bars is None or not bars["bars"]:
             continue
         name = f"step-{step['step']}.png"
         (d / name).write_bytes(plotting.tune_step_png(bars["bars"], band_pct=bars["band_pct"], title=bars["title"],
-                                                      unit=bars["unit"], intervals=bars["intervals"]))
+                                                      unit=bars["unit"], intervals=bars["intervals"], mark=mark))
         out.append((int(step["step"]), name))
     return out
 
@@ -169,7 +171,8 @@ def frontier_plot(session: TuneSession) -> str | None:
     sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
     title = f"{state.run_id}: the SLO's frontier ({'; '.join(sources)})"
     session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
-        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title))
+        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title,
+                              mark=data_watermark(sources)))
     return "frontier.png"
 
 

@@ -30,6 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--num-prompts", type=int, default=None, metavar="N",
                    help="the bench's prompts instead of the profile's (a quick check); the results entry records "
                    "what ran. The lab's inventory makes it 160 unless given: its engine model runs in real time")
+    p.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+                   help="the bench's requests in flight instead of the profile's (a closed loop: a new request as "
+                   "one finishes, so the run holds a steady load); the results entry records what ran")
     p.add_argument("--no-wait", action="store_true",
                    help="refuse at once when another toolkit apply or sweep holds a target host "
                    "(default: wait for it, naming the holder)")
@@ -46,7 +49,8 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     req = ApplyRequest(profile=args.name, inventory=args.inventory, limit=args.limit, check=args.check,
                        probe=args.probe, record=args.record, profiles_dir=args.profiles_dir, runs_dir=args.runs_dir,
-                       num_prompts=args.num_prompts, wait=not args.no_wait)
+                       num_prompts=args.num_prompts, max_concurrency=args.max_concurrency,
+                       wait=not args.no_wait)
     with PlaybookProgress(console, f"apply {args.name}") as progress:
         outcome = apply(req, on_event=progress.on_event, on_message=say(console),
                         on_status=lambda m: console.print(f"[dim]{m}[/]"))

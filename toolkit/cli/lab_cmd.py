@@ -12,8 +12,9 @@ from toolkit.lab import plan
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="lab_command", metavar="SUBCOMMAND")
-    p_up = sub.add_parser("up", help="build (or check) pve1 and its network; write inventory/lab.yml")
-    p_up.add_argument("--gpus", type=int, default=8, help="stand-in GPUs on pve1 (default 8, as the seed host)")
+    p_up = sub.add_parser("up", help="build (or check) pve1 and its network; write inventory/lab.yml",
+                            description="build (or check) pve1 and its network; write inventory/lab.yml")
+    p_up.add_argument("--gpus", type=int, default=8, help="stand-in GPUs on pve1 (default 8, as the story's host)")
     p_up.add_argument("--driver-version", default=plan.DEFAULT_DRIVER_VERSION,
                       help=f"version the stand-in driver reports (default {plan.DEFAULT_DRIVER_VERSION})")
     p_up.add_argument("--subnet", default=plan.DEFAULT_SUBNET, help="controller <-> pve1 network")
@@ -29,18 +30,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="stock flavours: another driver version the mirror serves (to test an upgrade)")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
-    p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)")
-    p_reboot.add_argument("host", choices=["pve1"])
+    p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)",
+                            description="restart pve1 as a reboot would (units, modules, onboot containers)")
+    p_reboot.add_argument("host", choices=["pve1"], help="the host to reboot (pve1)")
     p_reboot.add_argument("--json", action="store_true", help="print the seconds and failed units as JSON")
     p_reboot.set_defaults(func=cmd_reboot)
-    p_status = sub.add_parser("status", help="what of the lab runs (pve1, its containers, leftovers)")
+    p_status = sub.add_parser("status", help="what of the lab runs (pve1, its containers, leftovers)",
+                            description="what of the lab runs (pve1, its containers, leftovers)")
     p_status.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_status.set_defaults(func=cmd_status)
-    p_ssh = sub.add_parser("ssh", help="SSH to pve1 or ct with the lab's key")
-    p_ssh.add_argument("host", choices=["pve1", "ct"])
+    p_ssh = sub.add_parser("ssh", help="SSH to pve1 or ct with the lab's key",
+                            description="SSH to pve1 or ct with the lab's key")
+    p_ssh.add_argument("host", choices=["pve1", "ct"], help="pve1 (the Proxmox-host stand-in) or ct (its container)")
     p_ssh.add_argument("command", nargs=argparse.REMAINDER, help="command to run (default: a login shell)")
     p_ssh.set_defaults(func=cmd_ssh)
-    p_down = sub.add_parser("down", help="remove exactly what up made (the cache stays)")
+    p_down = sub.add_parser("down", help="remove exactly what up made (the cache stays)",
+                            description="remove exactly what up made (the cache stays)")
     p_down.add_argument("--purge-cache", action="store_true",
                         help="also remove the cached Debian userland and the lab's SSH key")
     p_down.set_defaults(func=cmd_down)

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from toolkit import __version__
 from toolkit.core.errors import EXIT_BAD_INPUT, ToolkitError
@@ -30,8 +31,18 @@ GROUPS: dict[str, tuple[str, str]] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """Every parser of the toolkit, its subcommands' included (argparse makes them of the parent's class): no
+    abbreviated options (`--htm` is not `--html`), so a later option can never change what an old command line
+    means."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(group: str | None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="toolkit",
         description="Declarative, measured SGLang tuning profiles for your own GPU servers.",
     )

@@ -61,8 +61,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
     run.set_defaults(func=cmd_run)
 
-    rep = sub.add_parser("replay", help="judge a recorded run directory with the same summary and verdict code")
-    rep.add_argument("dir", type=Path)
+    rep = sub.add_parser("replay", help="judge a recorded run directory with the same summary and verdict code",
+                         description="Recompute a recorded probe run's summary and verdict from its files, with "
+                         "the same code `toolkit probe run` uses.")
+    rep.add_argument("dir", type=Path, help="the run directory (toolkit probe run --out)")
     rep.add_argument("--write", action="store_true", help="rewrite summary.json and verdict.json in DIR")
     rep.add_argument("--json", action="store_true", help="print the verdict as JSON")
     rep.set_defaults(func=cmd_replay)

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_OK, Problem, ToolkitError
+from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_OK, ToolkitError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_list)
 
     p = add("show", "print a profile (its file, or with --resolved the merged spec and where each value is set)")
-    p.add_argument("name")
+    p.add_argument("name", help="the profile")
     p.add_argument("--resolved", action="store_true", help="merge the extends: chain, defaults filled in")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_show)
@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_validate)
 
     p = add("render", "print the launch argv, environment, systemd unit, SGLang --config YAML and bench argv")
-    p.add_argument("name")
+    p.add_argument("name", help="the profile")
     p.add_argument(
         "--only",
         choices=["argv", "env", "unit", "config", "bench"],
@@ -53,14 +53,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_render)
 
     p = add("diff", "semantic diff: knobs changed, added, removed through extends:, each with its why")
-    p.add_argument("a")
-    p.add_argument("b")
+    p.add_argument("a", help="the profile to compare from")
+    p.add_argument("b", help="the profile to compare to")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--exit-code", action="store_true",
+                   help="exit 1 when a knob differs, 0 when none does (as `git diff --exit-code`)")
     p.set_defaults(func=cmd_diff)
 
     p = add("textconv", "a profile file as sorted knob lines with their why (git diff textconv)")
-    p.add_argument("file", help="a profile file (git passes a temporary copy)")
+    p.add_argument("file", help="a profile file (git passes a temporary copy; `-`: standard input)")
     p.set_defaults(func=cmd_textconv)
+
+    p = sub.add_parser(
+        "install-textconv",
+        help="make `git diff` of profiles show knobs with their why, in any shell (writes the git config line)",
+        description="Write `diff.toolkit-profile.textconv` into this clone's git config (or --global) as an "
+        "absolute command (this toolkit's interpreter, `-m toolkit profile textconv`): `git diff` of a profile "
+        "then works in a shell without the toolkit's venv. .gitattributes already routes profiles/*.yaml to it.",
+    )
+    p.add_argument("--global", dest="global_", action="store_true",
+                   help="write it into your user's git config, for every repository")
+    p.set_defaults(func=cmd_install_textconv)
 
     p = sub.add_parser(
         "catalogue",
@@ -69,7 +82,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "and store every flag in toolkit/data/sglang_flags/VERSION.json.",
     )
     group = p.add_mutually_exclusive_group(required=True)
-    group.add_argument("--sglang-version", metavar="X.Y.Z")
+    group.add_argument("--sglang-version", metavar="X.Y.Z", help="the SGLang release to read (from PyPI)")
     group.add_argument("--from-installed", action="store_true", help="walk ServerArgs.add_cli_args of the SGLang here")
     p.add_argument("--wheel", metavar="PATH", help="use this downloaded wheel instead of pip download")
     p.add_argument("--out-dir", metavar="DIR", help="where to write VERSION.json (default: the toolkit's data)")
@@ -121,12 +134,23 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     store = _store(args)
-    if not args.resolved:
-        profile, text = store.load(args.name)
-        if args.json:
-            _print_json(profile.model_dump(mode="json", exclude_unset=True))
-        else:
+    if not args.resolved and not args.json:
+        # The file as written, even when it does not load: an invalid profile must be readable to be fixed. It is
+        # marked invalid on stderr (stdout stays the file's bytes) and the exit code says so.
+        text = store.text(args.name)
+        try:
+            store.load(args.name)
+        except ToolkitError as err:
             sys.stdout.write(text)
+            print(f"INVALID: {store.path(args.name)} does not load; shown as written. What is wrong:",
+                  file=sys.stderr)
+            print(str(err), file=sys.stderr)
+            return EXIT_BAD_INPUT
+        sys.stdout.write(text)
+        return EXIT_OK
+    if not args.resolved:
+        profile, _ = store.load(args.name)
+        _print_json(profile.model_dump(mode="json", exclude_unset=True))
         return EXIT_OK
     resolved = store.resolve(args.name)
     data = resolved.spec.model_dump(mode="json")
@@ -152,6 +176,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+SEVERITY_ORDER = ("error", "warning", "acknowledged", "info")
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     store = _store(args)
     names = store.names() if args.name == "all" else [args.name]
@@ -165,20 +192,36 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({name: [p.__dict__ for p in problems] for name, problems in results.items()})
         return EXIT_BAD_INPUT if bad else EXIT_OK
-    errors: list[Problem] = []
-    for name, problems in results.items():
-        counts = {s: sum(p.severity == s for p in problems) for s in ("error", "warning", "info")}
-        status = "FAIL" if name in bad else "ok"
-        summary = ", ".join(f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n)
-        print(f"{status:4} {name}" + (f" ({summary})" if summary else ""))
-        for p in problems:
-            if p.severity in failing:
-                errors.append(p)
-            else:
-                print("  " + p.render().replace("\n", "\n  "))
-    if errors:
-        raise ToolkitError(errors)
-    return EXIT_OK
+    # One line per profile on stdout; every problem once, on stderr, under the first profile that has it (a
+    # parent's warning is not repeated for each child: the child's line says where it was shown).
+    shown: dict[tuple[object, ...], str] = {}
+    for name in _parents_first(store, names):
+        problems = results[name]
+        keys = [(p.file, p.line, p.field, p.message, p.rule_id, p.severity) for p in problems]
+        counts = {s: sum(p.severity == s for p in problems) for s in SEVERITY_ORDER}
+        summary = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'acknowledged' else ''}" for s, n in counts.items()
+                            if n)
+        elsewhere = sorted({shown[k] for k in keys if k in shown})
+        if elsewhere:
+            summary += f"; {sum(k in shown for k in keys)} shown under {', '.join(elsewhere)}"
+        print(f"{'FAIL' if name in bad else 'ok':4} {name}" + (f" ({summary})" if summary else ""), flush=True)
+        own = sorted((p for p, k in zip(problems, keys, strict=True) if k not in shown),
+                     key=lambda p: SEVERITY_ORDER.index(p.severity) if p.severity in SEVERITY_ORDER else 9)
+        for p in own:
+            print(p.render(), file=sys.stderr, flush=True)
+        shown.update({k: name for k in keys if k not in shown})
+    return EXIT_BAD_INPUT if bad else EXIT_OK
+
+
+def _parents_first(store: Any, names: list[str]) -> list[str]:
+    """Profiles ordered so that a parent comes before the profiles that extend it."""
+    def depth(name: str) -> int:
+        try:
+            return len(store.resolve(name).chain)
+        except ToolkitError:
+            return 0
+
+    return sorted(names, key=lambda n: (depth(n), n))
 
 
 def _render_all(resolved: Any) -> dict[str, Any]:
@@ -267,14 +310,23 @@ def cmd_diff(args: argparse.Namespace) -> int:
         _print_json(result.to_json())
     else:
         sys.stdout.write(result.render())
-    return EXIT_OK
+    return 1 if args.exit_code and result.changes else EXIT_OK
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:
     """git runs this on old and new versions of a profile; it never fails (see toolkit.app.profiles.textconv)."""
     from toolkit.app.profiles import textconv
 
-    sys.stdout.write(textconv(args.file, getattr(args, "profiles_dir", None)))
+    stdin = sys.stdin.read() if args.file == "-" else None
+    sys.stdout.write(textconv(args.file, getattr(args, "profiles_dir", None), text=stdin))
+    return EXIT_OK
+
+
+def cmd_install_textconv(args: argparse.Namespace) -> int:
+    from toolkit.app.profiles import install_textconv
+
+    key, command = install_textconv(global_=args.global_)
+    print(f"git config{' --global' if args.global_ else ''} {key} {command!r}")
     return EXIT_OK
 
 

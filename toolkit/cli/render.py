@@ -173,7 +173,6 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
     console.print(f"artifacts: {summary['artifacts_dir']}")
 
 
-
 def capacity_arguments(parser: ArgumentParser, *, who: str) -> None:
     """--slo, --rate-start, --rate-tolerance-pct, --max-rounds: the capacity search's options (docs/tune.md, "The
     capacity search"); `who` says whose first rate --rate-start gives ("the base's" or "each variant's")."""
@@ -184,3 +183,27 @@ def capacity_arguments(parser: ArgumentParser, *, who: str) -> None:
     parser.add_argument("--rate-tolerance-pct", type=float, default=4.0, help="a capacity search stops when its "
                         "bracket is this narrow (or the noise band, if wider); default 4")
     parser.add_argument("--max-rounds", type=int, default=10, help="rates per variant's capacity search (default 10)")
+
+
+def figure_column(table: Table, name: str, cells: list[str]) -> None:
+    """A column of figures: right-aligned, never wrapped or cut (it keeps the width of its widest figure; the text
+    columns fold instead)."""
+    width = max([len(c) for c in cells] + [1])
+    table.add_column(name, justify="right", no_wrap=True, min_width=width)
+
+
+def text_column(table: Table, name: str) -> None:
+    """A column of words: folds onto more lines in a narrow terminal, so the figures beside it keep their width."""
+    table.add_column(name, overflow="fold")
+
+
+def print_wide(renderables: list[Any], *, stderr: bool = False) -> None:
+    """Print tables and lines on the terminal at its width (text columns fold, figures keep theirs); piped or in a
+    log, at the width the widest table needs, so no row is cut or folded in a file."""
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        wide = con.options.update_width(10_000)
+        need = max([con.measure(r, options=wide).maximum for r in renderables if not isinstance(r, str)] + [80])
+        con = Console(stderr=stderr, width=need)
+    for r in renderables:
+        con.print(r, highlight=False) if isinstance(r, str) else con.print(r)

@@ -30,12 +30,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--json", action="store_true", help="machine-readable output")
     rec.set_defaults(func=cmd_record)
 
-    cmp_ = sub.add_parser("compare", help="rank profiles by steady-state throughput and tokens per joule",
-                          description="One table of each profile's latest results entry, ranked by "
-                          "steady-state output throughput and by output tokens per joule; stale entries "
-                          "(measured an older spec) are marked.")
-    cmp_.add_argument("profiles", nargs="+", metavar="PROFILE")
-    cmp_.add_argument("--all", action="store_true", help="every entry of each profile, not only its latest")
+    cmp_ = sub.add_parser("compare", help="rank profiles' results, like with like: the same provenance and workload",
+                          description="Each profile's latest results entry of each provenance (measured, "
+                          "imported, lab, replayed) and workload, in one table per group of comparable entries, "
+                          "ranked by output throughput (steady-state where every entry of the group has a steady "
+                          "window, else full-run) and by output tokens per joule. Groups are never ranked against "
+                          "each other; each says how it differs from the first. Stale entries (an older spec) "
+                          "are marked.")
+    cmp_.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names, or `all`")
+    cmp_.add_argument("--all", action="store_true", help="every entry of each profile, not only the latest of each "
+                      "provenance and workload")
     cmp_.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
     cmp_.add_argument("--json", action="store_true", help="machine-readable output")
     cmp_.set_defaults(func=cmd_compare)
@@ -66,7 +70,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise ToolkitError.of("--keep-last must be at least 1", field="--keep-last", fix="e.g. --keep-last 10")
     outcome = record_run(args.dir, args.profile, args.profiles_dir, keep_last=args.keep_last)
     e = outcome.entry
-    rate, kind = e.output_tok_per_s()
     if args.json:
         print(json.dumps({"profile": outcome.profile, "file": str(outcome.file), "action": outcome.action,
                           "run_id": e.run_id, "dropped": outcome.dropped,
@@ -78,75 +81,93 @@ def cmd_record(args: argparse.Namespace) -> int:
     verb = {"added": "recorded", "replaced": "re-recorded (figures changed)", "unchanged": "already recorded, "
             "file unchanged"}[outcome.action]
     con.print(f"[bold]{outcome.profile}[/]: {verb}: {e.run_id} -> {outcome.file}")
-    if e.lab:
-        con.print(f"[yellow]lab data ({e.lab.kind}): {e.lab.note}[/]")
-    figures = [f"{rate:g} output tok/s ({kind})" if rate is not None else "no throughput"]
-    if e.energy and e.energy.output_tok_per_j is not None:
-        figures.append(f"{e.energy.output_tok_per_j:g} tok/J")
-    if e.power and e.power.mean_w is not None:
-        figures.append(f"{e.power.mean_w:g} W per GPU")
-    if e.verdict:
-        figures.append(e.verdict.class_)
-    con.print("  " + " | ".join(figures))
+    from rich.markup import escape
+
+    from toolkit.core.results.comparable import provenance, workload
+    from toolkit.core.results.compare import figures_line
+
+    p = provenance(e)
+    con.print(f"  [yellow]{p.label}[/]" + (f": {escape(p.detail)}" if p.detail else "") if p.kind != "measured"
+              else f"  {p.label}" + (f": {escape(p.detail)}" if p.detail else ""))
+    con.print(f"  {escape(workload(e).text())}: {escape(figures_line(e))}")
     if outcome.dropped:
         con.print(f"  dropped by keep_last {outcome.block.keep_last}: {', '.join(outcome.dropped)}")
     return 0
 
 
-def _fmt(v: float | None, spec: str = "g") -> str:
-    return "-" if v is None else format(v, spec)
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     from toolkit.app.record import load_results
-    from toolkit.core.results.compare import latest, rank
+    from toolkit.core.results.compare import latest_per_class, rank_groups
 
+    names = args.profiles
+    if names == ["all"]:
+        from toolkit.app.profiles import open_store
+
+        names = open_store(args.profiles_dir).names()
     rows: list[tuple[str, Any, str | None]] = []
     missing: list[str] = []
-    for name in dict.fromkeys(args.profiles):  # each profile once, in the order given
+    for name in dict.fromkeys(names):  # each profile once, in the order given
         pr = load_results(name, args.profiles_dir)
-        entries = pr.block.entries if args.all else [e for e in [latest(pr.block, pr.spec_hash)] if e is not None]
+        entries = pr.block.entries if args.all else latest_per_class(pr.block, pr.spec_hash)
         if not entries:
             missing.append(name)
         rows += [(name, e, pr.spec_hash) for e in entries]
-    ranked = rank(rows)
+    groups = rank_groups(rows)
     if args.json:
+        from toolkit.core.results.comparable import workload
+
         print(json.dumps({
-            "ranked": [{
-                "profile": r.profile, "run_id": r.entry.run_id, "source": r.entry.source, "stale": r.stale,
-                "lab": r.entry.lab.kind if r.entry.lab else None, "output_tok_per_s": r.output_tok_per_s,
-                "throughput_kind": r.throughput_kind, "output_tok_per_j": r.output_tok_per_j,
-                "rank_throughput": r.rank_throughput, "rank_tok_per_j": r.rank_tok_per_j,
-                "verdict": r.entry.verdict_class(),
-            } for r in ranked],
+            "groups": [{
+                "provenance": g.provenance.kind, "workload": workload(g.rows[0].entry).__dict__,
+                "throughput_kind": g.throughput_kind, "apart": g.apart,
+                "ranked": [{
+                    "profile": r.profile, "run_id": r.entry.run_id, "source": r.entry.source, "stale": r.stale,
+                    "provenance": g.provenance.kind, "output_tok_per_s": r.output_tok_per_s,
+                    "throughput_kind": r.throughput_kind, "output_tok_per_j": r.output_tok_per_j,
+                    "rank_throughput": r.rank_throughput, "rank_tok_per_j": r.rank_tok_per_j,
+                    "verdict": r.entry.verdict_class(),
+                } for r in g.rows],
+            } for g in groups],
             "no_results": missing,
         }, indent=2))
         return 0
-    from rich.console import Console
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title="results compare: ranked by steady-state throughput, then tokens per joule")
-    for col, just in (("#", "right"), ("profile", "left"), ("entry", "left"), ("out tok/s", "right"),
-                      ("tok/J", "right"), ("#J", "right"), ("W/GPU", "right"), ("verdict", "left"),
-                      ("note", "left")):
-        table.add_column(col, justify=just, no_wrap=col != "note")  # type: ignore[arg-type]
-    for r in ranked:
-        e = r.entry
-        notes = []
-        if r.stale:
-            notes.append("[red]STALE[/] (older spec)")
-        if r.throughput_kind == "full" and r.output_tok_per_s is not None:
-            notes.append("full-run rate")
-        if e.lab:
-            notes.append(f"[yellow]lab: {e.lab.kind}[/]")
-        if e.source == "manual":
-            notes.append("manual" + (", approximate" if e.approximate else ""))
-        table.add_row(_fmt(r.rank_throughput, "d") if r.rank_throughput else "-", r.profile, e.run_id,
-                      _fmt(r.output_tok_per_s, ",.1f"), _fmt(r.output_tok_per_j, ".3g"),
-                      _fmt(r.rank_tok_per_j, "d") if r.rank_tok_per_j else "-",
-                      _fmt(e.power.mean_w if e.power else None, ".1f"), e.verdict_class() or "-", "; ".join(notes))
-    con = Console(width=None if Console().is_terminal else 160)
-    con.print(table)
+    from toolkit.cli.render import figure_column, print_wide, text_column
+    from toolkit.core.tables import figure
+
+    out: list[Any] = []
+    for i, g in enumerate(groups):
+        table = Table(title=f"{i + 1}. {escape(g.title)}", title_justify="left", box=box.SIMPLE_HEAD)
+        table.add_column("#", justify="right", no_wrap=True)
+        text_column(table, "profile, entry")
+        table.add_column("provenance", no_wrap=True)
+        cells = [[figure(r.output_tok_per_s), figure(r.output_tok_per_j) + (f" ({r.rank_tok_per_j})"
+                  if r.rank_tok_per_j else ""), figure(r.entry.power.mean_w if r.entry.power else None)]
+                 for r in g.rows]
+        figure_column(table, "tok/s", [c[0] for c in cells])
+        figure_column(table, "tok/J (#)", [c[1] for c in cells])
+        figure_column(table, "W/GPU", [c[2] for c in cells])
+        text_column(table, "verdict")
+        for r, c in zip(g.rows, cells, strict=True):
+            e = r.entry
+            what = f"{escape(r.profile)} {escape(e.run_id)}" + (f" {e.date[:10]}" if e.date else "")
+            if r.stale:
+                what += " [red]STALE[/] (older spec)"
+            table.add_row(str(r.rank_throughput or "-"), what, _mark(g.provenance.mark), *c,
+                          escape(e.verdict_class() or "-"))
+        out.append(table)
+        if g.apart:
+            out.append(f"not ranked with group 1: {escape(g.apart)}")
+    if not groups:
+        out.append("no results to compare")
     if missing:
-        con.print(f"no results yet: {', '.join(missing)} (record one: toolkit results record DIR --profile NAME)")
+        out.append(f"no results yet: {', '.join(missing)} (record one: toolkit results record DIR --profile NAME)")
+    print_wide(out)
     return 0
+
+
+def _mark(mark: str) -> str:
+    return mark if mark in ("measured", "imported") else f"[yellow]{mark}[/]"

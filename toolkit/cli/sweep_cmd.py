@@ -35,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
     parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
-                        help="the ranking whose first is promoted (goodput needs --slo)")
+                        help="which ranking --promote takes the best of (default: throughput; goodput needs --slo)")
     # --slo: each variant's capacity (adds the goodput ranking; tokens per joule is then at that rate)
     capacity_arguments(parser, who="each variant's")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")

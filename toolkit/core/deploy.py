@@ -27,13 +27,13 @@ from toolkit.core.profile.render import (
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Where the service listens when the profile says nothing: SGLang's own default host, and the
-# port the seed's bench command used (DOMAIN.md section 1: --base-url http://localhost:8000).
+# port the story's bench command used (docs/story.md, the benchmark: --base-url http://localhost:8000).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 30000
 
-# Server log lines that fail a deploy. The seed's first days were NaN crashes in decode; SGLang's
+# Server log lines that fail a deploy. The story's first days were NaN crashes in decode; SGLang's
 # sampler raises "Detected errors during sampling! NaN in the logits." and CUDA failures print
-# "CUDA error" / "CUDA_ERROR_*" (DOMAIN.md section 4: cuInit returning CUDA_ERROR_NOT_INITIALIZED).
+# "CUDA error" / "CUDA_ERROR_*" (docs/story.md, CUDA inside the container: cuInit returning CUDA_ERROR_NOT_INITIALIZED).
 LOG_FAIL_PATTERNS: tuple[str, ...] = (
     r"NaN in the logits",
     r"\bnan\b.*(logits|probs)",

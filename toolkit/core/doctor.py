@@ -181,7 +181,7 @@ def judge_host(name: str, r: Mapping[str, Any]) -> list[Check]:
                     "topology / P2P",
                     WARN,
                     f"no NVLink, GPU pairs over PCIe {links}: tensor-parallel allreduce crosses PCIe "
-                    "(the seed's ~250 W of 600 W at 100 % utilisation)",
+                    "(the story's ~250 W of 600 W at 100 % utilisation)",
                     "prefer expert parallelism or TP4+PP2 over TP8 on such a host",
                 )
             )

@@ -24,8 +24,8 @@ from toolkit.app.apply import Amendment, OverlayContext
 from toolkit.core.deploy import systemd_exec_line, with_bench_flags
 from toolkit.core.errors import ToolkitError
 
-# 1024 prompts (the seed's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
-# time at the seed's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
+# 1024 prompts (the story's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
+# time at the story's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
 # glm5-baseline (64 running, the rest queued for most of it) and 7 s for glm5-tp8 (all 160 at once), long
 # enough for the steady-state rule's 5 s plateau. The lab says so in its notes and in the results entry.
 LAB_NUM_PROMPTS = 160

@@ -55,8 +55,8 @@ TEMPLATE_DIR = "/var/lib/vz/template/cache"
 TEMPLATE_NAME = template.APPLIANCES[template.DEFAULT_SUITE].file_name
 DEFAULT_DRIVER_VERSION = "580.95.05"
 DEFAULT_CT_VMID = 100
-# Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (DOMAIN.md
-# section 4 lists 234, 506, 508, 509, 511 seen in the wild); fixed here so the lab is repeatable,
+# Majors the driver would get from register_chrdev(0, ...): dynamic on a real host (docs/story.md,
+# CUDA inside the container lists 234, 506, 508, 509, 511 seen in the wild); fixed here so the lab is repeatable,
 # and deliberately not 195 so a role that hard-codes 195 for uvm fails in the lab as on a host.
 UVM_MAJOR = 508
 CAPS_MAJOR = 509
@@ -185,7 +185,7 @@ def validate(config: LabConfig) -> LabConfig:
     problems: list[Problem] = []
     if not 1 <= config.gpus <= MAX_GPUS:
         problems.append(Problem(f"{config.gpus} GPUs asked; the lab makes 1 to {MAX_GPUS}", field="--gpus",
-                                fix="pass --gpus between 1 and 16 (the seed host has 8)"))
+                                fix="pass --gpus between 1 and 16 (the story's host has 8)"))
     parts = config.driver_version.split(".")
     if not (2 <= len(parts) <= 3 and all(p.isdigit() for p in parts)):
         problems.append(Problem(f"driver version {config.driver_version!r} is not like 580.95.05",

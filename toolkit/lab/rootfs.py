@@ -1,7 +1,7 @@
 """The cached Debian 12 userland (system work: debootstrap, tar, zstd).
 
 One debootstrap run makes the userland both pve1 and the CT template are made of, so a cold
-`lab up` downloads Debian packages once (DOMAIN.md section 5: minbase bookworm took 38 s here).
+`lab up` downloads Debian packages once (docs/lab.md: minbase bookworm took 38 s here).
 The cache directory is named by a hash of what went into it, so changing the package list
 builds a new one instead of silently reusing a stale one.
 """

@@ -5,7 +5,7 @@ is made, so `down` removes exactly that (by pid, by name) even after a crash hal
 pve1 is one process tree: `unshare` (new mount, UTS, IPC, PID and cgroup namespaces, inside the
 lab's network namespace) runs stage1.sh as PID 1 of the new PID namespace, which mounts pve1's
 overlay root, /proc, /sys, the cgroup controllers, /dev, pivot_roots into it (LXC refuses to
-start from a plain chroot: DOMAIN.md section 5) and execs systemd. All mounts live only in that
+start from a plain chroot: docs/lab.md) and execs systemd. All mounts live only in that
 mount namespace, so they vanish with it; killing PID 1 kills every process in the namespace.
 """
 

@@ -1,4 +1,4 @@
-"""SGLang bench_serving results, read by presence of keys (they differ between versions; DOMAIN.md section 2)."""
+"""SGLang bench_serving results, read by presence of keys (they differ between versions)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The trace as numpy columns, where numpy is present: parse, steady window, window statistics and energy.
 
 Replay + judge of a one-hour 8-GPU 10 Hz trace (288,000 rows) must take under 1 s and at most 3x a bare
-csv.reader pass over the same text (issue #18; benchmarks/bench_probe.py). The list-based path (trace.py,
+csv.reader pass over the same text (benchmarks/bench_probe.py). The list-based path (trace.py,
 steady.py, summary.py, energy.py) pays Python work per cell: one str object per cell, a float per cell, then
 list passes per statistic. Here the text is parsed by numpy's C reader into one float array (NaN = empty
 cell), split by GPU once, and every statistic is one vectorised pass over a column slice. The series keep

@@ -2,7 +2,7 @@
 
 NVML's total-energy counter (mJ since driver load, ~100 ms updates) is the source of truth; integrating
 nvmlDeviceGetPowerUsage (a ~1 s moving average on Ampere and newer) lags at every load change, so it is
-only reported next to the counter (DOMAIN.md section 3).
+only reported next to the counter (docs/probe.md, the H200 tables).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def window_energy(
     """t and the series are the samples inside the window, in time order.
 
     Between counter reads the best power series integrates: the driver's 20 ms samples where recorded (within
-    0.1-0.6 % of the counter on >= 16 s windows on the H200, shared/research/nvml-sampling.md section 3), else
+    0.1-0.6 % of the counter on >= 16 s windows on the H200, docs/probe.md, Energy), else
     instant power, else the 1 s averaged power."""
     span = t[-1] - t[0] if len(t) >= 2 else 0.0
     integrated = _trapezoid(t, power_w)

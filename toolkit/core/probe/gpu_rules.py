@@ -1,7 +1,7 @@
 """The per-GPU rules: one GPU's statistics over a window (the steady window, or one ~1 s interval) -> its class.
 
 The thresholds are the documented rules (docs/probe.md); the figures that set them were measured on this
-project's H200 (DOMAIN.md section 3, re-measured in tests/fixtures/probe/h200-*) and taken from the seed (8 GPUs
+project's H200 (re-measured in tests/fixtures/probe/h200-*) and taken from the GLM-5 story (docs/story.md) (8 GPUs
 at 100 % util, ~250 W of 600 W, no P2P). Pure: dicts in, a judgement out.
 """
 
@@ -44,8 +44,8 @@ GPM_TENSOR_PCT = 30.0  # H200 matmul: 93 %
 GPM_SM_BUSY_PCT = 60.0
 GPM_SM_WAITING_PCT = 20.0  # H200 spinning kernel: ~1 % at 100 % util
 POWER_CAPPED_OF_LIMIT = 0.85  # H200 matmul: 692 W of 700 W
-WAITING_POWER_OF_LIMIT = 0.5  # seed: 250 W of 600 W = 0.42; H200 spin: 123 of 700
-WAITING_ABOVE_IDLE = 0.4  # seed: (250-87)/(600-87) = 0.32
+WAITING_POWER_OF_LIMIT = 0.5  # story (docs/story.md): 250 W of 600 W = 0.42; H200 spin: 123 of 700
+WAITING_ABOVE_IDLE = 0.4  # story (docs/story.md): (250-87)/(600-87) = 0.32
 IMBALANCE_SPREAD = 0.25  # absolute spread of the work metric (0..1) across GPUs
 IMBALANCE_RELATIVE = 0.3  # and relative to the busiest GPU
 THROTTLE_REASONS = ("hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
@@ -111,7 +111,7 @@ def judge_gpu(g: dict[str, Any]) -> GpuJudgement:
         if ((util or 0.0) >= BUSY_UTIL_PCT and pol is not None and pol < WAITING_POWER_OF_LIMIT
                 and (above is None or above < WAITING_ABOVE_IDLE)):
             # SMs partly active, no resource near its peak, and the power says little work is done: the kernels
-            # mostly wait (the seed's TP8 over PCIe: 100 % util at 42 % of the limit); less certain than SM < 20 %.
+            # mostly wait (the story's TP8 over PCIe: 100 % util at 42 % of the limit); less certain than SM < 20 %.
             return GpuJudgement(WAITING, basis, 0.7, ev,
                                 note=f"util {util:.0f} %, SMs busy {sm:.0f} %, at {pol:.0%} of the power limit: "
                                 "kernels mostly wait")

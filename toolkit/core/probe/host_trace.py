@@ -1,6 +1,6 @@
 """host_trace.csv: CPU of the benchmark's process tree and of the server's, per process and busiest thread.
 
-Format (SPEC-timelines.md, schema 1): one row per process per tick on the probe's clock. `cpu_pct` is % of ONE
+Format (schema 1, docs/probe.md): one row per process per tick on the probe's clock. `cpu_pct` is % of ONE
 core (100 = a full core) over the interval since that pid's previous sample (utime+stime of all its threads,
 /proc/<pid>/stat); `busiest_thread_cpu_pct` likewise for its busiest thread (/proc/<pid>/task/<tid>/stat). The
 first sample of a pid has no interval yet: its cells are empty. Python's GIL makes one thread at ~100 % the

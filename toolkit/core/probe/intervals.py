@@ -77,7 +77,7 @@ UNDERUSED_STATES = (IDLE, ON_OFF, LAUNCH)
 
 
 class ServerTimeline(Protocol):
-    """What the intervals read of a ServerTrace (toolkit/core/probe/server_trace.py, SPEC-timelines.md)."""
+    """What the intervals read of a ServerTrace (toolkit/core/probe/server_trace.py)."""
 
     t_s: list[float]
     ok: list[bool]
@@ -85,7 +85,7 @@ class ServerTimeline(Protocol):
 
 
 class HostTimeline(Protocol):
-    """What the intervals read of a HostTrace (toolkit/core/probe/host_trace.py, SPEC-timelines.md)."""
+    """What the intervals read of a HostTrace (toolkit/core/probe/host_trace.py)."""
 
     meta: dict[str, str]
     t_s: list[float]

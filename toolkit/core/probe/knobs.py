@@ -2,7 +2,7 @@
 
 Each step is machine-readable (verdict.json `knob_steps`), so `toolkit sweep --vary` (and a later `toolkit tune`)
 can take it as variants directly: `sweep_args` is the sweep's own spelling of the step. The rules follow the
-signal -> knob table of shared/research/sglang-metrics.md section 6 and the seed's history (DOMAIN.md section 1).
+signal -> knob table of the server-signal table of docs/probe.md and the GLM-5 story's history (docs/story.md).
 
 Current values come from the run's target (`target.knobs`: the profile's resolved server and bench settings, put
 into run.json by `toolkit probe run --profile` or `--target-json`), else from what the server reported

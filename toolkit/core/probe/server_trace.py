@@ -1,8 +1,8 @@
 """server_trace.csv: SGLang's own view of the run, one row per scrape of /metrics (and /v1/loads).
 
-Format (SPEC-timelines.md, schema 1): `t_s` is the probe's clock (the same as trace.csv); a row with ok=0 is a
+Format (schema 1, docs/probe.md): `t_s` is the probe's clock (the same as trace.csv); a row with ok=0 is a
 gap (the server did not answer or its exposition did not parse) with `error` saying why; an empty cell is
-"unavailable". Gauges are SGLang 0.5.9's (`sglang:` names; shared/research/sglang-metrics.md): counts are summed
+"unavailable". Gauges are SGLang 0.5.9's (`sglang:` names, srt/metrics/collector.py): counts are summed
 over label sets (dp ranks, the `pid` label of mode-less gauges), ratios (token_usage) averaged. Counters and the
 histograms' `_sum`/`_count` are the raw cumulative values; `counter_reset` = 1 on the first row after a counter
 went backwards (a server restart), and no rate is ever taken across such a pair.

@@ -1,7 +1,23 @@
 """The steady-state rule: which part of the benchmark window the verdict judges.
 
-bench_serving divides its rates by the whole duration, ramp-up and drain included (DOMAIN.md section 2), and
-a GPU's power during the first seconds is still climbing. The verdict therefore judges the plateau:
+bench_serving divides its rates by the whole duration, ramp-up and drain included, and a GPU's power during the
+first seconds is still climbing. The verdict therefore judges the plateau, found from the best signal the run
+has.
+
+From the server's token counter (a server timeline with `sglang:realtime_tokens_total`, which SGLang adds to on
+every forward pass), `find_counter_window`:
+
+1. the output rate between consecutive scrapes of the decode counter, inside [bench_start_s, bench_end_s];
+2. smoothed with a centred moving average `smooth_s` wide; peak = the 90th percentile of the smoothed rate (a
+   late scrape's catch-up spike does not set it); threshold = `plateau_fraction` x peak;
+3. runs of the smoothed rate at or above the threshold, a dip shorter than `smooth_s` kept inside; the window
+   is the LONGEST run, its ends trimmed until the raw rate there is at or above the threshold too. A drain (the
+   rate falling as the last requests finish, never recovering) or a ramp is never inside it, where the GPU
+   rule's first-to-last span keeps everything between;
+4. peak zero (no tokens) or a window shorter than `min_window_s`: no steady state, the reason given.
+
+GPU utilisation stays at 100 % through a drain when the GPUs spin in communication kernels, so the GPU rule is
+only the fallback (no server timeline, or one without the counter), `find_steady_window`:
 
 1. activity(t) per GPU = max(util_gpu_pct / 100, (power_w - idle_power_w) / (power_limit_w - idle_power_w)),
    clipped to [0, 1], then averaged over the GPUs that have a value at that tick. Utilization alone misses
@@ -49,8 +65,9 @@ class SteadyWindow:
     end_s: float
     found: bool
     reason: str
-    peak_activity: float
+    peak_activity: float  # the smoothed signal's peak: GPU activity (0-1), or output tok/s for the counter
     threshold: float
+    signal: str = "gpu activity"  # "server token counter" or "gpu activity": what the window was found from
 
     @property
     def duration_s(self) -> float:
@@ -164,4 +181,58 @@ def _judge_plateau(full: SteadyWindow, peak: float, threshold: float, start: flo
 
 
 def _replace(w: SteadyWindow, *, reason: str, peak: float = 0.0, threshold: float = 0.0) -> SteadyWindow:
-    return SteadyWindow(w.start_s, w.end_s, False, reason + "; using the full benchmark window", peak, threshold)
+    return SteadyWindow(w.start_s, w.end_s, False, reason + "; using the full benchmark window", peak, threshold,
+                        w.signal)
+
+
+COUNTER_SIGNAL = "server token counter"
+# Fewer scrape pairs than this inside the benchmark window: too few to find a plateau in (the GPU rule decides).
+MIN_COUNTER_PAIRS = 4
+PEAK_PERCENTILE = 90
+
+
+def find_counter_window(t_s: list[float], rate: list[float], bench_start_s: float, bench_end_s: float,
+                        params: SteadyParams) -> SteadyWindow | None:
+    """The steady window from the server's output-token counter: (t_s, rate) are its per-second rates between
+    consecutive scrapes, at their midpoints (server_trace.counter_series). None when there are too few inside the
+    benchmark window to judge (the caller falls back to the GPU rule)."""
+    pairs = [(t, r) for t, r in zip(t_s, rate, strict=True) if bench_start_s <= t <= bench_end_s]
+    if len(pairs) < MIN_COUNTER_PAIRS:
+        return None
+    t = [p[0] for p in pairs]
+    raw = [p[1] for p in pairs]
+    sm = [x if x is not None else 0.0 for x in smooth(t, list(raw), params.smooth_s)]
+    full = SteadyWindow(bench_start_s, bench_end_s, False, "", 0.0, 0.0, COUNTER_SIGNAL)
+    # The peak is a high percentile, not the maximum: a scrape that came late sees the tokens of two intervals
+    # at once, and one such spike must not set the bar the plateau is held to.
+    ordered = sorted(sm)
+    peak = ordered[min(len(ordered) - 1, round(PEAK_PERCENTILE / 100 * (len(ordered) - 1)))]
+    if peak <= 0:
+        return _replace(full, reason="no output tokens counted by the server inside the benchmark window")
+    threshold = params.plateau_fraction * peak
+    runs: list[list[int]] = []
+    for i, x in enumerate(sm):
+        if x < threshold:
+            continue
+        # The same run, or after a dip (its samples below the bar) no longer than the smoothing width: kept inside.
+        if runs and (runs[-1][1] == i - 1 or t[i - 1] - t[runs[-1][1] + 1] <= params.smooth_s + 1e-6):
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    best: tuple[int, int] | None = None
+    for lo, hi in runs:
+        while lo < hi and raw[lo] < threshold:
+            lo += 1
+        while hi > lo and raw[hi] < threshold:
+            hi -= 1
+        if best is None or t[hi] - t[lo] > t[best[1]] - t[best[0]]:
+            best = (lo, hi)
+    assert best is not None  # the peak itself is at or above the threshold
+    start, end = t[best[0]], t[best[1]]
+    if end - start < params.min_window_s:
+        return _replace(full, reason=f"the server's output rate held >= {params.plateau_fraction} x its peak "
+                        f"({peak:,.0f} tok/s) for {end - start:.1f} s, shorter than min_window_s "
+                        f"{params.min_window_s} s: the run is too short for a steady state", peak=peak,
+                        threshold=threshold)
+    return SteadyWindow(start, end, True, f"server output rate >= {params.plateau_fraction} x peak {peak:,.0f} "
+                        "tok/s (the longest span without a sustained fall)", peak, threshold, COUNTER_SIGNAL)

@@ -1,7 +1,7 @@
 """summary.json: full-run and steady-state figures side by side, per GPU and in total.
 
 A pure function of the trace, the run's manifest and the benchmark's result. Its layout is documented in
-docs/probe.md; results entries (issue #4) are built from it, so keys are only ever added.
+docs/probe.md; results entries are built from it, so keys are only ever added.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from toolkit.core.probe.host_trace import HostTrace, host_window
 from toolkit.core.probe.numbers import percentile
 from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
-from toolkit.core.probe.server_trace import ServerTrace, server_window
-from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_steady_window
+from toolkit.core.probe.server_trace import ServerTrace, counter_series, server_window
+from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_counter_window, find_steady_window
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -146,7 +146,7 @@ def _timeline_tokens(timeline: list[Any] | None, offset_s: float, start_s: float
 
 def window_summary(
     trace: Trace, start_s: float, end_s: float, idle: dict[int, float | None], bench: dict[str, Any],
-    bench_start_s: float, *, full_run: bool, server: dict[str, Any] | None = None, steady_found: bool = True,
+    bench_start_s: float, *, full_run: bool, server: dict[str, Any] | None = None, where: str = "the steady window",
 ) -> dict[str, Any]:
     """One window's figures. `server` is server_window() over the same window: its realtime_tokens counter
     gives the steady window's throughput (it moves every forward pass; bench_serving's rates are whole-run)."""
@@ -163,7 +163,6 @@ def window_summary(
         }
         out_tokens = bench.get("total_output_tokens")
     else:
-        where = "the steady window" if steady_found else "the whole benchmark window (no steady window found)"
         server_rate = (server or {}).get("output_tok_per_s")
         if server_rate is not None and duration > 0:
             # Tokens over the window at the counter's rate: the scrapes inside cover slightly less than the
@@ -210,13 +209,26 @@ def summarize(
     params = params or SteadyParams()
     idle = idle_power(trace, float(run.get("idle_start_s", 0.0)), float(run["idle_end_s"]))
     b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
-    steady: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
+    gpu_rule: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
+    # The server's token counter sees a drain that GPU utilisation (100 % while GPUs spin in communication
+    # kernels) cannot: where the run has it, it decides.
+    counter = find_counter_window(*counter_series(server, "realtime_decode_tokens_total"), b0, b1, params
+                                  ) if server is not None else None
+    steady: SteadyWindow = counter or gpu_rule
+    # The window the verdict judges. Without a steady state the counter's rule says so (no steady rate is taken);
+    # the GPUs' busy span, where the GPU rule finds one, is still judged rather than the whole benchmark window,
+    # which holds bench_serving's warmup request and its one-second pause before the run.
+    judged = steady if steady.found or not gpu_rule.found else gpu_rule
+    if judged is steady:
+        where = "the steady window" if steady.found else "the whole benchmark window (no steady window found)"
+    else:
+        where = "the GPUs' busy span (no steady state: the server's rate never held)"
     errors = [
         {"gpu": g, "t_s": round(s.t_s[i], 3), "error": e}
         for g, s in trace.gpus.items() if any(s.errors) for i, e in enumerate(s.errors) if e
     ]
     srv_full = server_window(server, b0, b1) if server is not None else None
-    srv_steady = server_window(server, steady.start_s, steady.end_s) if server is not None else None
+    srv_steady = server_window(server, judged.start_s, judged.end_s) if server is not None else None
     run_server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -241,21 +253,26 @@ def summarize(
         "steady_state": {
             "found": steady.found,
             "reason": steady.reason,
-            "peak_activity": round(steady.peak_activity, 3),
+            "signal": steady.signal,
+            "peak_activity": round(gpu_rule.peak_activity, 3),
             "threshold": round(steady.threshold, 3),
+            "peak_output_tok_per_s": round(counter.peak_activity, 1) if counter is not None else None,
+            # what the GPU rule alone found, beside the counter's window (the drain GPU util cannot see)
+            "gpu_rule": {"found": gpu_rule.found, "start_s": round(gpu_rule.start_s, 3),
+                         "end_s": round(gpu_rule.end_s, 3)} if counter is not None else None,
             "rule": {"plateau_fraction": params.plateau_fraction, "smooth_s": params.smooth_s,
                      "min_window_s": params.min_window_s},
         },
         "full": window_summary(trace, b0, b1, idle, bench, b0, full_run=True, server=srv_full),
-        "steady": window_summary(trace, steady.start_s, steady.end_s, idle, bench, b0, full_run=False,
-                                 server=srv_steady, steady_found=steady.found),
+        "steady": window_summary(trace, judged.start_s, judged.end_s, idle, bench, b0, full_run=False,
+                                 server=srv_steady, where=where),
         # SGLang's own view (server_trace.csv) and the host's CPU (host_trace.csv); None when not recorded.
         "server": None if server is None else {
             "source": server.meta.get("source"), "metrics_enabled": run_server.get("metrics_enabled"),
             "what_was_not_seen": run_server.get("what_was_not_seen", []), "rows": len(server),
             "gaps": server.gaps, "resets": server.resets, "full": srv_full, "steady": srv_steady},
         "host": None if host is None else {
-            "full": host_window(host, b0, b1), "steady": host_window(host, steady.start_s, steady.end_s)},
+            "full": host_window(host, b0, b1), "steady": host_window(host, judged.start_s, judged.end_s)},
         "gpu_errors": errors[:200],
         "gpu_error_count": len(errors),
         "gaps": reading_gaps(trace, b0, b1),

@@ -1,4 +1,4 @@
-"""The CSV layout the probe's side timelines share (server_trace.csv, host_trace.csv; SPEC-timelines.md).
+"""The CSV layout the probe's side timelines share (server_trace.csv, host_trace.csv).
 
 Line 1 is `<magic> schema_version=N key=value ...`, line 2 the column header, then one row per record.
 An empty cell is "unavailable", never zero; cells never hold a comma or a newline (writers strip them).
@@ -55,7 +55,7 @@ def parse_rows(text: str, *, magic: str, version: int, columns: Sequence[str], f
     if len(lines) < 2 or not lines[1].strip():
         raise ToolkitError.of(f"{what} is truncated: no column header", file=file, line=2, fix="re-record the run")
     head = lines[1].rstrip("\r").split(",")
-    # Schema 1 may grow columns at the end (SPEC-timelines.md): the known ones must come first, in order.
+    # Schema 1 may grow columns at the end: the known ones must come first, in order.
     if tuple(head[: len(columns)]) != tuple(columns):
         missing = [c for c in columns if c not in head]
         raise ToolkitError.of(f"column header does not match schema {version} (missing: {missing or 'order differs'})",

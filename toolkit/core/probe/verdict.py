@@ -212,10 +212,12 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     target = target or {}
     source = str(summary.get("data_source", "measured"))
     bench = summary["benchmark"]
-    window = summary["steady"] if summary["steady_state"]["found"] else summary["full"]
+    # summary["steady"] is the window to judge: the steady window, or without one the GPUs' busy span (or the whole
+    # benchmark window where there is none), with steady_state.found false.
+    window = summary["steady"]
     per_gpu = {g: judge_gpu(s) for g, s in window["gpus"].items()}
     basis = "gpm" if per_gpu and all(j.basis == "gpm" for j in per_gpu.values()) else "power+util+clocks"
-    window_ev = {"window": "steady" if summary["steady_state"]["found"] else "full benchmark",
+    window_ev = {"window": "steady" if summary["steady_state"]["found"] else "no steady state",
                  "start_s": window["start_s"], "end_s": window["end_s"]}
     lost = bench.get("failed_requests") or 0
     if bench.get("exit_code") not in (0, None) or bench.get("interrupted") or lost:
@@ -368,7 +370,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     if trace is None or base.cls == FAILED or not base.per_gpu:
         return knobs(base, base.evidence)
     found = summary["steady_state"]["found"]
-    window = summary["steady"] if found else summary["full"]
+    window = summary["steady"]
     start_s, end_s = float(window["start_s"]), float(window["end_s"])
     idle = {int(g): w for g, w in (summary.get("idle", {}).get("power_w") or {}).items()}
     ivs = build_intervals(trace, idle, start_s, end_s, server=server, host=host)

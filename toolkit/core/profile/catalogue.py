@@ -5,7 +5,7 @@ Two sources, same output shape:
 - `extract_from_source(text)`: a static read of `add_argument(...)` calls with `ast` (works
   without installing SGLang, which needs CUDA wheels), resolving module-level choice lists;
 - `extract_from_parser(parser)`: the `ServerArgs.add_cli_args(parser)` walk over `parser._actions`
-  where that SGLang version is importable (DOMAIN.md section 2).
+  where that SGLang version is importable.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Sections that are not knobs: prose and the toolkit's own block.
-NOT_KNOBS = ("name", "description", "extends", "why", "results", "schema_version")
+NOT_KNOBS = ("name", "description", "extends", "why", "acknowledge", "results", "schema_version")
 
 
 @dataclass(frozen=True)

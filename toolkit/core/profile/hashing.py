@@ -12,7 +12,8 @@ from typing import Any
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Prose and the toolkit's own block do not change what runs; renaming a profile does not either.
-HASH_EXCLUDED = ("description", "why", "results", "name", "extends", "schema_version")
+# Acknowledged rules are what validation reports, not what runs.
+HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extends", "schema_version")
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs.

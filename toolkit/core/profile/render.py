@@ -295,9 +295,9 @@ def render_bench_argv(
     python: str = "python3",
     max_concurrency: int | None = None,
 ) -> list[str]:
-    """SGLang's bench_serving against a running server. With the defaults this is the seed's command
-    plus --output-file and --output-details. `max_concurrency` overrides bench.max_concurrency for one
-    level of bench.concurrency_levels."""
+    """SGLang's bench_serving against a running server. With the defaults this is the GLM-5 story's command
+    (docs/story.md, the benchmark) plus --output-file and --output-details. `max_concurrency` overrides
+    bench.max_concurrency for one level of bench.concurrency_levels."""
     bench, model = resolved.spec.bench, resolved.spec.model
     served = model.served_model_name or _require(model.repo_id, "model.repo_id")
     tokenizer = bench.tokenizer or model.local_path or _require(model.repo_id, "model.repo_id")
@@ -322,7 +322,8 @@ def render_bench_argv(
         argv += ["--warmup-requests", str(bench.warmup_requests)]
     if bench.seed is not None:
         argv += ["--seed", str(bench.seed)]
-    # --output-details: each request's TTFT and inter-token gaps in the JSON line (bench_serving has had it since
-    # before 0.5.9), so latency percentiles and an SLO are judged from per-request results, not from means.
+    # --output-details adds bench_serving's per-request results (ttfts, itls, input_lens, output_lens, errors) to
+    # its JSON line: the report's TTFT and ITL distributions, the latency percentiles and an SLO's verdict come from
+    # them, not from its means.
     argv += ["--output-file", output_file, "--output-details"]
     return argv

@@ -68,7 +68,7 @@ RULES: tuple[Rule, ...] = (
         field="server.allreduce_fusion",
         message="FlashInfer allreduce fusion needs SM90 or SM10x; on SM120 its kernels are not built "
         "(flashinfer jit/comm.py allows archs 9 and 10 only). Forcing the arch gate measured 236 tok/s at 125 W "
-        "against 3,740 tok/s without it (seed)",
+        "against 3,740 tok/s without it (docs/story.md)",
         fix="set server.allreduce_fusion: false on SM120",
         source="https://github.com/sgl-project/sglang/issues/15650",
     ),
@@ -82,7 +82,8 @@ RULES: tuple[Rule, ...] = (
         severity="warning",
         field="server.cuda_graph",
         message="CUDA graphs with NSA attention on SM120 hit the page_table_1_flattened bug in the NSA path "
-        "(crashes seen in the seed until graphs were disabled); decode graph capture can also hang (sglang#29580)",
+        "(crashes in the GLM-5 story until graphs were disabled, docs/story.md); decode graph capture can also "
+        "hang (sglang#29580)",
         fix="set server.cuda_graph: false until the fix is in your pinned SGLang",
         source="https://github.com/sgl-project/sglang/issues/12964",
     ),
@@ -108,9 +109,9 @@ RULES: tuple[Rule, ...] = (
         ),
         severity="warning",
         field="server.nsa_decode_backend",
-        message="SGLang's automatic NSA backend choice on SM120 gave NaN crashes in decode in the seed, "
-        "until the decode backend was chosen by hand (trtllm)",
-        fix="set server.nsa_decode_backend (the seed's working choice: trtllm)",
+        message="SGLang's automatic NSA backend choice on SM120 gave NaN crashes in decode in the GLM-5 story "
+        "(docs/story.md), until the decode backend was chosen by hand (trtllm)",
+        fix="set server.nsa_decode_backend (the working choice in docs/story.md: trtllm)",
         source="https://github.com/sgl-project/sglang/issues/26087",
     ),
     Rule(
@@ -163,9 +164,9 @@ RULES: tuple[Rule, ...] = (
         severity="info",
         field="server.tp_size",
         message="tensor parallel across GPUs without P2P sends every allreduce through the host: expect a "
-        "communication-bound run (seed: 100 % util at ~250 W of 600 W per GPU)",
+        "communication-bound run (docs/story.md: 100 % util at ~250 W of 600 W per GPU)",
         fix="compare against expert parallel or TP4+PP2 (glm5-ep8, glm5-tp4-pp2)",
-        source="seed: nvidia-smi during the 3,740 tok/s run",
+        source="docs/story.md, the probe: nvidia-smi during the 3,740 tok/s run",
     ),
     Rule(
         id="public-bind-without-api-key",

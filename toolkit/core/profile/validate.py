@@ -59,7 +59,43 @@ def validate(
     # A value a field rule refused (a control character, a template marker, a bad path) is reported once: the
     # checks that read it as a flag value or a host would only repeat it in other words.
     flagged = {path for _, path, _ in hits}
-    return problems + [p for p in later if p.field not in flagged]
+    return acknowledged(resolved, problems + [p for p in later if p.field not in flagged],
+                        {r.id for r in rules} | {r.id for r in field_rules})
+
+
+def acknowledged(resolved: ResolvedProfile, problems: list[Problem], rule_ids: set[str]) -> list[Problem]:
+    """Warnings of the rules the profile's `acknowledge:` names become "acknowledged" lines that say why; an
+    acknowledged error stays an error (a broken service is not a choice), and an acknowledgement of a rule that
+    does not exist or no longer fires is reported, as a stale `noqa` is."""
+    acks = resolved.spec.acknowledge
+    if not acks:
+        return problems
+    out: list[Problem] = []
+    fired = set()
+    for p in problems:
+        reason = acks.get(p.rule_id or "")
+        if reason is None or p.severity not in ("warning", "info"):
+            out.append(p)
+            continue
+        fired.add(p.rule_id)
+        where = resolved.origin(f"acknowledge.{p.rule_id}")
+        at = f" ({where.file}:{where.line})" if where and where.line else ""
+        out.append(Problem(f"{p.message}; acknowledged{at}: {' '.join(reason.split())}", file=p.file, line=p.line,
+                           field=p.field, fix=None, severity="acknowledged", rule_id=p.rule_id))
+    for rule in sorted(set(acks) - fired):
+        if any(p.rule_id == rule for p in problems):
+            out.append(resolved.problem(f"acknowledge.{rule}", f"rule {rule} is an error here: an error cannot be "
+                                        "acknowledged", "fix what the rule says", "error"))
+        elif (resolved.origin(f"acknowledge.{rule}") or resolved).file != resolved.file:
+            continue  # a parent's acknowledgement of a rule this child no longer breaks: the parent still does
+        elif rule not in rule_ids:
+            out.append(resolved.problem(f"acknowledge.{rule}", f"no rule is called {rule}",
+                                        "use a rule id that validate prints in [brackets], or remove the line",
+                                        "warning"))
+        else:
+            out.append(resolved.problem(f"acknowledge.{rule}", f"rule {rule} does not fire for this profile any "
+                                        "more", "remove the acknowledgement", "warning"))
+    return out
 
 
 def _required(resolved: ResolvedProfile) -> list[Problem]:

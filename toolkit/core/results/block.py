@@ -174,7 +174,7 @@ def add_entry(block: ResultsBlock, entry: ResultsEntry, keep_last: int | None = 
     """A new block with `entry` recorded: replaced in place when its run (run_id and host) is there, else inserted
     (entries are kept oldest first, by date); then only the last `keep_last` toolkit entries are kept.
 
-    Manual entries are never pruned: they are imported history (the seed's figures) that no artifact
+    Manual entries are never pruned: they are imported history (the story's figures) that no artifact
     directory can regenerate.
     """
     keep = keep_last if keep_last is not None else block.keep_last

@@ -147,7 +147,7 @@ def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any]
         backend = (bench_raw or {}).get("backend")
         load_note = f"the load is not a served model ({backend or 'unknown benchmark'}): its tokens are {unit}"
     if source.startswith("measured"):
-        return LabNote(kind="stand-in", note=f"GPU figures {source}; {load_note}") if load_note else None
+        return LabNote(kind="load", note=f"GPU figures {source}; {load_note}") if load_note else None
     stand_in = any(w in source for w in ("stand-in", "synthetic", "simulated")) or load_note is not None
     replay = any(w in source for w in ("replay", "recorded")) and not stand_in
     return LabNote(kind="replay" if replay else "stand-in", note=source + (f"; {load_note}" if load_note else ""))
@@ -206,7 +206,7 @@ def _rate(rate: Any) -> float | Literal["inf"] | None:
 
 
 def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | None,
-           argv: list[str] | None = None) -> BenchSettings:
+           argv: list[str] | None = None, duration_s: Any = None) -> BenchSettings:
     """What ran: bench_serving's own echo of its settings first, then its command line (with its defaults); the
     profile only in `profile_asked`, where it differs. num_prompts is what completed (failed counted apart)."""
     raw = {k: v for k, v in (bench_raw or {}).items() if v is not None}
@@ -247,6 +247,7 @@ def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | Non
         # Redacted again: run.json's is, but it may have been edited by hand.
         command=shlex.join(redact_argv([str(a) for a in argv])) if argv else None,
         profile_asked=differs or None,
+        duration_s=rnd(duration_s, S_DIGITS),
     )
 
 
@@ -329,23 +330,25 @@ def build_entry(
                               fix="give the run directory `toolkit probe run` wrote")
 
     steady_rates: SteadyRates | None = None
-    steady_tps = rnd(_get(steady, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS)
-    # With no plateau found the summary's steady window is the whole benchmark window; a rate over it from the
-    # server's counter is still recorded (its source says which window), so every entry has one to rank on.
-    if steady is not None and (steady_found or steady_tps is not None):
+    # Only a steady window that was found gives a steady rate: a rate over the whole benchmark window (none found)
+    # is a full-run rate by another name, and would be compared with steady ones.
+    if steady is not None and steady_found:
         steady_rates = SteadyRates(
-            output_tok_per_s=steady_tps,
+            output_tok_per_s=rnd(_get(steady, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS),
             total_tok_per_s=rnd(_get(steady, "throughput", "total_tok_per_s"), TOK_PER_S_DIGITS),
             window_s=[rnd(steady.get("start_s"), S_DIGITS) or 0.0, rnd(steady.get("end_s"), S_DIGITS) or 0.0],
             source=_str(_get(steady, "throughput", "source")),
         )
+    no_steady = None if steady_found else (_str(_get(summary, "steady_state", "reason")) or "no steady window")
     throughput = Throughput(
         full_run=Rates(
             output_tok_per_s=rnd(_get(full, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS),
             total_tok_per_s=rnd(_get(full, "throughput", "total_tok_per_s"), TOK_PER_S_DIGITS),
+            request_per_s=rnd(_get(full, "throughput", "request_per_s"), 3),
         ),
         steady_state=steady_rates,
         peak_output_tok_per_s=rnd(_get(summary, "benchmark", "peak_output_tok_per_s"), TOK_PER_S_DIGITS),
+        no_steady_state=no_steady.removesuffix("; using the full benchmark window") if no_steady else None,
     )
     # Power and energy come from the window the verdict judges: the steady plateau when one was found.
     window, name = (steady, "steady") if steady_found and steady is not None else (full, "full")
@@ -361,9 +364,10 @@ def build_entry(
         spec_hash=spec_hash,
         lab=_lab(summary, run, bench_raw),
         sglang_version=_sglang_version(bench_raw),
-        host=_str(run.get("host")),
+        host=_str(run.get("hostname")) or _str(run.get("host")),  # "host" holds the host timeline when it ran
         gpu=_gpu_stamp(topology or {}, summary),
-        bench=_bench(bench_raw, profile_bench, run.get("command") if isinstance(run.get("command"), list) else None),
+        bench=_bench(bench_raw, profile_bench, run.get("command") if isinstance(run.get("command"), list) else None,
+                     duration_s=_get(summary, "benchmark", "duration_s")),
         throughput=throughput,
         latency_ms=_latency(full.get("latency_ms")),
         power=_power(window, name, idle),

@@ -19,7 +19,7 @@ _V1_BENCH_KEYS = {"backend": "backend", "dataset_name": "dataset", "num_prompts"
 
 
 def _v1_entry_to_v2(e: dict[str, Any], index: int) -> dict[str, Any]:
-    """Schema 1 (the profiles' importer of the seed's figures) kept an entry flat; schema 2 groups it.
+    """Schema 1 (the profiles' importer of the story's figures) kept an entry flat; schema 2 groups it.
 
     Known flat keys are moved into their groups. A key this migration does not know is left where it
     is, so validation names it instead of the migration silently dropping a figure.

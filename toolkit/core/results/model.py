@@ -27,9 +27,10 @@ class _Strict(BaseModel):
 
 
 class LabNote(_Strict):
-    """Set when the figures did not come from a real GPU: the entry says so in the file itself."""
+    """Set when the figures did not come from a real GPU serving a real model: the entry says so in the file itself.
+    `load`: real GPUs measured under a load that is not a served model (its "tokens" are what its unit says)."""
 
-    kind: Literal["stand-in", "replay"]
+    kind: Literal["stand-in", "replay", "load"]
     note: str
 
 
@@ -51,18 +52,21 @@ class BenchSettings(_Strict):
     input_len: int | None = None
     output_len: int | None = None
     range_ratio: float | None = None
-    # "inf" (all requests at t0, the seed's setting) or requests per second.
+    # "inf" (all requests at t0, the story's setting) or requests per second.
     request_rate: float | Literal["inf"] | None = None
     max_concurrency: int | None = None
     seed: int | None = None
     command: str | None = None
     # The profile's bench values where the run differs (the lab's smaller prompt count, a command after --).
     profile_asked: dict[str, str | int | float | None] | None = None
+    # How long the benchmark ran (bench_serving's duration: first request sent to the last answer), seconds.
+    duration_s: float | None = None
 
 
 class Rates(_Strict):
     output_tok_per_s: float | None = None
     total_tok_per_s: float | None = None
+    request_per_s: float | None = None
 
 
 class SteadyRates(Rates):
@@ -77,6 +81,9 @@ class Throughput(_Strict):
     full_run: Rates = Field(default_factory=Rates)
     steady_state: SteadyRates | None = None
     peak_output_tok_per_s: float | None = None
+    # Why the run has no steady state (too short, no plateau): then `steady_state` is absent, and the full-run
+    # rate is all there is to compare.
+    no_steady_state: str | None = None
 
 
 class Percentiles(_Strict):
@@ -99,7 +106,7 @@ class GpuPower(_Strict):
     mean_w: float | None = None
     p95_w: float | None = None
     limit_w: float | None = None
-    # mean_w against limit_w: the seed's "~250 W of 600 W" in one number.
+    # mean_w against limit_w: the story's "~250 W of 600 W" in one number.
     mean_of_limit_pct: float | None = None
 
 
@@ -139,7 +146,7 @@ class ResultsEntry(_Strict):
     date: str | None = None
     spec_hash: str | None = None
     lab: LabNote | None = None
-    approximate: bool | None = None  # manual figures quoted as "about" (the seed's ~880 tok/s)
+    approximate: bool | None = None  # manual figures quoted as "about" (the story's ~880 tok/s)
     sglang_version: str | None = None
     host: str | None = None
     gpu: GpuStamp = Field(default_factory=GpuStamp)
@@ -154,9 +161,12 @@ class ResultsEntry(_Strict):
 
     # Convenience views used by compare, diff and report.
     def output_tok_per_s(self) -> tuple[float | None, str]:
-        """The best comparable output rate and which one it is ("steady" or "full")."""
-        if self.throughput.steady_state and self.throughput.steady_state.output_tok_per_s is not None:
-            return self.throughput.steady_state.output_tok_per_s, "steady"
+        """The best output rate and which one it is ("steady" or "full"). A rate over the whole benchmark window
+        because no steady window was found (entries recorded before `no_steady_state`) is not steady."""
+        s = self.throughput.steady_state
+        if (s is not None and s.output_tok_per_s is not None and not self.throughput.no_steady_state
+                and "no steady window found" not in (s.source or "")):
+            return s.output_tok_per_s, "steady"
         return self.throughput.full_run.output_tok_per_s, "full"
 
     def verdict_class(self) -> str | None:

@@ -1,13 +1,17 @@
-"""`toolkit report`: the data behind the plots, and the Markdown / standalone HTML around them.
+"""`toolkit report`: what a report shows, in the order people read it, and its Markdown.
+
+Top to bottom: what ran (profile, host, GPUs, SGLang, the workload and how long it took), the verdict with its next
+steps, the plots, then the figures, the evidence (collapsed), the knobs against the parent and the history. Every
+figure carries its provenance and its workload (toolkit.core.results.comparable); a report of data that was not
+measured says so at the top and on every image (the SIMULATED or REPLAYED watermark).
 
 Pure: a probe trace, summary and results entry in; plot series and document text out. Drawing is
-toolkit/adapters/plots.py (the only importer of matplotlib); files are written by the command.
+toolkit/adapters/plots.py (the only importer of matplotlib), the HTML page toolkit/adapters/documents.py (its
+Jinja2 template and the Markdown library); files are written by the use case.
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,37 +19,75 @@ from typing import Any
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series
+from toolkit.core.results.comparable import KIND_LABEL, Provenance, provenance, rate_of, workload
 from toolkit.core.results.model import ResultsEntry
+from toolkit.core.tables import figure, markdown_table
 
 THROUGHPUT_BIN_S = 1.0
+# The idle baseline is drawn squeezed into this share of the time axis: it is a reference, not the run.
+IDLE_AXIS_SHARE = 0.08
+
+
+def watermark_of(data_source: str) -> str | None:
+    """The word every image of data that was not measured carries: SIMULATED (a stand-in, an engine model, a
+    synthetic trace) or REPLAYED (a recorded trace played back as if live); None for a measurement."""
+    s = data_source.lower()
+    if any(w in s for w in ("simulated", "synthetic", "stand-in", "engine model")):
+        return "SIMULATED"
+    if any(w in s for w in ("recorded gpu trace", "replay")):
+        return "REPLAYED"
+    return None
 
 
 @dataclass
-class GpuLine:
-    gpu: int
+class Band:
+    """One group of identical GPUs as one band: the mean line and the min-max range around it, on a common time
+    grid; a group of one GPU is a line (lo == hi == mean)."""
+
+    label: str
+    gpus: list[int]
     t_s: list[float]
-    values: list[float | None]
+    mean: list[float | None]
+    lo: list[float | None]
+    hi: list[float | None]
 
 
-@dataclass
-class PlotData:
-    """Everything the three plots draw, on the run's clock (seconds since the probe started)."""
-
-    power: list[GpuLine]
-    power_limit_w: float | None
-    idle_power_w: float | None
-    util: list[GpuLine]
-    gpm_sm: list[GpuLine]  # empty when the GPUs offer no GPM (or it was not sampled)
-    bench_window_s: tuple[float, float] | None
-    steady_window_s: tuple[float, float] | None
-    throughput_t_s: list[float]
-    throughput_tok_per_s: list[float]
-    throughput_source: str  # how the time series was obtained, shown under the plot
-    data_source: str
-    full_run_tok_per_s: float | None = None  # bench_serving's whole-run rate (ramp and drain included)
-    steady_tok_per_s: float | None = None  # the rate over the steady window
-    time_range_s: tuple[float, float] | None = None  # every time plot's x axis, so they line up
-    server: ServerSeries | None = None  # the server and host panel under the power plot; None: not recorded
+def gpu_bands(trace: Trace, column: str, models: dict[int, str], bin_s: float | None = None) -> list[Band]:
+    """GPUs grouped by model (identical GPUs are one band, distinct ones apart), each group's min/mean/max of
+    `column` per time bin. GPUs without a value in the column are left out."""
+    groups: dict[str, list[int]] = {}
+    for g, s in sorted(trace.gpus.items()):
+        if any(v is not None for v in s.values[column]):
+            groups.setdefault(models.get(g) or "GPU", []).append(g)
+    if not groups:
+        return []
+    ts_all = [t for g in itertools.chain(*groups.values()) for t in trace.gpus[g].t_s[:1] + trace.gpus[g].t_s[-1:]]
+    span = max(ts_all) - min(ts_all) if ts_all else 0.0
+    # A grid fine enough to show a 1 s phase, coarse enough that GPUs sampled a few ms apart share a bin.
+    width = bin_s or max(0.1, span / 1500.0)
+    bands = []
+    for model, gpus in groups.items():
+        per_bin: dict[int, list[list[float]]] = {}
+        for k, g in enumerate(gpus):
+            s = trace.gpus[g]
+            for t, v in zip(s.t_s, s.values[column], strict=True):
+                if v is None:
+                    continue
+                cell = per_bin.setdefault(int(t // width), [[] for _ in gpus])
+                cell[k].append(v)
+        t_s: list[float] = []
+        mean: list[float | None] = []
+        lo: list[float | None] = []
+        hi: list[float | None] = []
+        for b in sorted(per_bin):
+            means = [sum(vs) / len(vs) for vs in per_bin[b] if vs]
+            t_s.append((b + 0.5) * width)
+            mean.append(sum(means) / len(means))
+            lo.append(min(means))
+            hi.append(max(means))
+        label = (f"{len(gpus)}x {model}" if len(gpus) > 1 else f"GPU {gpus[0]} ({model})")
+        bands.append(Band(label, gpus, t_s, mean, lo, hi))
+    return bands
 
 
 @dataclass
@@ -68,12 +110,40 @@ class ServerSeries:
     not_seen: list[str]
 
 
-def _median(vs: list[float]) -> float | None:
-    if not vs:
-        return None
-    s = sorted(vs)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+@dataclass
+class Latencies:
+    """bench_serving's per-request results (--output-details): TTFT per request, ITL per token, in ms."""
+
+    ttft_ms: list[float]
+    itl_ms: list[float]
+    requests: int
+    failed: int
+
+
+@dataclass
+class PlotData:
+    """Everything the plots draw, on the run's clock (seconds since the probe started)."""
+
+    power: list[Band]
+    power_limit_w: float | None
+    idle_power_w: float | None
+    util: list[Band]
+    gpm_sm: list[Band]  # empty when the GPUs offer no GPM (or it was not sampled)
+    bench_window_s: tuple[float, float] | None
+    steady_window_s: tuple[float, float] | None
+    steady_note: str  # what the steady window was found from, or why there is none
+    idle_window_s: tuple[float, float] | None  # drawn squeezed (IDLE_AXIS_SHARE of the axis)
+    throughput_t_s: list[float]
+    throughput_tok_per_s: list[float]
+    throughput_source: str  # how the time series was obtained, shown under the plot
+    data_source: str
+    watermark: str | None
+    full_run_tok_per_s: float | None = None  # bench_serving's whole-run rate (ramp and drain included)
+    steady_tok_per_s: float | None = None  # the rate over the steady window
+    time_range_s: tuple[float, float] | None = None  # every time plot's x axis, so they line up
+    server: ServerSeries | None = None  # the server and host panel under the power plot; None: not recorded
+    latencies: Latencies | None = None
+    latency_note: str = ""  # why there is no distribution
 
 
 def throughput_series(timeline: Any, bench_start_s: float, bin_s: float = THROUGHPUT_BIN_S
@@ -106,7 +176,7 @@ def server_series(server: ServerTrace | None, host: HostTrace | None, summary: d
                   ) -> ServerSeries | None:
     if server is None and host is None:
         return None
-    ok = [i for i in range(len(server))] if server is not None else []
+    ok = list(range(len(server))) if server is not None else []
 
     def col(name: str) -> list[float | None]:
         assert server is not None
@@ -130,24 +200,51 @@ def server_series(server: ServerTrace | None, host: HostTrace | None, summary: d
     )
 
 
-def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None,
-              server: ServerTrace | None = None, host: HostTrace | None = None) -> PlotData:
-    def lines(column: str) -> list[GpuLine]:
-        out = []
-        for g, s in sorted(trace.gpus.items()):
-            vals = s.values[column]
-            if any(v is not None for v in vals):
-                out.append(GpuLine(g, s.t_s, vals))
-        return out
+def latencies_of(bench_raw: dict[str, Any] | None) -> tuple[Latencies | None, str]:
+    """TTFT and ITL distributions from bench_serving's per-request results, or (None, why not)."""
+    raw = bench_raw or {}
+    ttfts, itls, errors = raw.get("ttfts"), raw.get("itls"), raw.get("errors")
+    if not isinstance(ttfts, list) or not isinstance(itls, list):
+        return None, ("the benchmark wrote no per-request results (bench_serving writes them with "
+                      "--output-details, which the toolkit's bench command passes)")
+    failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
+    ok = [i for i in range(len(ttfts)) if not (isinstance(errors, list) and i < len(errors) and errors[i])]
+    ttft_ms = [float(ttfts[i]) * 1000 for i in ok if isinstance(ttfts[i], int | float) and ttfts[i] > 0]
+    itl_ms = [float(x) * 1000 for i in ok if i < len(itls) and isinstance(itls[i], list)
+              for x in itls[i] if isinstance(x, int | float)]
+    if not ttft_ms:
+        return None, "the benchmark's per-request results hold no successful request"
+    return Latencies(ttft_ms, itl_ms, len(ttfts), failed), ""
 
+
+def _median(vs: list[float]) -> float | None:
+    if not vs:
+        return None
+    s = sorted(vs)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None,
+              server: ServerTrace | None = None, host: HostTrace | None = None,
+              topology: dict[str, Any] | None = None) -> PlotData:
+    models = {int(g["index"]): str(g.get("name") or "GPU") for g in (topology or {}).get("gpus") or []
+              if isinstance(g, dict) and isinstance(g.get("index"), int)}
     limits = [v for s in trace.gpus.values() for v in s.values["power_limit_w"] if v is not None]
     idle_map = (summary.get("idle") or {}).get("power_w") or {}
     idles = [float(v) for v in idle_map.values() if isinstance(v, int | float)]
     b0, b1 = run.get("bench_start_s"), run.get("bench_end_s")
     bench = (float(b0), float(b1)) if isinstance(b0, int | float) and isinstance(b1, int | float) else None
+    i0, i1 = run.get("idle_start_s", 0.0), run.get("idle_end_s")
+    idle_w = (float(i0), float(i1)) if isinstance(i0, int | float) and isinstance(i1, int | float) and i1 > i0 \
+        else None
     steady = summary.get("steady") or {}
-    found = bool((summary.get("steady_state") or {}).get("found"))
+    state = summary.get("steady_state") or {}
+    found = bool(state.get("found"))
     sw = (float(steady["start_s"]), float(steady["end_s"])) if found and "start_s" in steady else None
+    steady_note = (f"steady window {sw[0]:.1f}-{sw[1]:.1f} s, found from the {state.get('signal') or 'GPU activity'}"
+                   if sw else "no steady state: " + str(state.get("reason") or "not found")
+                   .removesuffix("; using the full benchmark window"))
     ts, rates = throughput_series((bench_raw or {}).get("timeline"), bench[0] if bench else 0.0)
     full_avg = ((summary.get("full") or {}).get("throughput") or {}).get("output_tok_per_s")
     steady_avg = (steady.get("throughput") or {}).get("output_tok_per_s") if found else None
@@ -159,30 +256,35 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
     elif ts:
         source = f"output tokens per {THROUGHPUT_BIN_S:g} s bin, from the benchmark's token timeline"
     else:
-        full = (summary.get("full") or {}).get("throughput") or {}
-        avg = full.get("output_tok_per_s")
         peak = (summary.get("benchmark") or {}).get("peak_output_tok_per_s")
-        if bench and isinstance(avg, int | float):
-            ts, rates = [bench[0], bench[1]], [float(avg), float(avg)]
+        if bench and isinstance(full_avg, int | float):
+            ts, rates = [bench[0], bench[1]], [float(full_avg), float(full_avg)]
         source = ("the benchmark reports whole-run totals only (no token timeline): the line is its average over "
-                  "the whole run" + (f"; its reported peak was {peak:g} tok/s" if isinstance(peak, int | float)
+                  "the whole run" + (f"; its reported peak was {figure(peak)} tok/s" if isinstance(peak, int | float)
                                      else ""))
+    data_source = str(summary.get("data_source") or run.get("data_source") or "measured")
+    lat, lat_note = latencies_of(bench_raw)
     return PlotData(
-        power=lines("power_w"),
+        power=gpu_bands(trace, "power_w", models),
         power_limit_w=_median(limits),
         idle_power_w=_median(idles),
-        util=lines("util_gpu_pct"),
-        gpm_sm=lines("gpm_sm_util_pct"),
+        util=gpu_bands(trace, "util_gpu_pct", models),
+        gpm_sm=gpu_bands(trace, "gpm_sm_util_pct", models),
         bench_window_s=bench,
         steady_window_s=sw,
+        steady_note=steady_note,
+        idle_window_s=idle_w,
         throughput_t_s=ts,
         throughput_tok_per_s=rates,
         throughput_source=source,
-        data_source=str(summary.get("data_source") or run.get("data_source") or "measured"),
+        data_source=data_source,
+        watermark=watermark_of(data_source),
         full_run_tok_per_s=float(full_avg) if isinstance(full_avg, int | float) else None,
         steady_tok_per_s=float(steady_avg) if isinstance(steady_avg, int | float) else None,
         time_range_s=_time_range(trace),
         server=srv,
+        latencies=lat,
+        latency_note=lat_note,
     )
 
 
@@ -193,127 +295,173 @@ def _time_range(trace: Trace) -> tuple[float, float] | None:
 
 @dataclass
 class Plot:
-    key: str  # file-name stem: power, util-gpm, throughput
+    key: str  # file-name stem: power, server, util-gpm, throughput, latency
     title: str
-    caption: str
+    caption: str  # Markdown
     png: bytes
 
 
 @dataclass
 class ReportData:
     profile: str
-    file: str
+    file: str  # relative to the repository where it is inside it: no path of the machine that made the report
     parent: str | None
     knob_changes: list[str]  # rendered KnobChange lines against the parent
     entry: ResultsEntry | None
     stale: bool
     history: list[tuple[ResultsEntry, bool]]  # (entry, stale), oldest first
-    next_steps: list[str] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)  # Markdown (knobs in backticks)
     plots: list[Plot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # why something is missing (no artifacts, manual entry)
+    run_facts: dict[str, Any] = field(default_factory=dict)  # from the run directory, where it is here
+    watermark: str | None = None
+
+    @property
+    def provenance(self) -> Provenance | None:
+        return provenance(self.entry) if self.entry else None
 
 
-def _f(v: Any, spec: str = "g") -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float | int):
-        return format(v, spec)
-    return str(v)
+def what_ran(r: ReportData) -> list[tuple[str, str]]:
+    """(what, value) rows: the profile, the run and where its figures come from, host, GPUs, SGLang, the workload,
+    how long and how fast requests went, and the steady window (or why there is none)."""
+    e = r.entry
+    rows = [("profile", f"{r.profile}" + (f" (extends {r.parent})" if r.parent else "") + f", {r.file}")]
+    if e is None:
+        return rows
+    p = provenance(e)
+    rows.append(("run", f"{e.run_id}" + (f", {e.date}" if e.date else "")))
+    rows.append(("figures", p.label + (f": {p.detail}" if p.detail else "")))
+    spec = "spec not recorded" if not e.spec_hash else (f"spec {e.spec_hash[:12]}, " + (
+        "STALE: an older spec than the profile's" if r.stale else "the profile's current spec"))
+    rows.append(("spec", spec))
+    gpus = (f"{e.gpu.count or '?'}x {e.gpu.model or 'GPU'}" if e.gpu.count or e.gpu.model else "not recorded")
+    rows.append(("host, GPUs", f"{e.host or 'host not recorded'}; {gpus}"
+                 + (f", driver {e.gpu.driver}" if e.gpu.driver else "")))
+    rows.append(("SGLang", e.sglang_version or "not recorded"))
+    rows.append(("workload", workload(e).text()))
+    duration = e.bench.duration_s if e.bench.duration_s is not None else r.run_facts.get("duration_s")
+    rps = (e.throughput.full_run.request_per_s if e.throughput.full_run.request_per_s is not None
+           else r.run_facts.get("request_per_s"))
+    if duration is not None or rps is not None:
+        rows.append(("duration", f"{figure(duration)} s" + (f", {figure(rps)} requests/s" if rps is not None
+                                                           else "")))
+    s = e.throughput.steady_state
+    if e.throughput.no_steady_state:
+        rows.append(("steady window", f"no steady state: {e.throughput.no_steady_state}"))
+    elif s is not None and s.window_s:
+        rows.append(("steady window", f"{figure(s.window_s[0])}-{figure(s.window_s[1])} s"
+                     + (f" ({s.source})" if s.source else "")))
+    return rows
 
 
 def headline_rows(e: ResultsEntry) -> list[tuple[str, str]]:
-    """(figure, value) pairs: the entry's key figures, as both documents and the terminal show them."""
+    """(figure, value) pairs: the entry's key figures, each with its kind."""
     t = e.throughput
-    rows = [
-        ("output throughput, steady state (tok/s)", _f(t.steady_state.output_tok_per_s if t.steady_state else None)),
-        ("output throughput, full run (tok/s)", _f(t.full_run.output_tok_per_s)),
-        ("total throughput, full run (tok/s)", _f(t.full_run.total_tok_per_s)),
-        ("peak output throughput (tok/s)", _f(t.peak_output_tok_per_s)),
-    ]
+    rows = []
+    for kind in ("steady", "full"):
+        rate = rate_of(e, kind)
+        if rate is not None:
+            rows.append((f"output throughput, {KIND_LABEL[kind]} (tok/s)", figure(rate)))
+    if t.no_steady_state:
+        rows.append(("output throughput, steady-state (tok/s)", "none: no steady state"))
+    if t.full_run.total_tok_per_s is not None:
+        rows.append(("total throughput, full-run (tok/s)", figure(t.full_run.total_tok_per_s)))
+    if t.peak_output_tok_per_s is not None:
+        rows.append(("peak output throughput (tok/s)", figure(t.peak_output_tok_per_s)))
     if e.latency_ms:
         for name, p in (("TTFT", e.latency_ms.ttft), ("ITL", e.latency_ms.itl), ("TPOT", e.latency_ms.tpot)):
             if p is not None:
-                rows.append((f"{name} median / p99 (ms)", f"{_f(p.median)} / {_f(p.p99)}"))
+                rows.append((f"{name} median / p99 (ms)", f"{figure(p.median)} / {figure(p.p99)}"))
     if e.power:
         limit = next((g.limit_w for g in e.power.per_gpu if g.limit_w), e.power.limit_w)
         rows.append((f"power per GPU, mean ({e.power.window or 'window n/a'}) / limit (W)",
-                     f"{_f(e.power.mean_w)} / {_f(limit)}"))
-        rows.append(("idle power per GPU (W)", _f(e.power.idle_w)))
+                     f"{figure(e.power.mean_w)} / {figure(limit)}"))
+        rows.append(("idle power per GPU (W)", figure(e.power.idle_w)))
     if e.energy:
-        rows.append((f"energy per output token (J, {e.energy.window or '-'})", _f(e.energy.j_per_output_tok)))
-        rows.append(("output tokens per joule", _f(e.energy.output_tok_per_j)))
-    if e.verdict:
-        rows.append(("verdict", e.verdict.class_ + (f" (confidence {e.verdict.confidence:g})"
-                                                    if e.verdict.confidence is not None else "")))
+        rows.append((f"energy per output token (J, {e.energy.window or '-'})", figure(e.energy.j_per_output_tok)))
+        rows.append(("output tokens per joule", figure(e.energy.output_tok_per_j)))
     if e.note:
         rows.append(("note" + (" (approximate figures)" if e.approximate else ""), e.note))
     return rows
 
 
-def _stamp(e: ResultsEntry) -> str:
-    bits = [f"run {e.run_id}", f"source {e.source}"]
-    if e.date:
-        bits.append(e.date)
-    if e.gpu.count or e.gpu.model:
-        bits.append(f"{e.gpu.count or '?'}x {e.gpu.model or 'GPU'}" + (f", driver {e.gpu.driver}" if e.gpu.driver
-                                                                         else ""))
-    if e.sglang_version:
-        bits.append(f"SGLang {e.sglang_version}")
-    if e.host:
-        bits.append(f"host {e.host}")
-    if e.spec_hash:
-        bits.append(f"spec {e.spec_hash[:12]}")
-    return ", ".join(bits)
+def verdict_line(e: ResultsEntry) -> str:
+    """The verdict in one Markdown line: class, confidence, headline."""
+    v = e.verdict
+    if v is None:
+        return "No verdict recorded."
+    conf = f" (confidence {figure(v.confidence)})" if v.confidence is not None else ""
+    summary = (v.summary or "").removeprefix(v.class_).lstrip(" :—-")
+    return f"**{v.class_}**{conf}" + (f": {summary}" if summary else "")
+
+
+def key_figures(e: ResultsEntry) -> list[str]:
+    """The three figures a reader wants beside the verdict, each with its kind."""
+    out = []
+    rate, kind = e.output_tok_per_s()
+    if rate is not None:
+        out.append(f"{figure(rate)} output tok/s ({KIND_LABEL[kind]})")
+    if e.power and e.power.mean_w is not None:
+        limit = next((g.limit_w for g in e.power.per_gpu if g.limit_w), e.power.limit_w)
+        out.append(f"{figure(e.power.mean_w)} W per GPU" + (f" of {figure(limit)} W" if limit else ""))
+    if e.energy and e.energy.j_per_output_tok is not None:
+        out.append(f"{figure(e.energy.j_per_output_tok)} J per output token")
+    return out
 
 
 def _history_row(e: ResultsEntry, stale: bool) -> list[str]:
     rate, kind = e.output_tok_per_s()
-    return [e.run_id, e.date or "-", e.source + (f" ({e.lab.kind})" if e.lab else ""),
-            f"{_f(rate)} ({kind})" if rate is not None else "-",
-            _f(e.energy.output_tok_per_j if e.energy else None), e.verdict_class() or "-",
+    return [e.run_id, e.date or "-", provenance(e).mark, workload(e).text(),
+            f"{figure(rate)} ({KIND_LABEL[kind]})" if rate is not None else "-",
+            figure(e.energy.output_tok_per_j if e.energy else None), e.verdict_class() or "-",
             "STALE" if stale else ""]
 
 
-HISTORY_HEAD = ["run", "date", "source", "output tok/s", "tok/J", "verdict", ""]
+HISTORY_HEAD = ["run", "date", "provenance", "workload", "output tok/s", "tok/J", "verdict", "spec"]
 
 
-def _md_table(head: list[str], rows: list[list[str]]) -> list[str]:
-    def cell(s: str) -> str:
-        return s.replace("|", "\\|").replace("\n", " ")
-
-    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in rows]
-    return out
+def evidence_rows(e: ResultsEntry) -> list[list[str]]:
+    return [[k, figure(v) if isinstance(v, int | float | bool) or v is None else str(v)]
+            for k, v in (e.verdict.evidence.items() if e.verdict else [])]
 
 
 def render_markdown(r: ReportData, image_paths: dict[str, str] | None = None) -> str:
-    """Markdown; plots are referenced by `image_paths` (key -> relative path), or left out."""
-    out = [f"# Report: {r.profile}", "", f"Profile file: `{r.file}`" + (f", extends `{r.parent}`" if r.parent else ""),
-           ""]
+    """Markdown in the report's order; plots are referenced by `image_paths` (key -> relative path), else left
+    out with a line saying where they are."""
+    out = [f"# Report: {r.profile}", ""]
     e = r.entry
+    p = r.provenance
+    if p is not None and p.kind != "measured":
+        out += [f"> **{p.mark}: {p.label}, not a measurement on this profile's hardware.** {p.detail or ''}"
+                .rstrip(), ""]
+    if r.stale:
+        out += ["> **Stale:** this entry measured an older spec of the profile; re-run the probe.", ""]
+    out += ["## What ran", "", *markdown_table(["", ""], [list(row) for row in what_ran(r)]), ""]
     if e is None:
         out += ["No results recorded yet: `toolkit results record DIR --profile " + r.profile + "`.", ""]
     else:
-        if e.lab:
-            out += [f"> **Lab data ({e.lab.kind}), not a measurement on real GPUs:** {e.lab.note}", ""]
-        if r.stale:
-            out += ["> **Stale:** this entry measured an older spec of the profile; re-run the probe.", ""]
-        out += ["## Latest result", "", _stamp(e), ""]
-        out += [*_md_table(["figure", "value"], [[a, b] for a, b in headline_rows(e)]), ""]
-        if e.verdict:
-            out += ["## Verdict evidence", "", f"**{e.verdict.class_}**" + (f": {e.verdict.summary}"
-                                                                              if e.verdict.summary else ""), ""]
-            if e.verdict.evidence:
-                out += [*_md_table(["evidence", "value"], [[k, _f(v)] for k, v in e.verdict.evidence.items()]), ""]
+        out += ["## Verdict", "", verdict_line(e), ""]
+        if key_figures(e):
+            out += [" · ".join(key_figures(e)), ""]
         if r.next_steps:
-            out += ["Next steps the probe suggests:", ""] + [f"- {s}" for s in r.next_steps] + [""]
-    for p in r.plots:
-        out += [f"## {p.title}", ""]
-        if image_paths and p.key in image_paths:
-            out += [f"![{p.title}]({image_paths[p.key]})", ""]
-        out += [p.caption, ""]
+            out += ["Next steps:", ""] + [f"- {s}" for s in r.next_steps] + [""]
+    if r.plots:
+        out += ["## Plots", ""]
+        if r.watermark:
+            out += [f"Every image is marked **{r.watermark}**: {r.watermark.lower()} data, not a measurement.", ""]
+    for plot in r.plots:
+        out += [f"### {plot.title}", ""]
+        if image_paths and plot.key in image_paths:
+            out += [f"![{plot.title}]({image_paths[plot.key]})", ""]
+        out += [plot.caption, ""]
+    if e is not None:
+        out += ["## Figures", "", *markdown_table(["figure", "value"], [list(x) for x in headline_rows(e)],
+                                                  ["l", "r"]), ""]
+        rows = evidence_rows(e)
+        if rows:
+            out += ["<details><summary>Evidence behind the verdict "
+                    f"({len(rows)} figures)</summary>", "", *markdown_table(["evidence", "value"], rows, ["l", "r"]),
+                    "", "</details>", ""]
     if r.notes:
         out += ["## Notes", ""] + [f"- {n}" for n in r.notes] + [""]
     out += [f"## Knobs that differ from {r.parent}" if r.parent else "## Knobs", ""]
@@ -321,66 +469,31 @@ def render_markdown(r: ReportData, image_paths: dict[str, str] | None = None) ->
         out += [f"    {line}" for c in r.knob_changes for line in c.splitlines()] or ["(none)"]
     else:
         out += ["(this profile extends nothing)"]
-    out += ["", "## History", "", *_md_table(HISTORY_HEAD, [_history_row(h, s) for h, s in r.history]), ""]
+    out += ["", "## History", "", *markdown_table(HISTORY_HEAD, [_history_row(h, s) for h, s in r.history]), ""]
     return "\n".join(out)
 
 
-_CSS = """
-body { font-family: sans-serif; max-width: 1100px; margin: 2em auto; color: #222; background: #fff; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; }
-td, th { border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; }
-th { background: #eef; }
-.lab { background: #fff3cd; border: 1px solid #e0b000; padding: 0.6em; }
-.stale { background: #fde2e2; border: 1px solid #c00; padding: 0.6em; }
-img { max-width: 100%; border: 1px solid #ddd; }
-pre { background: #f6f6f6; padding: 0.6em; white-space: pre-wrap; }
-.caption { color: #555; font-size: 0.9em; }
-"""
-
-
-def _html_table(head: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(c)}</th>" for c in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{h}</tr>{body}</table>"
-
-
-def render_html(r: ReportData) -> str:
-    """One standalone HTML file: plots embedded as data URIs, no external resources at all."""
-    esc = html.escape
-    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-             f"<title>toolkit report: {esc(r.profile)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>Report: {esc(r.profile)}</h1>",
-             f"<p>Profile file <code>{esc(r.file)}</code>" + (f", extends <code>{esc(r.parent)}</code>" if r.parent
-                                                               else "") + "</p>"]
+def page_context(r: ReportData) -> dict[str, Any]:
+    """What the HTML template renders: plain data, Markdown fragments marked as such (`*_md`)."""
     e = r.entry
-    if e is None:
-        parts.append(f"<p>No results recorded yet: <code>toolkit results record DIR --profile {esc(r.profile)}"
-                     "</code>.</p>")
-    else:
-        if e.lab:
-            parts.append(f"<p class='lab'><b>Lab data ({esc(e.lab.kind)}), not a measurement on real GPUs:</b> "
-                         f"{esc(e.lab.note)}</p>")
-        if r.stale:
-            parts.append("<p class='stale'><b>Stale:</b> this entry measured an older spec of the profile.</p>")
-        parts += ["<h2>Latest result</h2>", f"<p>{esc(_stamp(e))}</p>",
-                  _html_table(["figure", "value"], [[a, b] for a, b in headline_rows(e)])]
-        if e.verdict:
-            parts.append(f"<h2>Verdict evidence</h2><p><b>{esc(e.verdict.class_)}</b>"
-                         + (f": {esc(e.verdict.summary)}" if e.verdict.summary else "") + "</p>")
-            if e.verdict.evidence:
-                parts.append(_html_table(["evidence", "value"], [[k, _f(v)] for k, v in e.verdict.evidence.items()]))
-        if r.next_steps:
-            parts.append("<p>Next steps the probe suggests:</p><ul>"
-                         + "".join(f"<li>{esc(s)}</li>" for s in r.next_steps) + "</ul>")
-    for p in r.plots:
-        data = base64.b64encode(p.png).decode("ascii")
-        parts.append(f"<h2>{esc(p.title)}</h2><img id='plot-{esc(p.key)}' alt='{esc(p.title)}' "
-                     f"src='data:image/png;base64,{data}'><p class='caption'>{esc(p.caption)}</p>")
-    if r.notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in r.notes) + "</ul>")
-    if r.parent:
-        parts.append(f"<h2>Knobs that differ from {esc(r.parent)}</h2><pre>"
-                     + esc("\n".join(r.knob_changes) or "(none)") + "</pre>")
-    parts.append("<h2>History</h2>" + _html_table(HISTORY_HEAD, [_history_row(h, s) for h, s in r.history]))
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    p = r.provenance
+    return {
+        "profile": r.profile,
+        "banner": None if p is None or p.kind == "measured" else {"mark": p.mark, "label": p.label,
+                                                                   "detail": p.detail or ""},
+        "stale": r.stale,
+        "what_ran": what_ran(r),
+        "verdict_md": verdict_line(e) if e else None,
+        "key_figures": key_figures(e) if e else [],
+        "next_steps_md": r.next_steps,
+        "record_hint": None if e else f"toolkit results record DIR --profile {r.profile}",
+        "watermark": r.watermark,
+        "plots": r.plots,
+        "figures": headline_rows(e) if e else [],
+        "evidence": evidence_rows(e) if e else [],
+        "notes_md": r.notes,
+        "parent": r.parent,
+        "knob_changes": r.knob_changes,
+        "history_head": HISTORY_HEAD,
+        "history": [_history_row(h, s) for h, s in r.history],
+    }

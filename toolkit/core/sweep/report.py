@@ -16,6 +16,7 @@ from toolkit.core.sweep.ranking import (
 )
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState, VariantState
 from toolkit.core.sweep.variants import format_value
+from toolkit.core.tables import collapse_repeats, markdown_table
 
 
 def _f(v: float | None, fmt: str) -> str:
@@ -98,9 +99,7 @@ def to_json(state: SweepState) -> dict[str, Any]:
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(markdown_table(header, rows))
 
 
 GOODPUT_HEADER = ["#", "variant", "knobs", "rate req/s", "goodput tok/s", "tok/J", "J/tok", "power W", "verdict",
@@ -117,22 +116,53 @@ def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
 
 def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
     """The rankings of every measured variant (the sweep's report and the tune's both end with them): throughput,
-    goodput under the SLO when the run searched capacities, tokens per joule (at each capacity rate then)."""
-    out = [
-        f"## {throughput_title}",
-        "",
-        _md_table(RANK_HEADER, ranking_rows(rank_by_throughput(state))),
-    ]
+    goodput under the SLO when the run searched capacities, tokens per joule (at each capacity rate then); without
+    an SLO, when both orders are the same, one table says so instead of two identical ones."""
+    by_tp, by_tpj = rank_by_throughput(state), rank_by_efficiency(state)
     if state.capacity is not None:
         slo = ", ".join(f"{k} {v:g}" for k, v in state.capacity["slo"].items())
-        out += ["", f"## Ranked by goodput under the SLO ({slo})", "",
+        return [f"## {throughput_title}", "", _md_table(RANK_HEADER, ranking_rows(by_tp)),
+                "", f"## Ranked by goodput under the SLO ({slo})", "",
                 "Output tok/s at the highest Poisson request rate whose p99 latencies met every bound.", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
                 "", "## Ranked by output tokens per joule at each capacity rate", "",
-                _md_table(GOODPUT_HEADER, _rate_rows(rank_by_efficiency(state)))]
-        return out
-    return [*out, "", "## Ranked by output tokens per joule", "",
-            _md_table(RANK_HEADER, ranking_rows(rank_by_efficiency(state)))]
+                _md_table(GOODPUT_HEADER, _rate_rows(by_tpj))]
+    if [(r.variant_id, r.concurrency) for r in by_tp] == [(r.variant_id, r.concurrency) for r in by_tpj]:
+        return [f"## {throughput_title}", "", "Ranked by output tokens per joule, the order is the same.", "",
+                _md_table(RANK_HEADER, ranking_rows(by_tp))]
+    return [
+        f"## {throughput_title}",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(by_tp)),
+        "",
+        "## Ranked by output tokens per joule",
+        "",
+        _md_table(RANK_HEADER, ranking_rows(by_tpj)),
+    ]
+
+
+def not_measured_rows(state: SweepState) -> list[list[str]]:
+    """`not_measured` for a table: one line per reason (the same failure at every concurrency is one row naming
+    the concurrencies), the reason on one line."""
+    rows = [[v, k, " ".join(why.split())] for v, k, why in not_measured(state)]
+    # "c=64 failed: X", "c=256 failed: X" -> one row "c=64, c=256 failed: X"
+    split = []
+    for v, k, why in rows:
+        head, sep, rest = why.partition(" ")
+        if head.startswith("c=") and sep:
+            split.append([v, k, head, rest])
+        else:
+            split.append([v, k, "", why])
+    out = []
+    for row in collapse_repeats(split, 2):
+        v, k, cs, why = row
+        out.append([v, k, f"{cs} {why}".strip()])
+    return out
+
+
+def data_watermark(sources: Sequence[str]) -> str | None:
+    """The watermark of a sweep's or tune's images: SIMULATED when any point is lab data, else None."""
+    return "SIMULATED" if any("lab data" in s or "simulated" in s for s in sources) else None
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
@@ -170,9 +200,12 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
         parts += ["", "## Capacity under the SLO, per variant", "",
                   _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
                              "capacity req/s", "goodput tok/s", "tok/J", "J/tok", "search"], capacity_rows(state))]
-    missing = not_measured(state)
+    missing = not_measured_rows(state)
     if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
+    mark = data_watermark(sources)
+    if plots and mark:
+        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"

@@ -504,7 +504,7 @@ def _propose(
     """The next step from the incumbent's verdict, its first variants added to the state; None when nothing is new.
 
     Each knob step is a ladder: its values are tried one at a time from the boldest (the last the verdict
-    proposes: 64 -> 1024 before 512 and 256, as the seed's operator went), the next only when the one before did
+    proposes: 64 -> 1024 before 512 and 256, as the story's operator went), the next only when the one before did
     not beat the incumbent (`_climb`). A verdict's range ends at what it saw wanted (the peak demand), so its
     boldest value is the likeliest; the smaller ones are measured when it fails or does not pay."""
     incumbent = state.variant(int(log["incumbent"]))

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core.sweep import capacity
-from toolkit.core.sweep.report import _md_table, capacity_rows, not_measured, ranking_sections
+from toolkit.core.sweep.report import _md_table, capacity_rows, data_watermark, not_measured_rows, ranking_sections
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.tune.loop import change_text, score, unit, variant_interval
 
@@ -141,6 +141,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         _md_table(["step", "from", "its verdict", "change (why)", "variant", "result"], path_rows(state)),
     ]
     plot_of = dict(plots)
+    mark = data_watermark(sources)
+    if plots and mark:
+        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
     for step in log.get("steps", []):
         lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
         verdict = step.get("verdict") or {}
@@ -169,9 +172,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         if plots_frontier:
             parts += ["", f"![throughput against p99 latency, SLO lines, J/token]({plots_frontier})"]
     parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
-    missing = not_measured(state)
+    missing = not_measured_rows(state)
     if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], [list(m) for m in missing])]
+        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
     return "\n".join(parts) + "\n"
 
 

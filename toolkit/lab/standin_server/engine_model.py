@@ -19,27 +19,27 @@ container beside server.py; `simulate()` runs the same scheduler on a virtual cl
   a request holds input + generated tokens. If a decode step would overflow the pool, the latest admitted
   requests are retracted (their KV freed, back to the front of the queue, recomputed when admitted again) until
   the step fits: "KV cache pool is full. Retract requests."
-- Metrics as 0.5.9 writes them (shared/research/sglang-metrics.md): gauges at every prefill batch and every
+- Metrics as 0.5.9 writes them (SGLang 0.5.9's srt/metrics/collector.py): gauges at every prefill batch and every
   `decode_log_interval` decode steps (stale in between), `realtime_tokens_total` every forward, token counters
   and latency histograms at request finish; /v1/loads computed live.
 
-## Timing (per forward, milliseconds), calibrated to the seed (DOMAIN.md section 1)
+## Timing (per forward, milliseconds), calibrated to the GLM-5 story (docs/story.md)
 decode step with B running = compute(B) + comm(B):
   compute(B) = (C0 + C1 x B) x 8 / tp                    the GPU's own work, split over tp GPUs
   comm(B)    = (A0 + A1 x B) x link_factor(tp, p2p)      two allreduces per layer; over PCIe without P2P every
                                                           one is staged through host memory, so its fixed cost
                                                           (A0) dominates small batches
 prefill of T tokens = compute (C0 + P1 x T) x 8 / tp + comm (A0 + PA x T) x link_factor
-The constants are fitted so that the seed's benchmark (1024 prompts, random 256 in / 128 out, range ratio 0,
+The constants are fitted so that the story's benchmark (1024 prompts, random 256 in / 128 out, range ratio 0,
 rate inf) run through `simulate()` gives ~880 tok/s with max_running_requests 64 and ~3,740 tok/s with 1024
 on 8 GPUs over PCIe without P2P (tests/apply/test_engine_model.py checks both, and ~250 W of 600).
 link_factor = (tp - 1) / 7 for PCIe without P2P (1 at tp8), a fifth of that with P2P or NVLink; 0 at tp1.
 
 ## Power (per GPU)
-busy: the compute part of a forward draws the board's default limit (default_limit_w: at full clock the seed's
+busy: the compute part of a forward draws the board's default limit (default_limit_w: at full clock the story's
 compute phases sit at the 600 W the board allows), its communication part idle_w: the GPU spins in NCCL's kernels
 while it waits on the allreduce, so utilisation is 100 % for the whole forward while the power stays near idle for
-its communication part: the seed's "100 % utilisation, ~250 W of 600". idle: idle_w, utilisation 0. `power_w` is a
+its communication part: the story's "100 % utilisation, ~250 W of 600". idle: idle_w, utilisation 0. `power_w` is a
 1 s average (as NVML's on Ampere and newer), `power_instant_w` the current forward's. GPM SM utilisation = compute
 share (SMs do work only in the compute part).
 
@@ -71,7 +71,7 @@ from typing import Any
 
 SIMULATED = "simulated"
 MODEL_NOTE = ("simulated: the lab's engine model (toolkit/lab/standin_server/engine_model.py), calibrated to the "
-              "seed's figures; not SGLang, not a GPU")
+              "GLM-5 story's figures (docs/story.md); not SGLang, not a GPU")
 
 # Calibrated constants (milliseconds); see the module docstring and tests/apply/test_engine_model.py.
 C0_MS, C1_MS = 4.8, 0.0615  # decode compute at tp8: fixed, per running request
@@ -107,8 +107,8 @@ SMALL_MODEL = ModelFacts(name="small dense model (8B, bf16)", weights_gib=15.0, 
 
 
 def facts_for(model_path: str) -> ModelFacts:
-    """GLM-5's memory figures for the seed's model, a small dense model's for anything else (a stand-in started
-    by hand or by a test). The timing constants are the seed's either way: only GLM-5 at tp8 is calibrated."""
+    """GLM-5's memory figures for the story's model, a small dense model's for anything else (a stand-in started
+    by hand or by a test). The timing constants are the story's either way: only GLM-5 at tp8 is calibrated."""
     return ModelFacts() if "glm-5" in model_path.lower() else SMALL_MODEL
 
 
@@ -118,7 +118,7 @@ class Hardware:
     gpu_count: int = 8
     gpu_memory_gib: float = 96.0
     power_limit_w: float = 600.0  # enforced per GPU (nvidia-smi -pl); what NVML reports as the limit
-    idle_power_w: float = 87.0  # the seed's idle
+    idle_power_w: float = 87.0  # the story's idle
     # The board's default limit: what a compute phase draws at full clock. None: the enforced limit (no cap set).
     default_limit_w: float | None = None
     p2p: bool = False

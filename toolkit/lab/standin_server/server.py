@@ -30,7 +30,7 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
                                  NaN logits (the deploy must fail with that line)
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
   SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
-                                 the profile's target (the engine model's hardware; defaults: the seed's
+                                 the profile's target (the engine model's hardware; defaults: the story's
                                  RTX PRO 6000 Blackwell, 96 GiB, 600 W, 87 W idle, PCIe without P2P)
   SGLANG_STANDIN_POWER_LIMITS_FILE
                                  where the lab's driver keeps each GPU's enforced power limit (set on the host

@@ -2,8 +2,8 @@
  *
  * cuInit succeeds only when the caller's /dev has nvidiactl and nvidia-uvm AND the host's live
  * nvidia_uvm parameter uvm_disable_hmm reads Y (or 1); otherwise it returns 3,
- * CUDA_ERROR_NOT_INITIALIZED: the failure the seed host had inside its LXC container until HMM
- * was disabled on the host (DOMAIN.md section 4; NVIDIA/open-gpu-kernel-modules#797, #901, #947).
+ * CUDA_ERROR_NOT_INITIALIZED: the failure the story's host had inside its LXC container until HMM
+ * was disabled on the host (docs/story.md, CUDA inside the container; NVIDIA/open-gpu-kernel-modules#797, #901, #947).
  * The parameter is read where a container sees it (bound in by pct) or where the host keeps it.
  * Compiled on the controller by toolkit/lab/system.py; no GPU, no driver behind it.
  */

@@ -46,7 +46,7 @@ ln -s /proc/self/fd "$R/dev/fd"
 ln -s /proc/self/fd/0 "$R/dev/stdin"
 ln -s /proc/self/fd/1 "$R/dev/stdout"
 ln -s /proc/self/fd/2 "$R/dev/stderr"
-# The stand-in GPUs: what the nvidia module's nodes look like on a host (DOMAIN.md section 4:
+# The stand-in GPUs: what the nvidia module's nodes look like on a host (docs/story.md, CUDA inside the container; docs/provision.md:
 # major 195, minor N per GPU, 254 modeset, 255 ctl). No driver owns major 195 on this kernel,
 # so opening one gives ENXIO where the devices cgroup allows it, EPERM where it does not.
 # Only the flavour `lab` has them from boot; on a real host (the stock flavours) nothing makes
