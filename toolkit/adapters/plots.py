@@ -420,8 +420,10 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
 
     `series`: [{"label", "points": [{"tok_s", "ttft_ms", "itl_ms", "met"}], "j_per_tok", "power_limit_w"}]."""
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(_WIDTH_IN, 4.4),
-                             gridspec_kw={"width_ratios": [1.0, 1.0, 0.8]})
+    # The report's width; the two latency panels share the throughput axis and the variants' legend goes below
+    # all three, so no label runs into the next panel.
+    fig, axes = plt.subplots(1, 3, figsize=(_WIDTH_IN, 4.6), gridspec_kw={"width_ratios": [1.0, 1.0, 0.7]})
+    axes[1].sharey(axes[0])
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, s in enumerate(series):
         c = colours[i % len(colours)]
@@ -433,13 +435,17 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
             for p in pts:
                 if p.get(key) is not None:
                     ax.plot([p[key]], [p["tok_s"]], "o", color=c, markerfacecolor=c if p["met"] else "none")
+    handles, labels = axes[0].get_legend_handles_labels()
     for ax, key, name in ((axes[0], "ttft_p99_ms", "p99 TTFT (ms)"), (axes[1], "itl_p99_ms", "p99 ITL (ms)")):
         if key in slo:
-            ax.axvline(slo[key], color="#c00000", linestyle="--", linewidth=1, label=f"SLO {slo[key]:g} ms")
+            line = ax.axvline(slo[key], color="#c00000", linestyle="--", linewidth=1)
+            handles.append(line)
+            labels.append(f"SLO {name.split(' ')[1]} {slo[key]:g} ms")
         ax.set_xscale("log")
-        ax.set_xlabel(name)
-        ax.set_ylabel("output tok/s")
-        ax.legend(fontsize=7, loc="best")
+        ax.set_xlabel(name + "; filled: met, hollow: missed", fontsize=8)
+    axes[0].set_ylabel("output tok/s")
+    axes[1].tick_params(labelleft=False)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=7, frameon=False)
     bars = [s for s in series if s.get("j_per_tok") is not None]
     xs = list(range(len(bars)))
     axes[2].bar(xs, [s["j_per_tok"] for s in bars], color=[colours[series.index(s) % len(colours)] for s in bars])
@@ -447,8 +453,8 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
         lim = s.get("power_limit_w")
         axes[2].annotate(f"{s['j_per_tok']:.3g} J\n{lim:g} W" if lim else f"{s['j_per_tok']:.3g} J",
                          (x, s["j_per_tok"]), ha="center", textcoords="offset points", xytext=(0, 3), fontsize=7)
-    axes[2].set_xticks(xs, [s["label"].split(" ")[0] for s in bars])
-    axes[2].set_ylabel("J per output token at the capacity rate")
+    axes[2].set_xticks(xs, [s["label"].split(" ")[0] for s in bars], fontsize=7)
+    axes[2].set_ylabel("J per output token at capacity")
     axes[2].set_ylim(0, max([s["j_per_tok"] for s in bars] + [0.001]) * 1.3)
     fig.suptitle(title, fontsize=9)
     watermark(fig, mark)
