@@ -15,6 +15,7 @@ from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import SCHEMA_VERSION
 from toolkit.core.profile.resolve import ResolvedProfile, resolve
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
+from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import RankedRow, ranking
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.sweep.variants import Scalar, Validator, Variant, changed_knobs, format_value, set_path
@@ -148,7 +149,11 @@ def promote(
         )
     window = "steady-state" if best.throughput_window == "steady" else "over the full run (no steady window found)"
     slo = ",".join(f"{k}={v:g}" for k, v in ((state.capacity or {}).get("slo") or {}).items())
-    under = f" at {best.request_rate:g} req/s, the highest rate that met the SLO {slo}" if best.request_rate else ""
+    held = state.capacity is not None and \
+        capacity.result(state, state.variant(best.variant_index)).status == capacity.HELD
+    # A tokens-per-joule candidate is measured at the rate it is held to, not searched up to its own capacity.
+    rate_is = "the rate the candidates were held to, SLO met:" if held else "the highest rate that met the SLO"
+    under = f" at {best.request_rate:g} req/s, {rate_is} {slo}" if best.request_rate else ""
     metric = (
         f"{best.steady_output_tok_per_s:,.0f} output tok/s {window}"
         if by == "throughput"
