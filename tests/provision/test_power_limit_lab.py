@@ -1,13 +1,13 @@
-"""A profile's GPU power limit, applied for real in the lab: `toolkit apply` runs the host role's power-limit tasks on
-pve1 (the lab's nvidia-smi stand-in, which refuses what the real one refuses), a second apply changes nothing there,
+"""A profile's GPU power limit, applied for real in the lab: deploy.yml's host play (as `toolkit apply` runs it) runs
+the host role's power-limit tasks on pve1 (the lab's nvidia-smi stand-in, which refuses what the real one refuses),
 the doctor reads the limit back against the boot unit, a container cannot set it, a limit outside the GPUs' range
-stops the role before any change, and `default` puts the GPUs back. One deploy (no probe) and three host plays."""
+stops the role before any change, and `default` puts the GPUs back. Three host plays and one doctor: kept small
+for CI (a probe under the cap and the engine model's clocks are tested without the lab, tests/tune)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -55,41 +55,19 @@ def limits(inventory: str, host: str = "pve1") -> list[float]:
 
 
 def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(inventory: str, tmp_path: Path) -> None:
-    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
-    # A capacity search's point: Poisson arrivals at 8 req/s, the real bench_serving with --output-details.
-    (tmp_path / "profiles" / "glm5-tp8-450w.yaml").write_text(
-        "schema_version: 1\nname: glm5-tp8-450w\nextends: glm5-tp8\ngpu:\n  power_limit_w: 450\n"
-        "bench:\n  request_rate: 8\n"
-        "why:\n  gpu.power_limit_w:\n    reason: the lab test's cap\n")
-    args = ["apply", "profile", "glm5-tp8-450w", "-i", inventory, "--profiles-dir", str(tmp_path / "profiles"),
-            "--runs-dir", str(tmp_path / "runs"), "--json", "--probe", "--num-prompts", "80"]
-    first = toolkit(*args, cwd=tmp_path)
-    assert first.returncode == 0, first.stderr[-3000:]
-    summary = json.loads(first.stdout)
-    assert "pve1" in summary["hosts"] and summary["hosts"]["pve1"]["changed"] >= 1
+    # deploy.yml's host play as `toolkit apply` runs it for a profile with gpu.power_limit_w: 450 on a container of
+    # pve1 (the service's play on no host here: no server restarts).
+    first = run_playbook("deploy", inventory=inventory, extravars={
+        "deploy_power_limit_hosts": ["pve1"], "proxmox_gpu_host_gpu_power_limit_w": "450", "deploy_hosts": []})
+    assert first.rc == 0 and first.hosts["pve1"].changed >= 1, [f.message for f in first.failures]
     assert limits(inventory) == [450.0] * 8
-    # What a tune reads of that run: the offered rate, p99s from each request's own TTFT and gaps, the steady
-    # window's own spread, and the power limit the stand-in's simulated GPUs ran under: the host's.
-    from toolkit.app.measure import measurement_from_probe_dir
-
-    (probe,) = summary["probe"].values()
-    m = measurement_from_probe_dir(Path(probe["run_dir"]))
-    assert m.request_rate == 8.0 and m.latency_source and "--output-details: 80 requests" in m.latency_source
-    assert {"ttft", "itl", "e2e"} <= set(m.latency_ms) and m.latency_ms["itl"]["p99"] >= m.latency_ms["itl"]["p50"]
-    assert m.power_limit_w == 450.0 and m.interval_tok_per_s and "lab data" in m.data_source
     unit = ssh(inventory, "pve1", f"cat {UNIT}; systemctl is-enabled nvidia-power-limit.service").stdout
     assert "ExecStart=/usr/bin/nvidia-smi -pl 450" in unit and "enabled" in unit
-    # The container sees the host's limit and cannot change it.
+    # The container sees the host's limit (the stand-in server's GPUs read it there) and cannot change it.
     assert limits(inventory, "ct") == [450.0] * 8
     refused = ssh(inventory, "ct", "nvidia-smi -pl 400")
     assert refused.returncode == 4 and "Insufficient Permissions" in refused.stdout
     assert limits(inventory) == [450.0] * 8
-
-    # deploy.yml's host play again, as the apply ran it (its service plays on no host: the service is deployed
-    # already): nothing changes on the host.
-    again = run_playbook("deploy", inventory=inventory, extravars={
-        "deploy_power_limit_hosts": ["pve1"], "proxmox_gpu_host_gpu_power_limit_w": "450", "deploy_hosts": []})
-    assert again.rc == 0 and again.hosts["pve1"].changed == 0, [f.message for f in again.failures]
 
     doctor = toolkit("doctor", "pve1", "-i", inventory, "--json", cwd=tmp_path)
     checks = {c["name"]: c for c in json.loads(doctor.stdout) if c["subject"] == "pve1"}
@@ -104,12 +82,9 @@ def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(invent
                for f in bad.failures), [f.message for f in bad.failures]
     assert limits(inventory) == [450.0] * 8
 
-    # Back to the defaults: the unit goes, every GPU at its default limit, the doctor content.
+    # Back to the defaults (the GPUs as the other lab tests expect them): the unit goes, every GPU at 600 W.
     back = run_playbook("host", inventory=inventory, extravars={"proxmox_gpu_host_gpu_power_limit_w": "default"},
                         tags=["proxmox_gpu_host_power_limit"])
     assert back.rc == 0, [f.message for f in back.failures]
     assert limits(inventory) == [600.0] * 8
     assert ssh(inventory, "pve1", f"test -e {UNIT}").returncode == 1
-    doctor = toolkit("doctor", "pve1", "-i", inventory, "--json", cwd=tmp_path)
-    checks = {c["name"]: c for c in json.loads(doctor.stdout) if c["subject"] == "pve1"}
-    assert checks["power limit"]["status"] == "pass" and "the default 600 W" in checks["power limit"]["detail"]
