@@ -5,6 +5,7 @@
 #
 #     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before the strict-lab fixes
 #     bash benchmarks/old_roles_strict.sh - deploy       # HEAD with only the fixes of findings 7 and 18 undone
+#     bash benchmarks/old_roles_strict.sh 0895aed round2 # the second review's tests against the roles before them
 #
 # The old container roles stop at finding 6 (no python3-venv) before the deploy's findings are reached, and
 # REV's whole deploy roles fail today's tests for reasons of their own (the engine-model stand-in, the server
@@ -27,6 +28,46 @@ git -C "$repo" worktree remove --force "$wt" 2>/dev/null || rm -rf "$wt"
 git -C "$repo" worktree add -q --detach "$wt" HEAD
 trap 'git -C "$repo" worktree remove --force "$wt"' EXIT
 cd "$wt"
+if [ "$mode" = round2 ]; then
+  # The roles, playbooks and the reproduce use case of REV (it ran no storage preflight play); today's lab and
+  # tests. Stage A: the old roles as they are, on the homelab flavour and on the strict container tests.
+  # Stage B: the homelab module again with what a user of the old roles does by hand once they stop (the
+  # enterprise repositories switched to no-subscription, NVIDIA's cuda-keyring installed, the root
+  # filesystem's storage named: findings 1, 6 and 3 stop them before anything else), so the later findings are
+  # reached. Each stage prints the tests' outcomes and their first failures.
+  git checkout -q "$rev" -- roles playbooks toolkit/app/host.py
+  rm -f playbooks/containers_preflight.yml
+  ln -s "$repo/.venv" .venv
+  export PYTHONPATH=$wt TOOLKIT_SHARE_DIR=$wt TOOLKIT_LAB_INSTANCE=${TOOLKIT_LAB_INSTANCE:-o30}
+  # Each test's outcome and the first line of its failure (the short summary of -rA; CI=true keeps pytest from
+  # cutting the failure off at the terminal's width); each stage's whole output stays in $logs.
+  export CI=true
+  logs=${TOOLKIT_OLD_ROLES_LOGS:-/tmp/old-roles-round2}
+  mkdir -p "$logs"
+  report() { tee "$logs/$1.log" | grep -E "^(PASSED|FAILED|ERROR) |^=+ .*(passed|failed)" | cut -c1-700 || true; }
+  stages=${3:-AB}  # `round2 B`: stage B alone; TOOLKIT_OLD_ROLES_K: pytest -k for the homelab module
+  k=(-k "${TOOLKIT_OLD_ROLES_K:-not nothing}")
+  if [[ $stages == *A* ]]; then
+    echo "== stage A: the roles of $rev"
+    { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short "${k[@]}" tests/provision/test_homelab_lab.py 2>&1 || true; } | report A-homelab
+    { .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short \
+    "tests/provision/test_provision_lab.py::test_host_role_from_scratch_then_no_change" \
+    "tests/provision/test_container_strict_lab.py::test_raw_passthrough_allows_only_the_gpus_asked_for" \
+    "tests/provision/test_container_strict_lab.py::test_an_adopted_container_keeps_its_own_net0" \
+    "tests/provision/test_container_strict_lab.py::test_a_model_cache_on_the_small_root_stops_the_reproduce_before_anything" \
+      2>&1 || true; } | report A-strict
+  fi
+  [[ $stages == *B* ]] || exit 0
+  echo "== stage B: the roles of $rev, with a user's workarounds for findings 1, 6 and 3"
+  TOOLKIT_TEST_PREPARE_PVE1="sed -i 's|^deb https://enterprise|# deb https://enterprise|' /etc/apt/sources.list.d/*.list && \
+echo 'deb http://download.proxmox.com/debian/pve bookworm pve-no-subscription' > /etc/apt/sources.list.d/pve-no-subscription.list && \
+curl -sfo /tmp/k.deb https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/cuda-keyring_1.1-1_all.deb && \
+dpkg -i /tmp/k.deb >/dev/null" \
+  TOOLKIT_TEST_EXTRAVARS='{"lxc_gpu_container_rootfs_storage": "local-zfs"}' \
+    .venv/bin/python -m pytest -p no:cacheprovider -rA -q --tb=short "${k[@]}" tests/provision/test_homelab_lab.py 2>&1 \
+    | report B-homelab || true
+  exit 0
+fi
 if [ "$mode" = deploy ]; then
   git apply --3way "$repo/benchmarks/undo_findings_7_18.patch"
   ln -s "$repo/.venv" .venv

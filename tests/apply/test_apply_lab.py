@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,15 +141,15 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
     assert info["lab_standin"] is True and info["version"] == "0.5.9" and info["tp_size"] == 8
     env = json.loads((run_dir / "environment.json").read_text())
     assert env.get("SGLANG_STANDIN") == "1"
-    # One Hugging Face cache for the server, the download and the probe: on the model-cache mount (mp0
-    # at /models, the host's /var/lib/toolkit/model-cache), not the rootfs (roles review finding 7).
+    # One Hugging Face cache for the server, the download and the probe: on the model-cache mount (mp0 at /models,
+    # a volume on the root filesystem's storage), not the rootfs (roles review finding 7; review 2, finding 2).
     assert env.get("HF_HOME") == "/models/huggingface"
     vmid = yaml.safe_load(provisioned.inventory_path.read_text())["all"]["children"]["gpu_containers"]["hosts"][
         provisioned.name]["lxc_gpu_container_vmid"]
     config = provisioned.lab.ssh("pve1", f"pct config {vmid}").stdout
-    host_dir = next(line[5:].split(",")[0] for line in config.splitlines() if line.startswith("mp0: ")
-                    and line.endswith(",mp=/models"))
-    assert provisioned.lab.ssh("pve1", f"test -d {host_dir}/huggingface").returncode == 0
+    assert re.search(r"^mp0: local-lvm:vm-\d+-disk-\d+,mp=/models,backup=0,size=\d+G$", config, re.M), config
+    mount = provisioned.lab.ssh("pve1", f"pct exec {vmid} -- findmnt -no TARGET -T /models/huggingface").stdout
+    assert mount.strip() == "/models"
     assert json.loads((run_dir / "smoke.json").read_text())["text"].strip()
     probe = summary["probe"][provisioned.name]
     bench = (Path(probe["run_dir"]) / "bench.jsonl").read_text()

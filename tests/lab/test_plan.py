@@ -116,7 +116,11 @@ def test_the_lab_plugs_in_through_role_variables_and_says_so_once() -> None:
     # The staged installer is checked against its real sha256, as a real host's is.
     assert role_value(pve1, "proxmox_gpu_host_driver_checksum") == f"sha256:{EXAMPLE_SHA256}"
     stock = plan.inventory_notes(LabConfig(flavour="stock-pve8"))
-    assert stock[0].startswith("lab (stock-pve8): the host role installs") and len(stock) == len(notes) - 1
+    assert stock[0].startswith("lab (stock-pve8): the real hosts' package and download servers are the lab's mirror")
+    assert len(stock) == len(notes) - 1
+    # Without a subscription the inventory lets the role switch the repositories, and says so.
+    homelab = plan.inventory_notes(LabConfig(flavour="homelab"))
+    assert len(homelab) == len(stock) + 1 and "proxmox_gpu_host_apt_no_subscription=true" in homelab[1]
 
 
 def test_a_second_instance_gets_its_own_names_and_a_bad_name_is_refused() -> None:
@@ -190,6 +194,10 @@ def test_modprobe_options_later_files_win_and_dashes_equal_underscores() -> None
     (LabConfig(flavour="stock-pve7"), "--flavour"),
     (LabConfig(secure_boot=True), "--flavour"),
     (LabConfig(flavour="stock-pve8", nvswitches=9), "--nvswitches"),
+    (LabConfig(flavour="homelab", gpu_model="k80"), "--gpu-model"),
+    (LabConfig(gpu_model="p40"), "--flavour"),
+    (LabConfig(flavour="homelab", vfio_gpus=8), "--vfio-gpus"),
+    (LabConfig(flavour="homelab", disk_gib=32), "--disk-gib"),
 ])
 def test_bad_flavour_options_name_the_option(config: LabConfig, field: str) -> None:
     with pytest.raises(ToolkitError) as err:
@@ -211,8 +219,10 @@ def test_stock_inventory_downloads_the_installer_with_its_checksum() -> None:
     assert role_value(host, "proxmox_gpu_host_driver_checksum", proxmox_gpu_host_driver_version="580.105.08") == (
         "sha256:bb")
     assert role_value(host, "proxmox_gpu_host_driver_checksum", proxmox_gpu_host_driver_version="1.2.3") == ""
-    assert host["proxmox_gpu_host_driver_url"].startswith("http://us.download.nvidia.com/XFree86/Linux-x86_64/")
+    # The real URLs (the mirror answers them over TLS), so no download URL is the lab's own.
+    assert "proxmox_gpu_host_driver_url" not in host and "proxmox_gpu_host_cuda_repo_url" not in host
     assert inv["all"]["vars"]["toolkit_notes"][0].startswith("lab (stock-pve8):")
+    assert "proxmox_gpu_host_apt_no_subscription" not in host  # stock-pve8 has a subscription
     assert LabState.from_json(state.to_json(), "x").config == config
     assert json_of(plan.standin_config(config))["nouveau"] is True
     assert json_of(plan.standin_config(LabConfig()))["nouveau"] is False
@@ -229,3 +239,48 @@ def test_kernel_versions_sort_as_debian_does() -> None:
     assert max(kernels, key=labstandin.kernel_version_key) == "6.14.8-2-pve"
     assert sorted(kernels[:2] + kernels[3:], key=labstandin.kernel_version_key) == [
         "6.8.12-9-pve", "6.8.12-11-pve", "6.8.12-13-pve"]
+
+
+def test_homelab_inventory_switches_the_repositories_and_checks_the_fabric_manager_archive() -> None:
+    config = LabConfig(flavour="homelab")
+    state = LabState(config=config, inventory_path="/x/lab.yml", ssh_key_path="/k", known_hosts_path="/h",
+                     installer_sha256={"580.95.05": "aa"}, fm_archive_sha256={"580.95.05": "cc"})
+    host = yaml.safe_load(plan.render_inventory(state))["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
+    assert host["proxmox_gpu_host_apt_no_subscription"] is True
+    assert role_value(host, "proxmox_gpu_host_fabricmanager_archive_checksum") == "sha256:cc"
+    assert host["proxmox_gpu_host_lspci_command"] == "/usr/local/bin/lspci-lab-standin -nnk -d 10de:"
+    assert LabState.from_json(state.to_json(), "x") == state
+
+
+@pytest.mark.parametrize(("config", "layout"), [
+    # A 1.92 TB disk: the installer's 96 GiB root cap, 8 GiB swap, 16 GiB left free, the rest the thin pool.
+    (LabConfig(), {"kind": "lvm", "root_gib": 96, "thin_gib": 1651.3}),
+    # A 200 GiB disk: a quarter of the rest plus 12 GiB of root.
+    (LabConfig(disk_gib=200), {"kind": "lvm", "root_gib": 60.0, "thin_gib": 114.8}),
+    (LabConfig(flavour="homelab"), {"kind": "zfs", "pool_gib": 1716.5}),
+])
+def test_storage_layout_is_the_installers(config: LabConfig, layout: dict[str, object]) -> None:
+    got = plan.storage_layout(config)
+    assert {k: got[k] for k in layout} == layout
+
+
+def test_storage_cfg_parses_as_pve_storage_writes_it() -> None:
+    zfs = labstandin.parse_storage_cfg(plan.STORAGE_CFG["zfs"])
+    assert {k: (v["type"], sorted(v["content"])) for k, v in zfs.items()} == {
+        "local": ("dir", ["backup", "import", "iso", "vztmpl"]), "local-zfs": ("zfspool", ["images", "rootdir"])}
+    assert zfs["local-zfs"]["pool"] == "rpool/data" and zfs["local-zfs"]["sparse"] is True
+    lvm = labstandin.parse_storage_cfg(plan.STORAGE_CFG["lvm"])
+    assert lvm["local-lvm"] == {"type": "lvmthin", "content": {"rootdir", "images"}, "thinpool": "data",
+                                "vgname": "pve"}
+
+
+@pytest.mark.parametrize(("arch", "module_type", "refused"), [
+    ("pascal", "open", "not supported by open nvidia.ko"),
+    ("pascal", "proprietary", ""),
+    ("blackwell", "proprietary", "requires use of the NVIDIA open kernel modules"),
+    ("blackwell", "open", ""),
+    ("hopper", "proprietary", ""),
+])
+def test_the_module_probe_refuses_a_gpu_its_type_does_not_drive(arch: str, module_type: str, refused: str) -> None:
+    why = labstandin.probe_refusal(arch, module_type)
+    assert (refused in why) if refused else why == ""

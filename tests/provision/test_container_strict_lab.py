@@ -10,21 +10,30 @@ Each finding is a test of its own over one adopted container, so each fails or p
 fail 13, 15/16, 10 and 11 here: docs/provision.md).
 - 9: the raw-line edit waits for Proxmox's config lock, so a concurrent `pct set` loses nothing: the helper
   alone, and a whole role run while another writer holds the lock most of the time.
+The second review: 13, raw passthrough one rule per node; the smaller one, an adopted container keeps its
+net0; 2, a model cache on the host's small root filesystem (the lab's LVM layout: 96 GiB) stops the reproduce
+before anything changes or downloads.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.provision.lab_inventory import own_container_inventory
 from toolkit.adapters.ansible import PlaybookResult, run_playbook
 from toolkit.lab.plan import TEMPLATE_NAME
 
+REPO = Path(__file__).resolve().parents[2]
 VMID = 151
 CT = "ct-strict"
 USER_RAW = [
@@ -95,6 +104,7 @@ def adopted(lab: Any, inv: Path, runs: Path) -> Any:
     pve(lab, f"pct destroy {VMID} --force 1 2>/dev/null; "
              f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam download local {TEMPLATE_NAME}; "
              f"mkdir -p /srv/user-data && pct create {VMID} local:vztmpl/{TEMPLATE_NAME} --hostname {CT} "
+             f"--rootfs local-lvm:4 "
              f"--net0 name=eth0,bridge=vmbr0,firewall=1,gw={gw},ip={address}/24,tag=5,type=veth "
              f"--features keyctl=1 --dev0 /dev/null,mode=0666 --mp1 /srv/user-data,mp=/data >/dev/null && "
              f"printf '%s\\n' {' '.join(repr(line) for line in USER_RAW)} >> /etc/pve/lxc/{VMID}.conf")
@@ -265,3 +275,80 @@ def test_a_proxmox_writer_holding_the_lock_through_the_role_loses_nothing(lab: A
         "lxc.mount.entry: tmpfs dev/shm tmpfs size=2G,nosuid,nodev,create=dir 0 0"], conf
     assert "size=2097152k" in pve(lab, f"pct exec {VMID} -- findmnt -no OPTIONS /dev/shm")
     assert _user_lines(conf) == adopted[1]
+
+
+def test_raw_passthrough_allows_only_the_gpus_asked_for(lab: Any, inv: Path, runs: Path, adopted: Any) -> None:
+    """Round 2, finding 13: raw mode with `gpus: [0]` gives the container one rule per node it passes
+    (`c 195:0 rwm`, ctl, uvm), not `c 195:* rwm`: a node the container makes for GPU 3 (LXC allows mknod of any
+    device; libcuda's setuid nvidia-modprobe makes missing ones) opens with EPERM, not as a GPU."""
+    assert adopted[0].rc == 0, _fmt(adopted[0])
+    try:
+        raw = run(inv, runs, lxc_gpu_container_passthrough="raw", lxc_gpu_container_gpus=[0])
+        assert raw.rc == 0, _fmt(raw)
+        conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
+        rules = [line for line in conf.splitlines() if line.startswith("lxc.cgroup2.devices.allow: c 195:")]
+        assert rules == ["lxc.cgroup2.devices.allow: c 195:0 rwm", "lxc.cgroup2.devices.allow: c 195:255 rwm"], conf
+        probe = ("import errno, os\n"
+                 "os.mknod('/tmp/nvidia3', 0o20666, os.makedev(195, 3))\n"
+                 "for path in ('/dev/nvidia0', '/tmp/nvidia3'):\n"
+                 "    try:\n        os.close(os.open(path, os.O_RDWR)); print(path, 'opened')\n"
+                 "    except OSError as err:\n        print(path, errno.errorcode[err.errno])\n")
+        out = pve(lab, f"pct exec {VMID} -- python3 -c {shlex.quote(probe)}")
+        # ENXIO: the cgroup allows it and no driver is behind the node on this machine (a GPU on a real host).
+        assert out.split("\n")[:2] == ["/dev/nvidia0 ENXIO", "/tmp/nvidia3 EPERM"], out
+    finally:
+        back = run(inv, runs)
+        assert back.rc == 0, _fmt(back)
+
+
+def test_an_adopted_container_keeps_its_own_net0(lab: Any, runs: Path, tmp_path: Path, adopted: Any) -> None:
+    """Round 2's smaller finding: an inventory that says nothing of net0 adopts a running container without
+    rewriting its net0 to DHCP (which would cut it off); the role's old default did that."""
+    assert adopted[0].rc == 0, _fmt(adopted[0])
+    data = yaml.safe_load(inv_text(lab, tmp_path))
+    before = re.search(r"^net0: .*$", pve(lab, f"cat /etc/pve/lxc/{VMID}.conf"), re.M)
+    assert before
+    path = tmp_path / "no-net0.yml"
+    path.write_text(yaml.safe_dump(data))
+    kept = run(path, runs)
+    assert kept.rc == 0, _fmt(kept)
+    after = re.search(r"^net0: .*$", pve(lab, f"cat /etc/pve/lxc/{VMID}.conf"), re.M)
+    assert after and after.group(0) == before.group(0)
+    assert "status: running" in pve(lab, f"pct status {VMID}")
+
+
+def inv_text(lab: Any, tmp_path: Path) -> str:
+    """This module's inventory without lxc_gpu_container_net0 for the container."""
+    path = own_container_inventory(lab, tmp_path, VMID, CT,
+                                   lxc_gpu_container_model_cache_host_dir="/var/lib/toolkit/model-cache-strict",
+                                   lxc_gpu_container_memory_mb=4096, lxc_gpu_container_cores=2,
+                                   lxc_gpu_container_nesting=True)
+    data = yaml.safe_load(path.read_text())
+    data["all"]["children"]["gpu_containers"]["hosts"][CT].pop("lxc_gpu_container_net0")
+    return yaml.safe_dump(data)
+
+
+def test_a_model_cache_on_the_small_root_stops_the_reproduce_before_anything(lab: Any, inv: Path) -> None:
+    """Round 2, finding 2: the model cache in a directory on the host's root filesystem (where the roles before
+    put it: /var/lib/toolkit/model-cache), which a default LVM install keeps at most 96 GiB (the lab's pve1 has
+    such a root, a real ext4), and the profile's model needs 411 GiB: `toolkit host reproduce` stops in its first
+    run, before the host or any container changes or anything downloads, naming where, its free space and the
+    model's size."""
+    df = pve(lab, "df -P -B1 /var/lib/toolkit 2>/dev/null || df -P -B1 /").splitlines()[1].split()
+    total_gib, free_gib = int(df[1]) / 1024**3, int(df[3]) / 1024**3
+    assert total_gib < 96, df  # the installer's root, not the controller's disk
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolkit", "host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", str(inv),
+         "--json", "-e", "lxc_gpu_container_model_cache_host_dir=/var/lib/toolkit/model-cache"],
+        capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [r.get("playbook") for r in report["runs"]] == ["containers_preflight.yml"], report["runs"]
+    run0 = report["runs"][0]
+    assert all(h["changed"] == 0 for h in run0["hosts"].values()), run0["hosts"]
+    message = run0["failures"][0]["message"]
+    print(message)  # docs/provision.md quotes it
+    said = re.search(r"is on /, which has ([0-9.]+) GiB free", message)
+    assert said and abs(float(said.group(1)) - free_gib) < 0.5, (message, free_gib)
+    assert "the model (lukealonso/GLM-5-NVFP4) needs 411" in message and "nothing downloaded" in message, message
+    assert lab.ssh("pve1", "test -e /var/lib/toolkit/model-cache").returncode != 0

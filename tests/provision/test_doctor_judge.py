@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from toolkit.core.doctor import FAIL, PASS, WARN, judge, topology_links
+from toolkit.core.doctor import FAIL, PASS, WARN, judge, judge_kernel_module, topology_links
 
 PROC = "Character devices:\n195 nvidia-frontend\n508 nvidia-uvm\n509 nvidia-caps\n\nBlock devices:\n  7 loop\n"
 NODES_OK = {
@@ -118,3 +118,22 @@ def test_the_playbook_reports_every_reading_the_judgement_reads() -> None:
                 sent[report["role"]] = set(report)
     assert set(host_report()) <= sent["host"], set(host_report()) - sent["host"]
     assert set(ct_report()) <= sent["container"], set(ct_report()) - sent["container"]
+
+
+def test_the_kernel_booted_next_must_have_the_module_too() -> None:
+    """A newer kernel installed (with its headers) after the driver: the running one has the module, the one the
+    next reboot boots does not, and the doctor says so before the reboot loses the GPUs."""
+    base = {"kernel": "6.8.12-9-pve", "dkms_rc": "0",
+            "dkms": "nvidia/580.95.05, 6.8.12-9-pve, x86_64: installed\n"}
+    waiting = judge_kernel_module("pve1", host_report(**base, module_kernels=["6.8.12-9-pve"],
+                                                      installed_kernels=["6.8.12-11-pve", "6.8.12-9-pve"]))
+    nxt = next(c for c in waiting if c.name == "next boot")
+    assert nxt.status == FAIL and "6.8.12-11-pve" in nxt.detail and "dkms autoinstall -k 6.8.12-11-pve" in nxt.fix
+    ready = judge_kernel_module("pve1", host_report(**base, module_kernels=["6.8.12-9-pve", "6.8.12-11-pve"],
+                                                    installed_kernels=["6.8.12-11-pve", "6.8.12-9-pve"]))
+    assert next(c for c in ready if c.name == "next boot").status == PASS
+    # Running the newest already: nothing to say; an older kernel left installed is not booted by default.
+    newest = judge_kernel_module("pve1", host_report(**{**base, "kernel": "6.14.8-2-bpo12-pve"},
+                                                     module_kernels=["6.14.8-2-bpo12-pve"],
+                                                     installed_kernels=["6.8.12-13-pve", "6.14.8-2-bpo12-pve"]))
+    assert [c for c in newest if c.name == "next boot"] == []

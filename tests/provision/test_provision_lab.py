@@ -126,14 +126,16 @@ def test_doctor_catches_a_stale_hard_coded_major(lab: Any, inv: Path, runs: Path
     assert raw.rc == 0, _fmt(raw)
     conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
     uvm = re.search(r"^(\d+) nvidia-uvm$", pve(lab, "cat /run/lab-standin/proc-devices"), re.M)
-    assert uvm and f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:* rwm" in conf
+    # One rule per node (roles review 2, finding 13): the uvm pair is minors 0 and 1 of its dynamic major.
+    assert uvm and f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:0 rwm" in conf
+    assert f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:1 rwm" in conf and f"c {uvm.group(1)}:* rwm" not in conf
     assert not re.search(r"^dev\d+:", conf, re.M)
     assert {n["open"] for n in _open_nodes(lab).values()} == {"ENXIO"}
     code, checks = _doctor(inv, capsys)
     assert code == 0, [c for c in checks if c["status"] != "pass"]
 
     # A number copied from an old how-to (234, seen in the wild): the uvm nodes are no longer allowed.
-    pve(lab, f"sed -i 's/c {uvm.group(1)}:\\* rwm/c 234:* rwm/' /etc/pve/lxc/{VMID}.conf && "
+    pve(lab, f"sed -i 's/c {uvm.group(1)}:\\([01]\\) rwm/c 234:\\1 rwm/' /etc/pve/lxc/{VMID}.conf && "
              f"pct shutdown {VMID} --timeout 30 --forceStop 1 && pct start {VMID}")
     nodes = _open_nodes(lab)
     assert nodes["/dev/nvidia-uvm"]["open"] == "EPERM" and nodes["/dev/nvidiactl"]["open"] == "ENXIO"
@@ -149,12 +151,12 @@ def test_doctor_catches_a_stale_hard_coded_major(lab: Any, inv: Path, runs: Path
     fixed = run("container", inv, runs, lxc_gpu_container_passthrough="raw")
     assert fixed.rc == 0, _fmt(fixed)
     conf = pve(lab, f"cat /etc/pve/lxc/{VMID}.conf")
-    assert f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:* rwm" in conf and "c 234:* rwm" in conf
+    assert f"lxc.cgroup2.devices.allow: c {uvm.group(1)}:0 rwm" in conf and "c 234:0 rwm" in conf
     left = [e for e in fixed.events if e.kind == "ok" and e.task.startswith("Configure | say which device rules")]
-    assert left and "c 234:* rwm" in str(left[0].result.get("msg", ""))
+    assert left and "c 234:0 rwm" in str(left[0].result.get("msg", ""))
     code, checks = _doctor(inv, capsys)
     assert code == 0, [c for c in checks if c["status"] == "fail"]
-    pve(lab, f"sed -i '/c 234:\\* rwm/d' /etc/pve/lxc/{VMID}.conf")  # what the message tells the user to do
+    pve(lab, f"sed -i '/c 234:[01] rwm/d' /etc/pve/lxc/{VMID}.conf")  # what the message tells the user to do
 
     back = run("container", inv, runs)  # back to devN entries for the tests after this one
     assert back.rc == 0, _fmt(back)

@@ -211,11 +211,12 @@ def test_secret_tasks_have_no_log() -> None:
 
 
 def test_playbooks_open_with_the_shared_preflight() -> None:
-    for book in ("host", "container"):
+    for book in ("host", "container", "containers_preflight"):
         plays = yaml.safe_load((REPO / "playbooks" / f"{book}.yml").read_text())
         assert plays[0]["ansible.builtin.import_playbook"] == "preflight.yml"
     site = yaml.safe_load((REPO / "playbooks/site.yml").read_text())
-    assert [p["ansible.builtin.import_playbook"] for p in site] == ["host.yml", "container.yml", "deploy.yml"]
+    assert [p["ansible.builtin.import_playbook"] for p in site] == [
+        "containers_preflight.yml", "host.yml", "container.yml", "deploy.yml"]
 
 
 def test_ansible_lint_production_profile() -> None:
@@ -228,7 +229,8 @@ def test_ansible_lint_production_profile() -> None:
     if not lint.exists() and shutil.which("ansible-lint") is None:
         pytest.skip("ansible-lint is not installed (scripts/setup installs it with the dev extras)")
     paths = [f"roles/{r}" for r in ROLES] + [f"playbooks/{b}.yml" for b in ("host", "container", "preflight", "doctor",
-                                                                                  "stop_probe", "deploy")]
+                                                                                  "stop_probe", "deploy",
+                                                                                  "containers_preflight")]
     proc = subprocess.run(
         [str(lint) if lint.exists() else "ansible-lint", "--offline", "--nocolor", *paths],
         cwd=REPO, capture_output=True, text=True, timeout=300,

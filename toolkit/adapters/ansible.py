@@ -241,7 +241,7 @@ def run_playbook(
                 envvars=envvars,
                 event_handler=handle,
                 quiet=True,
-                rotate_artifacts=20,
+                rotate_artifacts=0,  # rotated below: ansible-runner's own fails a run another rotates beside
                 suppress_env_files=True,
                 cancel_callback=interrupt.requested,
             )
@@ -250,6 +250,7 @@ def run_playbook(
 
     artifacts = Path(runner.config.artifact_dir)
     _scrub_artifacts(private_data_dir, list(all_secrets.values()))
+    _rotate_artifacts(private_data_dir, keep=20, current=artifacts)
     if interrupt.seen:
         raise PlaybookInterrupted(artifacts)
     result = summarize(raw_events, rc=int(runner.rc or 0), status=str(runner.status), artifacts_dir=artifacts)
@@ -385,6 +386,24 @@ def _stop_tree(since_ticks: int, grace_s: float) -> None:
 # ansible-runner checks cancel_callback each time pexpect's wait returns, at the latest every `pexpect_timeout`
 # seconds (default 5); 1 s makes Ctrl-C stop the playbook within a second. It reads this only from env/settings.
 _RUNNER_SETTINGS = "pexpect_timeout: 1\n"
+
+
+def _rotate_artifacts(private_data_dir: Path, keep: int, current: Path) -> None:
+    """The newest `keep` runs' artifacts stay. Several toolkit processes share the runs directory (two commands
+    at once, the test shards), and ansible-runner's own rotation dies on a file another process removed first
+    (FileNotFoundError in its rmtree, the run lost); this one skips what is already gone."""
+    def mtime(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    try:
+        runs = [p for p in (private_data_dir / "artifacts").iterdir() if p.is_dir() and p != current]
+    except OSError:
+        return
+    for old in sorted(runs, key=mtime)[:max(len(runs) + 1 - keep, 0)]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _runner_settings(private_data_dir: Path) -> None:

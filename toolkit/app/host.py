@@ -16,6 +16,7 @@ from typing import Any
 
 from toolkit.adapters.ansible import InventoryHost, find_inventory, read_inventory, run_playbook
 from toolkit.app.apply import ApplyOutcome, ApplyRequest
+from toolkit.app.profiles import resolve_checked
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 
@@ -94,11 +95,12 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
     playbook with the caller's progress display (toolkit.adapters.ansible.run_playbook's keywords)."""
     extravars = {**req.extravars, "toolkit_hosts": req.host, "toolkit_proxmox_host": req.host}
     outcome = ProvisionOutcome(req.host, plan.containers if req.containers else [], plan.notes)
-    for book in ["host"] + (["container"] if req.containers else []):
-        if book == "container" and not plan.containers:
-            raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
-                                  file=str(plan.inventory), field="gpu_containers",
-                                  fix="add one under gpu_containers (see inventory/lab.example.yml)")
+    if req.containers and not plan.containers:
+        raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
+                              file=str(plan.inventory), field="gpu_containers",
+                              fix="add one under gpu_containers (see inventory/lab.example.yml)")
+    # The containers' storage first: a host is not provisioned for containers that cannot be made there.
+    for book in (["containers_preflight", "host", "container"] if req.containers else ["host"]):
         start = time.monotonic()
         result = run(book, f"{book}.yml on {req.host}", inventory=plan.inventory, extravars=extravars,
                      check=req.check, diff=req.diff, tags=req.tags or None)
@@ -115,7 +117,15 @@ def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[...,
     """From a bare Proxmox host to a container serving `profile`: host.yml, container.yml, then the profile
     applied to the host's containers (`deploy`: toolkit.app.apply.apply with the caller's progress display)."""
     start = time.monotonic()
-    outcome = provision(HostRequest(**{**req.__dict__, "containers": True}), plan, run)
+    # The profile is resolved first (a bad one stops before any host changes), and its model's size goes to the
+    # container role: the model cache's storage is checked against it before anything is made or downloaded.
+    checked = resolve_checked(profile)
+    model = checked.resolved.spec.model
+    sizes = ({"lxc_gpu_container_model_size_gib": model.size_gib,
+              "lxc_gpu_container_model_name": model.repo_id or model.local_path or profile}
+             if model.size_gib else {})
+    outcome = provision(HostRequest(**{**req.__dict__, "containers": True,
+                                       "extravars": {**sizes, **req.extravars}}), plan, run)
     if outcome.exit_code == EXIT_OK and not req.check:
         deploy_start = time.monotonic()
         limit = ",".join(outcome.containers)

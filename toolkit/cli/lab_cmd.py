@@ -21,13 +21,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p_up.add_argument("--ct-subnet", default=plan.DEFAULT_CT_SUBNET, help="pve1's container bridge network")
     p_up.add_argument("--ct-vmid", type=int, default=plan.DEFAULT_CT_VMID, help="vmid the inventory's `ct` gets")
     p_up.add_argument("--flavour", default="lab", choices=sorted(plan.FLAVOURS),
-                      help="what pve1 is before the roles run: lab (default), or a stock Proxmox VE host "
-                           "(no build tools or headers, nouveau bound, a stand-in Proxmox kernel, a package mirror)")
+                      help="what pve1 is before the roles run: lab (default); a stock Proxmox VE host, subscribed "
+                           "(stock-pve8, stock-pve9: no build tools or headers, nouveau bound, a stand-in Proxmox "
+                           "kernel, a package mirror); or homelab (PVE 8 without a subscription, ZFS root, a newer "
+                           "kernel installed but not booted)")
     p_up.add_argument("--secure-boot", action="store_true",
                       help="stock flavours: Secure Boot on (unsigned modules refused)")
     p_up.add_argument("--nvswitches", type=int, default=0, help="stock flavours: NVSwitch bridges on the PCI bus (HGX)")
     p_up.add_argument("--extra-driver-version", action="append", default=[], metavar="VERSION",
                       help="stock flavours: another driver version the mirror serves (to test an upgrade)")
+    p_up.add_argument("--gpu-model", default=plan.DEFAULT_GPU_MODEL, choices=sorted(plan.GPU_MODELS),
+                      help=f"stock flavours: the GPUs' model (default {plan.DEFAULT_GPU_MODEL}; p40 is a pre-Turing "
+                           "GPU the open kernel modules do not drive)")
+    p_up.add_argument("--vfio-gpus", type=int, default=0,
+                      help="stock flavours: how many GPUs (the last ones) are bound to vfio-pci, passed to VMs")
+    p_up.add_argument("--disk-gib", type=int, default=plan.DEFAULT_DISK_GIB,
+                      help=f"the disk Proxmox's installer carved the storages from (default {plan.DEFAULT_DISK_GIB})")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
     p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)",
@@ -63,7 +72,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     config = plan.LabConfig(gpus=args.gpus, driver_version=args.driver_version, subnet=args.subnet,
                             ct_subnet=args.ct_subnet, ct_vmid=args.ct_vmid, flavour=args.flavour,
                             secure_boot=args.secure_boot, nvswitches=args.nvswitches,
-                            extra_driver_versions=tuple(args.extra_driver_version))
+                            extra_driver_versions=tuple(args.extra_driver_version), gpu_model=args.gpu_model,
+                            vfio_gpus=args.vfio_gpus, disk_gib=args.disk_gib)
     console = _progress_console()
     t0 = time.monotonic()
     with console.status("lab up") as spinner:
@@ -154,7 +164,9 @@ def cmd_reboot(args: argparse.Namespace) -> int:
 
         _state, duration_s, failed = system.reboot(progress=progress)
     if args.json:
-        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": failed.split()[::4] if failed else []}))
+        # `systemctl --failed --plain`: one unit a line, its name first, its description last.
+        units = [line.split()[0] for line in failed.splitlines() if line.strip()]
+        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": units}))
     else:
         console.print(f"[green]pve1 rebooted[/green] in {duration_s:.1f} s" +
                       (f"; [red]failed units[/red]:\n{failed}" if failed else ""))

@@ -103,6 +103,7 @@ class DeployInputs:
     bench_argv: list[str] = field(default_factory=list)
     service_name: str = "sglang"
     server_scrape_hz: float = 2.0  # the profile's probe.server_scrape_hz
+    model_size_gib: float | None = None  # the profile's model.size_gib: the cache must have room before a fetch
 
 
 
@@ -138,6 +139,7 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
         model_repo_id=spec.model.repo_id,
         model_revision=spec.model.revision,
         model_local_path=spec.model.local_path,
+        model_size_gib=spec.model.size_gib,
         served_model_name=spec.model.served_model_name,
         host=spec.server.host,
         port=spec.server.port,
@@ -229,6 +231,7 @@ def build_extravars(
         "sglang_venv_model_repo_id": inputs.model_repo_id,
         "sglang_venv_model_revision": inputs.model_revision,
         "sglang_venv_model_local_path": inputs.model_local_path,
+        "sglang_venv_model_size_gib": inputs.model_size_gib or 0,
         "sglang_service_name": inputs.service_name,
         "sglang_service_unit": inputs.unit_text,
         "sglang_service_argv": list(inputs.launch_argv),

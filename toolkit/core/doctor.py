@@ -269,6 +269,7 @@ def judge_kernel_module(name: str, r: Mapping[str, Any]) -> list[Check]:
             detail += f"; DKMS has nvidia {registered[0][0]} but did not build it for {kernel} (its headers?)"
             fix = f"apt install proxmox-headers-{kernel} && dkms autoinstall -k {kernel}, then reboot"
         checks.append(Check(name, "kernel module", FAIL, detail, fix))
+    checks += _next_boot(name, r, kernel, built)
     if kernel in built and dkms_rc == 127:
         checks.append(Check(name, "DKMS", WARN, "dkms is not installed: the next kernel update loses the GPUs",
                             f"apt install dkms proxmox-default-headers, then `toolkit host provision {name}`"))
@@ -287,6 +288,28 @@ def judge_kernel_module(name: str, r: Mapping[str, Any]) -> list[Check]:
                             "" if active else f"toolkit host provision {name} (installs Fabric Manager at the "
                                               "driver's version)"))
     return checks
+
+
+def _kernel_key(release: str) -> list[tuple[int, int, str]]:
+    """Kernel releases in the bootloader's order (6.8.12-9-pve < 6.8.12-11-pve < 6.14.8-2-bpo12-pve)."""
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"[.-]", release)]
+
+
+def _next_boot(name: str, r: Mapping[str, Any], kernel: str, built: list[str]) -> list[Check]:
+    """The kernel the bootloader boots next (the newest installed, `installed_kernels` from /boot) must have the
+    module too: one installed after the driver, with its headers, had nothing to build then, and Debian's dkms
+    does not rebuild at boot. Nothing to say when the running kernel is the newest."""
+    installed = sorted({str(k) for k in (r.get("installed_kernels") or [])} | {kernel}, key=_kernel_key)
+    upcoming = installed[-1]
+    if upcoming == kernel:
+        return []
+    if upcoming in built:
+        return [Check(name, "next boot", PASS, f"nvidia.ko for {upcoming}, the kernel the next reboot boots")]
+    return [Check(name, "next boot", FAIL,
+                  f"{upcoming} (the newest installed kernel, which the next reboot boots) has no nvidia module: "
+                  "the GPUs would be gone after the reboot",
+                  f"apt install proxmox-headers-{upcoming}, then `dkms autoinstall -k {upcoming}` "
+                  f"(or `toolkit host provision {name}`)")]
 
 
 def judge_container(

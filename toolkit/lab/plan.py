@@ -15,6 +15,7 @@ import yaml
 
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.lab import template
+from toolkit.lab.standins import labstandin
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
@@ -91,7 +92,7 @@ DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
 DEFAULT_CT_SUBNET = f"10.{_NET}.1.0/24"
 
 
-# ---------------------------------------------------------------- flavours (issue 13)
+# ---------------------------------------------------------------- flavours
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,10 @@ class Flavour:
     nodes made at boot, the installer staged, no nouveau, the controller's kernel). The stock
     flavours are a Proxmox VE host as its ISO installs it: no compiler, make, libc headers, kernel
     headers or dkms; nouveau bound to the GPUs; no /dev/nvidia* until something makes them; a
-    stand-in Proxmox kernel (uname -r says it; pve1 still runs on the controller's kernel) with a
-    newer one on the package mirror; apt sources as on a real host, served by the lab's mirror."""
+    stand-in Proxmox kernel (uname -r says it; pve1 still runs on the controller's kernel) with
+    newer ones on the package mirror; apt sources as on a real host, served by the lab's mirror.
+    `homelab` is the Proxmox VE host most people run: no subscription (the enterprise repositories
+    the installer enables answer 401), a ZFS root, and a newer kernel installed but not booted."""
 
     name: str
     pve_version: str = ""
@@ -112,25 +115,55 @@ class Flavour:
     next_kernel: str = ""
     latest_kernel: str = ""
     cuda_repo: str = "debian12"
+    # The installer's disk layout (pve-installer Proxmox/Install/StorageConfig.pm): lvm (ext4 root of at most
+    # 96 GiB, `local` on it, the rest a thin pool `local-lvm`) or zfs (one pool: `local` and `local-zfs`).
+    storage: str = "lvm"
+    # With a subscription the enterprise repositories answer (the key in /etc/apt/auth.conf.d/pve.conf);
+    # without one they answer 401, as enterprise.proxmox.com does.
+    subscription: bool = True
+    # Installed (image and headers) but not booted: the next reboot boots it (the bootloader's newest).
+    pending_kernel: str = ""
+    # An opt-in kernel series on the mirror (PVE 8: 6.14, PVE 9: 6.17): its older and newest kernel.
+    opt_in_kernels: tuple[str, ...] = ()
+    ceph_release: str = "quincy"
 
     @property
     def stock(self) -> bool:
         return self.name != "lab"
 
+    @property
+    def pve_major(self) -> int:
+        return int((self.pve_version or "8").split(".")[0])
+
 
 FLAVOURS = {
     "lab": Flavour("lab"),
     "stock-pve8": Flavour("stock-pve8", pve_version="8.4.1", kernel="6.8.12-9-pve", next_kernel="6.8.12-11-pve",
-                          latest_kernel="6.8.12-13-pve"),
+                          latest_kernel="6.8.12-13-pve", opt_in_kernels=("6.14.8-2-bpo12-pve", "6.14.11-1-bpo12-pve")),
     # PVE 9 is trixie; the lab's userland stays Debian 12 (one cached userland): pveversion, the
     # deb822 sources' names and the 6.14 kernels are PVE 9's, the packages served are bookworm's.
     "stock-pve9": Flavour("stock-pve9", pve_version="9.0.10", debian_suite="trixie", kernel="6.14.8-2-pve",
-                          next_kernel="6.14.11-1-pve", latest_kernel="6.14.11-4-pve", cuda_repo="debian13"),
+                          next_kernel="6.14.11-1-pve", latest_kernel="6.14.11-4-pve", cuda_repo="debian13",
+                          opt_in_kernels=("6.17.2-1-pve", "6.17.4-2-pve"), ceph_release="squid"),
+    "homelab": Flavour("homelab", pve_version="8.4.1", kernel="6.8.12-9-pve", next_kernel="6.8.12-11-pve",
+                       latest_kernel="6.8.12-13-pve", opt_in_kernels=("6.14.8-2-bpo12-pve", "6.14.11-1-bpo12-pve"),
+                       storage="zfs", subscription=False, pending_kernel="6.8.12-11-pve"),
 }
-# The names the stock flavour's mirror answers for on pve1 (its /etc/hosts points them at it).
+# The names the stock flavour's mirror answers for on pve1 (its /etc/hosts points them at it), over http and
+# https (a certificate for all of them from the lab's own CA, which pve1 trusts).
 MIRROR_ADDRESS = "127.0.0.2"
-MIRROR_HOSTS = ("deb.debian.org", "security.debian.org", "download.proxmox.com", "us.download.nvidia.com",
-                "developer.download.nvidia.com")
+MIRROR_HOSTS = ("deb.debian.org", "security.debian.org", "download.proxmox.com", "enterprise.proxmox.com",
+                "us.download.nvidia.com", "developer.download.nvidia.com")
+# The subscription key a stock (subscribed) flavour's pve1 has in /etc/apt/auth.conf.d/pve.conf, as
+# `pvesubscription set` writes it; the mirror's enterprise.proxmox.com answers 401 to anything else.
+SUBSCRIPTION_SERVER_ID = "4C4B5354414E44494E5F4C4142000000"
+SUBSCRIPTION_KEY = "pve4s-labstandin0"
+
+# The stand-in GPUs, by model (lspci's ids, nvidia-smi's figures): toolkit/lab/standins/labstandin.py.
+GPU_MODELS = labstandin.GPU_MODELS
+DEFAULT_GPU_MODEL = "rtx-pro-6000"
+# A 1.92 TB NVMe, the disk the stand-in storages are carved from (the installer's rules below).
+DEFAULT_DISK_GIB = 1788
 
 
 @dataclass(frozen=True)
@@ -147,6 +180,11 @@ class LabConfig:
     nvswitches: int = 0
     # More driver versions the mirror serves (an upgrade to test); the stock flavours only.
     extra_driver_versions: tuple[str, ...] = ()
+    # The hardware (tests may change it later in pve1's /etc/lab-standin/lab.json and reboot, as one swaps a
+    # card): the GPUs' model, how many of them (the last ones) are bound to vfio-pci for VMs, the disk size.
+    gpu_model: str = DEFAULT_GPU_MODEL
+    vfio_gpus: int = 0
+    disk_gib: int = DEFAULT_DISK_GIB
 
     @property
     def flavour_spec(self) -> Flavour:
@@ -222,11 +260,22 @@ def _flavour_problems(config: LabConfig) -> list[Problem]:
     problems = []
     if config.flavour not in FLAVOURS:
         problems.append(Problem(f"flavour {config.flavour!r} is not one of {sorted(FLAVOURS)}", field="--flavour",
-                                fix="pass --flavour stock-pve8 (a Proxmox VE 8 host as installed) or lab"))
-    elif not FLAVOURS[config.flavour].stock and (config.secure_boot or config.nvswitches
-                                                 or config.extra_driver_versions):
-        problems.append(Problem("--secure-boot, --nvswitches and --extra-driver-version need a stock flavour",
-                                field="--flavour", fix="add --flavour stock-pve8"))
+                                fix="pass --flavour homelab (Proxmox VE 8 without a subscription, ZFS root), "
+                                    "stock-pve8 (a subscribed Proxmox VE 8 host as installed) or lab"))
+    elif not FLAVOURS[config.flavour].stock and (config.secure_boot or config.nvswitches or config.vfio_gpus
+                                                 or config.extra_driver_versions
+                                                 or config.gpu_model != DEFAULT_GPU_MODEL):
+        problems.append(Problem("--secure-boot, --nvswitches, --vfio-gpus, --gpu-model and --extra-driver-version "
+                                "need a stock flavour", field="--flavour", fix="add --flavour stock-pve8 or homelab"))
+    if config.gpu_model not in GPU_MODELS:
+        problems.append(Problem(f"GPU model {config.gpu_model!r} is not one of {sorted(GPU_MODELS)}",
+                                field="--gpu-model", fix=f"pass --gpu-model {DEFAULT_GPU_MODEL} (the story's)"))
+    if not 0 <= config.vfio_gpus < max(config.gpus, 1):
+        problems.append(Problem(f"{config.vfio_gpus} of {config.gpus} GPUs bound to vfio-pci: the host must keep one",
+                                field="--vfio-gpus", fix=f"pass --vfio-gpus between 0 and {max(config.gpus - 1, 0)}"))
+    if not 64 <= config.disk_gib <= 65536:
+        problems.append(Problem(f"a disk of {config.disk_gib} GiB", field="--disk-gib",
+                                fix=f"pass --disk-gib between 64 and 65536 (default {DEFAULT_DISK_GIB})"))
     if not 0 <= config.nvswitches <= 6:
         problems.append(Problem(f"{config.nvswitches} NVSwitches asked; HGX boards have 0 to 6", field="--nvswitches",
                                 fix="pass --nvswitches 4 (an HGX H100/H200 board)"))
@@ -256,6 +305,31 @@ def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links
     return problems
 
 
+def storage_layout(config: LabConfig) -> dict[str, Any]:
+    """The stand-in disk as Proxmox's installer carves it (pve-installer Proxmox/Install.pm): LVM: 8 GiB swap,
+    a root of a quarter of the rest plus 12 GiB but at most 96 GiB, 16 GiB left free, the rest the thin pool
+    `data` (local-lvm); ZFS: one pool, about 96 % of the disk usable, shared by every dataset (root, local,
+    local-zfs). What pvesm's stand-in reports its totals from (/etc/pve/storage.cfg: STORAGE_CFG)."""
+    disk = config.disk_gib
+    if config.flavour_spec.storage == "zfs":
+        return {"kind": "zfs", "pool_gib": round(disk * 0.96, 1), "root_used_gib": 2.6}
+    swap = min(8, disk // 8)
+    rest = disk - swap
+    root = min(96, rest / 4 + 12) if rest >= 48 else rest / 2
+    minfree = 16 if disk > 128 else disk / 8
+    thin = max(rest - root - minfree, 0)
+    return {"kind": "lvm", "root_gib": round(root, 1), "thin_gib": round(thin * 0.99, 1), "root_used_gib": 2.9}
+
+
+# /etc/pve/storage.cfg as the installer writes it (pve-installer Proxmox/Install/StorageConfig.pm).
+STORAGE_CFG = {
+    "lvm": "dir: local\n\tpath /var/lib/vz\n\tcontent iso,vztmpl,backup,import\n\n"
+           "lvmthin: local-lvm\n\tthinpool data\n\tvgname pve\n\tcontent rootdir,images\n",
+    "zfs": "dir: local\n\tpath /var/lib/vz\n\tcontent iso,vztmpl,backup,import\n\n"
+           "zfspool: local-zfs\n\tpool rpool/data\n\tsparse\n\tcontent images,rootdir\n",
+}
+
+
 @dataclass
 class LabState:
     """What `up` made and observed (the status): one writer, `toolkit.lab.system`."""
@@ -272,6 +346,8 @@ class LabState:
     running: bool = False
     # sha256 of the driver installers the stock flavour's mirror serves (version -> hex).
     installer_sha256: dict[str, str] = field(default_factory=dict)
+    # sha256 of NVIDIA's Fabric Manager archives the mirror serves (version -> hex), for hosts on Debian 13.
+    fm_archive_sha256: dict[str, str] = field(default_factory=dict)
     mirror_dir: str = ""  # the stock flavour's package mirror on the controller (bound into pve1)
 
     @property
@@ -348,10 +424,14 @@ def inventory_notes(config: LabConfig) -> list[str]:
         ]
     else:
         host = [
-            f"lab ({config.flavour}): the host role installs the toolchain and headers from the lab's package mirror "
-            "and downloads the installer from it over http, checked against its sha256 "
-            "(proxmox_gpu_host_driver_url, proxmox_gpu_host_driver_checksum)",
+            f"lab ({config.flavour}): the real hosts' package and download servers are the lab's mirror on pve1 "
+            "(https with a certificate of the lab's own CA, which pve1 trusts); the installers and the Fabric Manager "
+            "archives are checked against their sha256 (proxmox_gpu_host_driver_checksum, "
+            "proxmox_gpu_host_fabricmanager_archive_checksum)",
         ]
+        if not config.flavour_spec.subscription:
+            host.append(f"lab ({config.flavour}): no subscription, so the inventory lets the host role switch pve1 to "
+                        "pve-no-subscription, as its preflight's fix says (proxmox_gpu_host_apt_no_subscription=true)")
     return [*host, _NOTE_STANDINS, _NOTE_CONTAINER, _NOTE_DEPLOY]
 
 
@@ -367,7 +447,7 @@ def render_inventory(state: LabState) -> str:
                                    "-o StrictHostKeyChecking=yes",
         "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
         "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
-        "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin",
+        "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin -nnk -d 10de:",
         "proxmox_gpu_host_driver_installer": f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
         "proxmox_gpu_host_driver_version": c.driver_version,
         "proxmox_gpu_host_kernel_headers_required": False,
@@ -422,18 +502,18 @@ def render_inventory(state: LabState) -> str:
 
 
 def _stock_inventory(state: LabState, host: dict[str, Any]) -> None:
-    """A stock flavour's pve1 as a real host: the installer is downloaded (from the lab's mirror, over
-    http: the mirror has no TLS) and its checksum required; headers and build tools are installed by
-    the role (its defaults); lspci and /proc/devices still come from the stand-ins (no GPU on this machine)."""
+    """A stock flavour's pve1 as a real host: the installer is downloaded from its real URL (the lab's mirror
+    answers there, over TLS) and its checksum required; headers and build tools are installed by the role (its
+    defaults); lspci and /proc/devices still come from the stand-ins (no GPU on this machine)."""
     c = state.config
     del host["proxmox_gpu_host_driver_installer"]
     del host["proxmox_gpu_host_kernel_headers_required"]
     del host["proxmox_gpu_host_build_packages_install"]
-    host["proxmox_gpu_host_driver_url"] = (
-        "http://us.download.nvidia.com/XFree86/Linux-x86_64/{{ proxmox_gpu_host_driver_version }}/"
-        "NVIDIA-Linux-x86_64-{{ proxmox_gpu_host_driver_version }}.run")
-    host["proxmox_gpu_host_cuda_repo_url"] = (
-        f"http://developer.download.nvidia.com/compute/cuda/repos/{c.flavour_spec.cuda_repo}/x86_64/")
+    host["toolkit_lab_fabricmanager_checksums"] = {v: f"sha256:{h}" for v, h in sorted(state.fm_archive_sha256.items())}
+    host["proxmox_gpu_host_fabricmanager_archive_checksum"] = (
+        '{{ toolkit_lab_fabricmanager_checksums[proxmox_gpu_host_driver_version] | default("") }}')
+    if not c.flavour_spec.subscription:
+        host["proxmox_gpu_host_apt_no_subscription"] = True
 
 
 def standin_config(config: LabConfig) -> str:
@@ -444,14 +524,10 @@ def standin_config(config: LabConfig) -> str:
         "nvidia_major": NVIDIA_MAJOR,
         "uvm_major": UVM_MAJOR,
         "caps_major": CAPS_MAJOR,
-        "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
-        "power_limit_w": 600.0,
-        # The settable range nvidia-smi -pl checks (Min / Max Power Limit); 300 W is the lowest the seed's board
-        # (RTX PRO 6000 Blackwell Server Edition) has been seen set to.
-        "power_limit_min_w": 300.0,
-        "power_limit_max_w": 600.0,
-        "idle_power_w": 87.0,
-        "memory_total_mib": 97887,
+        # The GPUs' figures (name, power, memory) follow the model (labstandin.load_config).
+        "gpu_model": config.gpu_model,
+        "vfio_gpus": config.vfio_gpus,
+        "storage": storage_layout(config),
         "flavour": config.flavour,
         "pve_version": config.flavour_spec.pve_version,
         "nouveau": config.flavour_spec.stock,

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from toolkit.adapters import cache_lock
 from toolkit.adapters.files import write_atomic
@@ -49,6 +50,8 @@ REQUIRED_COMMANDS = {
     "zstd": "zstd",
     "tar": "tar",
     "dnsmasq": "dnsmasq-base",
+    "openssl": "openssl",
+    "mkfs.ext4": "e2fsprogs",
 }
 
 Progress = Callable[[str], None]
@@ -344,10 +347,18 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     if not config.flavour_spec.stock:
         put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
     (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
+    put("/etc/pve/storage.cfg", plan.STORAGE_CFG[config.flavour_spec.storage])
+    # The HA stack (pve-ha-manager): its CLI and the rounds of its CRM and LRM.
+    (upper / "etc/pve/ha").mkdir(parents=True, exist_ok=True)
+    put("/usr/sbin/ha-manager", standin_bytes("ha-manager"), 0o755)
+    put("/usr/share/lab-standin/pve-ha-lrm", standin_bytes("pve-ha-lrm"), 0o755)
+    put("/etc/systemd/system/pve-ha-lrm.service", standin_bytes("pve-ha-lrm.service"))
+    (upper / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/systemd/system/multi-user.target.wants/pve-ha-lrm.service").symlink_to(
+        "/etc/systemd/system/pve-ha-lrm.service")
     (upper / "etc/modprobe.d").mkdir(parents=True, exist_ok=True)
     put("/usr/share/lab-standin/pve-startall", standin_bytes("pve-startall"), 0o755)
     put("/etc/systemd/system/pve-guests.service", standin_bytes("pve-guests.service"))
-    (upper / "etc/systemd/system/multi-user.target.wants").mkdir(parents=True, exist_ok=True)
     (upper / "etc/systemd/system/multi-user.target.wants/pve-guests.service").symlink_to(
         "/etc/systemd/system/pve-guests.service")
     pub = (hk.parent / "ssh_host_ed25519_key.pub").read_text().split()
@@ -393,31 +404,46 @@ def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -
 # ---------------------------------------------------------------- stock flavours (issue 13)
 
 
-def build_flavour(config: LabConfig, lower: Path) -> tuple[list[Path], Path | None, bytes]:
+def build_flavour(config: LabConfig, lower: Path) -> tuple[list[Path], Any]:
     """The installers (the asked version and any extra ones) and, for a stock flavour, its mirror."""
     installers = [build_installer(v) for v in (config.driver_version, *config.extra_driver_versions)]
     if not config.flavour_spec.stock:
-        return installers, None, b""
+        return installers, None
     from toolkit.lab import aptrepo
 
-    mirror, key = aptrepo.build(rootfs.CACHE_DIR, lower, config.flavour_spec, installers)
-    return installers, mirror, key
+    return installers, aptrepo.build(rootfs.CACHE_DIR, lower, config.flavour_spec, installers)
 
 
-def populate_flavour(config: LabConfig, upper: Path, mirror: Path, key: bytes) -> None:
-    """A stock flavour's pve1: the stand-in Proxmox kernel it boots, apt sources as a Proxmox VE host
-    has them (answered by the mirror on pve1), initramfs-tools' command, the stand-in uname."""
+def populate_flavour(config: LabConfig, upper: Path, lower: Path, mirror: Any) -> None:
+    """A stock flavour's pve1: the stand-in Proxmox kernel it boots (and, homelab, a newer one installed but
+    not booted), apt sources as a Proxmox VE host has them after its installer (Debian's, and the
+    enterprise repositories, answered by the mirror on pve1 over http and https), the subscription key when
+    the flavour has one, the firmware's enrolled Machine Owner Key, initramfs-tools' command, the stand-in
+    uname and mokutil."""
+    from toolkit.lab import aptrepo
+
     f = config.flavour_spec
 
     def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
         write_atomic(upper / rel.lstrip("/"), content, mode=mode)
 
-    put(f"/boot/vmlinuz-{f.kernel}", f"lab stand-in kernel {f.kernel}: pve1 runs the controller's kernel\n")
-    # The installer's initramfs: nothing blacklisted in it, so nouveau is loaded from it at boot.
-    put(f"/boot/initrd.img-{f.kernel}", json.dumps({"kernel": f.kernel, "modprobe.d": {}}) + "\n")
-    # usr/lib, not lib: /lib is the lower layer's symlink to usr/lib (merged /usr), which a real
-    # directory in the upper layer would hide.
-    (upper / f"usr/lib/modules/{f.kernel}").mkdir(parents=True, exist_ok=True)
+    for kver in (f.kernel, f.pending_kernel):
+        if not kver:
+            continue
+        put(f"/boot/vmlinuz-{kver}", f"lab stand-in kernel {kver}: pve1 runs the controller's kernel\n")
+        # The kernel package's initramfs: nothing blacklisted in it, so nouveau is loaded from it at boot.
+        put(f"/boot/initrd.img-{kver}", json.dumps({"kernel": kver, "modprobe.d": {}}) + "\n")
+        # usr/lib, not lib: /lib is the lower layer's symlink to usr/lib (merged /usr), which a real
+        # directory in the upper layer would hide.
+        (upper / f"usr/lib/modules/{kver}").mkdir(parents=True, exist_ok=True)
+    if f.pending_kernel:
+        # Installed after the last boot: this boot is still the older kernel's (lab-init's one-time choice).
+        put("/var/lib/lab-standin/boot-once", f.kernel + "\n")
+        # Its headers came with it (an `apt dist-upgrade` with proxmox-default-headers installed), before any
+        # NVIDIA module was registered with DKMS: nothing is built for it.
+        for rel, (text, mode) in aptrepo.headers_files(f.pending_kernel).items():
+            put(rel, text, mode)
+        (upper / f"usr/lib/modules/{f.pending_kernel}/build").symlink_to(f"/usr/src/linux-headers-{f.pending_kernel}")
     put("/usr/local/bin/uname", standin_bytes("uname"), 0o755)
     put("/usr/sbin/update-initramfs", standin_bytes("update-initramfs"), 0o755)
     put("/usr/bin/mokutil", standin_bytes("mokutil"), 0o755)
@@ -429,23 +455,54 @@ def populate_flavour(config: LabConfig, upper: Path, mirror: Path, key: bytes) -
     (upper / "srv/lab-standin-mirror").mkdir(parents=True, exist_ok=True)
     hosts = (upper / "etc/hosts").read_text()
     put("/etc/hosts", hosts + f"{plan.MIRROR_ADDRESS} {' '.join(plan.MIRROR_HOSTS)}  # lab stand-in mirror\n")
-    put("/etc/apt/trusted.gpg.d/lab-standin-archive.gpg", key)
-    suite = f.debian_suite
-    if f.debian_suite == "bookworm":
+    # TLS: the mirror's certificate, and the lab CA among the ones pve1 trusts (apt's https method, curl and
+    # Python read /etc/ssl/certs/ca-certificates.crt, which update-ca-certificates would write).
+    ca = (mirror.tls_dir / "ca.crt").read_text()
+    put("/etc/lab-standin/mirror-tls/server.crt", (mirror.tls_dir / "server.crt").read_bytes())
+    put("/etc/lab-standin/mirror-tls/server.key", (mirror.tls_dir / "server.key").read_bytes(), 0o600)
+    put("/usr/local/share/ca-certificates/lab-standin-ca.crt", ca)
+    put("/etc/ssl/certs/ca-certificates.crt", (lower / "etc/ssl/certs/ca-certificates.crt").read_text() + ca)
+    put("/etc/apt/trusted.gpg.d/lab-standin-archive.gpg", mirror.archive_key)
+    put("/usr/share/keyrings/proxmox-archive-keyring.gpg", mirror.archive_key)
+    suite, ceph = f.debian_suite, f"ceph-{f.ceph_release}"
+    if f.pve_major < 9:
+        # pve-docs pve-package-repos.adoc (PVE 8): the installer's sources.list, pve-enterprise.list, ceph.list.
         put("/etc/apt/sources.list", f"deb http://deb.debian.org/debian {suite} main contrib\n"
-                                     f"deb http://deb.debian.org/debian {suite}-updates main contrib\n"
+                                     f"deb http://deb.debian.org/debian {suite}-updates main contrib\n\n"
+                                     "# security updates\n"
                                      f"deb http://security.debian.org/debian-security {suite}-security main contrib\n")
-        put("/etc/apt/sources.list.d/pve-no-subscription.list",
-            f"deb http://download.proxmox.com/debian/pve {suite} pve-no-subscription\n")
+        put("/etc/apt/sources.list.d/pve-enterprise.list",
+            f"deb https://enterprise.proxmox.com/debian/pve {suite} pve-enterprise\n")
+        put("/etc/apt/sources.list.d/ceph.list",
+            f"deb https://enterprise.proxmox.com/debian/{ceph} {suite} enterprise\n")
     else:
+        # PVE 9: deb822 .sources files (pve-docs, "Repository Formats").
         put("/etc/apt/sources.list", "")
         put("/etc/apt/sources.list.d/debian.sources",
             f"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite} {suite}-updates\n"
             f"Components: main contrib\n\nTypes: deb\nURIs: http://security.debian.org/debian-security\n"
             f"Suites: {suite}-security\nComponents: main contrib\n")
-        put("/etc/apt/sources.list.d/proxmox.sources",
-            f"Types: deb\nURIs: http://download.proxmox.com/debian/pve\nSuites: {suite}\n"
-            f"Components: pve-no-subscription\n")
+        put("/etc/apt/sources.list.d/pve-enterprise.sources",
+            f"Types: deb\nURIs: https://enterprise.proxmox.com/debian/pve\nSuites: {suite}\n"
+            "Components: pve-enterprise\nSigned-By: /usr/share/keyrings/proxmox-archive-keyring.gpg\n")
+        put("/etc/apt/sources.list.d/ceph.sources",
+            f"Types: deb\nURIs: https://enterprise.proxmox.com/debian/{ceph}\nSuites: {suite}\n"
+            "Components: enterprise\nSigned-By: /usr/share/keyrings/proxmox-archive-keyring.gpg\n")
+    if f.subscription:
+        # What `pvesubscription set KEY` leaves for apt (pve-manager): the key for the enterprise repositories.
+        put("/etc/apt/auth.conf.d/pve.conf",
+            "".join(f"machine enterprise.proxmox.com/debian/{repo}\n login {plan.SUBSCRIPTION_SERVER_ID}\n"
+                    f" password {plan.SUBSCRIPTION_KEY}\n" for repo in ("pve", ceph)), 0o600)
+    # The owner's module-signing key, enrolled in the firmware's MOK list (as one does once with
+    # `mokutil --import` and MokManager): what a Secure Boot host's NVIDIA module must be signed with.
+    key_dir = upper / "root/secure-boot"
+    key_dir.mkdir(parents=True, exist_ok=True)
+    run(["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "36500", "-outform", "DER",
+         "-subj", "/CN=pve1 module signing (lab stand-in)/", "-keyout", str(key_dir / "MOK.priv"),
+         "-out", str(key_dir / "MOK.der")])
+    os.chmod(key_dir / "MOK.priv", 0o600)
+    der = (key_dir / "MOK.der").read_bytes()
+    put(f"/var/lib/lab-standin/firmware/mok/{hashlib.sha256(der).hexdigest()[:16]}.der", der)
 
 
 # ---------------------------------------------------------------- network
@@ -534,6 +591,35 @@ def netns_pids() -> set[int]:
 
 
 # ---------------------------------------------------------------- pve1 process tree
+
+
+ROOT_DISK = PVE1_DIR / "disk"
+
+
+def make_root_disk(config: LabConfig, state: LabState) -> None:
+    """pve1's root filesystem as an LVM install has it: ext4 of the installer's root size (at most 96 GiB: too
+    small for a model's weights), so what pve1 writes and what statvfs (df, pvesm's `local`) reports are a real
+    filesystem's. A sparse image, loop-mounted here: its blocks cost the controller only what pve1 writes. The
+    overlay's upper and work directories live on it (overlayfs reports the upper filesystem's space)."""
+    size_gib = plan.storage_layout(config)["root_gib"]
+    image = PVE1_DIR / "root.img"
+    with open(image, "wb") as fh:
+        fh.truncate(int(size_gib * 1024 ** 3))
+    run(["mkfs.ext4", "-q", "-F", "-L", "pve-root", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(image)])
+    ROOT_DISK.mkdir()
+    run(["mount", "-o", "loop", str(image), str(ROOT_DISK)])
+    state.made.append(f"mount:{ROOT_DISK}")
+    save_state(state)
+    for name in ("upper", "work"):
+        (ROOT_DISK / name).mkdir()
+        (PVE1_DIR / name).symlink_to(ROOT_DISK / name)
+
+
+def unmount_root_disk() -> None:
+    """The root disk's loop mount (down): unmounted, and the loop device with it (`mount -o loop` set autoclear)."""
+    mounted = any(line.split()[4] == str(ROOT_DISK) for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    if mounted and run(["umount", str(ROOT_DISK)], check=False).returncode != 0:
+        run(["umount", "-l", str(ROOT_DISK)])
 
 
 def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
@@ -660,7 +746,7 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     lower, template_files = rootfs.build_all()
     progress("stand-ins: compiling libcuda, packing the driver installer" +
              (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
-    installers, mirror, mirror_key = build_flavour(config, lower)
+    installers, mirror = build_flavour(config, lower)
     installer = installers[0]
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
@@ -672,8 +758,13 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
             shutil.rmtree(PVE1_DIR)
         state.made.append(f"dir:{PVE1_DIR}")
         save_state(state)
+        PVE1_DIR.mkdir(parents=True)
+        if plan.storage_layout(config)["kind"] == "lvm":
+            progress(f"pve1's root filesystem: {plan.storage_layout(config)['root_gib']} GiB of ext4, as the installer "
+                     "makes it on an LVM install")
+            make_root_disk(config, state)
         upper = PVE1_DIR / "upper"
-        upper.mkdir(parents=True)
+        upper.mkdir(parents=True, exist_ok=True)
         known = populate_upper(config, upper, key, installer)
         place_templates(upper, lower, template_files)
         # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
@@ -681,8 +772,10 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
                                   hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         if mirror is not None:
-            populate_flavour(config, upper, mirror, mirror_key)
-            state.mirror_dir = str(mirror)
+            populate_flavour(config, upper, lower, mirror)
+            state.mirror_dir = str(mirror.path)
+            state.fm_archive_sha256 = {v: hashlib.sha256(p.read_bytes()).hexdigest()
+                                       for v, p in mirror.fabricmanager_archives().items()}
         write_atomic(Path(state.known_hosts_path), known, mode=0o600)
         progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)
@@ -744,6 +837,7 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     if any(root in line for line in Path("/proc/self/mountinfo").read_text().splitlines()):
         raise ToolkitError.of(f"{root} is still mounted here; not removing pve1's files", exit_code=EXIT_FAILED,
                               fix=f"umount {root}, then `toolkit lab down`")
+    unmount_root_disk()
     if PVE1_DIR.exists():
         shutil.rmtree(PVE1_DIR)
     inventory = Path(state.inventory_path) if state else default_inventory_path()

@@ -181,6 +181,78 @@ def pve_latest_template(available: str, pattern: str) -> str:
     return max(names, key=_version_key) if names else ""
 
 
+def pvesm_status(text: str) -> list[dict[str, Any]]:
+    """`pvesm status` -> [{name, type, status, total_gib, used_gib, avail_gib}]: the columns as pve-storage's
+    pvesm prints them (KiB; PVE 9 says so in the headings, PVE 8 does not)."""
+    rows = []
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 6 or not parts[3].isdigit():
+            continue
+        rows.append({"name": parts[0], "type": parts[1], "status": parts[2],
+                     "total_gib": round(int(parts[3]) / 1024**2, 1), "used_gib": round(int(parts[4]) / 1024**2, 1),
+                     "avail_gib": round(int(parts[5]) / 1024**2, 1)})
+    return rows
+
+
+def pve_rootfs_storage(storages: list[dict[str, Any]], wanted: str) -> str:
+    """The storage for a new container's root filesystem: the one asked for, else the active one (of those
+    `pvesm status --content rootdir` lists) with the most room; '' when there is none."""
+    if wanted:
+        return wanted
+    active = [s for s in storages if s["status"] == "active"]
+    return max(active, key=lambda s: s["avail_gib"])["name"] if active else ""
+
+
+def pve_model_cache(current: dict[str, Any], key: str, mount_path: str, storage: str, size_gib: int,
+                    host_dir: str) -> dict[str, Any]:
+    """The model cache's mount point: {"value": KEY's property string, "new_storage": the storage a new volume
+    is allocated on ('' for none), "host_dir": a bind mount's host directory ('' for none), "resize_gib": the
+    size an existing volume must grow to (0: none)}.
+
+    host_dir given: that directory, bind-mounted (kept across rebuilds). Otherwise a volume of size_gib on
+    `storage` (`STORAGE:SIZE`, Proxmox allocates and names it). A cache already mounted at `mount_path` under
+    KEY is kept when nothing else was asked for (storage empty: an upgrade never moves a cache full of weights)
+    or when it is already a volume on `storage`; a smaller volume is grown, never shrunk."""
+    opts = current.get("options", {})
+    existing = pve_props(opts.get(key, ""), "volume") if key in opts else {}
+    same_path = existing.get("mp") == mount_path
+    volume = existing.get("volume", "")
+    if host_dir:
+        if same_path and volume == host_dir:
+            return {"value": opts[key], "new_storage": "", "host_dir": "", "resize_gib": 0}
+        return {"value": f"{host_dir},mp={mount_path}", "new_storage": "", "host_dir": host_dir, "resize_gib": 0}
+    is_volume = bool(volume) and not volume.startswith("/")
+    if same_path and (not storage or (is_volume and volume.split(":", 1)[0] == storage)):
+        have = _size_gib(existing.get("size", ""))
+        grow = size_gib if is_volume and have and have < size_gib else 0
+        return {"value": opts[key], "new_storage": "", "host_dir": "", "resize_gib": grow}
+    return {"value": f"{storage}:{size_gib},mp={mount_path},backup=0", "new_storage": storage, "host_dir": "",
+            "resize_gib": 0}
+
+
+def _size_gib(size: str) -> float:
+    """A Proxmox size string (500G, 1T, 512M) in GiB; 0 when absent or unreadable."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", size.strip())
+    if not m:
+        return 0.0
+    return float(m.group(1)) * {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1, "T": 1024, "": 1 / 1024**3}[m.group(2)]
+
+
+def raw_allow_rules(node_numbers: str) -> list[str]:
+    """`stat -c '%n %t %T' NODES` (name, major and minor in hex) -> one `c MAJ:MIN rwm` rule per node: a
+    privileged container given `c 195:* rwm` may make and open every GPU's node (libcuda's setuid
+    nvidia-modprobe makes missing ones), so a per-minor rule is what isolates `gpus: [0]`."""
+    rules: list[str] = []
+    for line in node_numbers.splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            rule = f"c {int(parts[1], 16)}:{int(parts[2], 16)} rwm"
+            if rule not in rules:
+                rules.append(rule)
+    return rules
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -192,4 +264,8 @@ class FilterModule:
             "pve_dev_entries": pve_dev_entries,
             "pve_pending": pve_pending,
             "pve_latest_template": pve_latest_template,
+            "pvesm_status": pvesm_status,
+            "pve_rootfs_storage": pve_rootfs_storage,
+            "pve_model_cache": pve_model_cache,
+            "raw_allow_rules": raw_allow_rules,
         }

@@ -16,11 +16,11 @@ from toolkit.core.profile.resolve import ResolvedProfile
 HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extends", "schema_version")
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
-# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs.
-# bench.slo is what a tune holds the measurements to, not what runs; the target's power-limit range only bounds
-# validation.
-HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}, "bench": {"slo"},
-                       "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"}}
+# probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
+# how much room the weights need, not which weights; bench.slo is what a tune holds the measurements to, not what
+# runs; the target's power-limit range only bounds validation.
+HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}, "model": {"size_gib"},
+                       "bench": {"slo"}, "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"}}
 
 
 def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:

@@ -107,6 +107,9 @@ class ModelSpec(_Strict):
     trust_remote_code: bool = False
     local_path: str | None = None
     architecture: str | None = Field(default=None, description="HF architectures[0], e.g. GlmMoeDsaForCausalLM")
+    # The checkpoint's size on disk: the model cache's storage is checked against it before anything is
+    # downloaded (or even provisioned, by `toolkit host reproduce`).
+    size_gib: float | None = Field(default=None, gt=0, description="the checkpoint's size on disk, GiB")
 
     @field_validator("repo_id")
     @classmethod

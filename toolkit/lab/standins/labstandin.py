@@ -31,13 +31,35 @@ PCI_DEVICES_DIR = RUN_DIR + "/sys/bus/pci/devices"
 PROC_DRIVER_DIR = RUN_DIR + "/proc/driver/nvidia"
 DEFAULT_CONFIG = {"nvidia_major": 195, "uvm_major": 508, "caps_major": 509}
 
+# The stand-in GPUs, by model: lspci's vendor:device and name, nvidia-smi's figures. Each is of one
+# architecture: the open kernel modules do not support GPUs before Turing (no GSP) and Blackwell requires
+# them (nvidia-installer kernel.c valid_kernel_module_types; open-gpu-kernel-modules' supported list).
+GPU_MODELS = {
+    "rtx-pro-6000": {"device_id": "2bb5", "chip": "GB202GL", "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                     "arch": "blackwell", "memory_total_mib": 97887, "power_limit_w": 600.0, "idle_power_w": 87.0,
+                     "compute_cap": "12.0"},
+    "b200": {"device_id": "2901", "chip": "GB100", "gpu_name": "NVIDIA B200", "arch": "blackwell",
+             "memory_total_mib": 183359, "power_limit_w": 1000.0, "idle_power_w": 140.0, "compute_cap": "10.0"},
+    "h100": {"device_id": "2330", "chip": "GH100", "gpu_name": "NVIDIA H100 80GB HBM3", "arch": "hopper",
+             "memory_total_mib": 81559, "power_limit_w": 700.0, "idle_power_w": 70.0, "compute_cap": "9.0"},
+    "p40": {"device_id": "1b38", "chip": "GP102GL", "gpu_name": "Tesla P40", "arch": "pascal",
+            "memory_total_mib": 24576, "power_limit_w": 250.0, "idle_power_w": 9.0, "compute_cap": "6.1"},
+}
+# Architectures the open modules cannot drive, and those only they can.
+OPEN_UNSUPPORTED_ARCHS = ("maxwell", "pascal", "volta")
+OPEN_REQUIRED_ARCHS = ("blackwell",)
+
 
 def load_config() -> dict:
+    """lab.json (the lab's hardware and firmware settings) over the defaults, the GPU model's figures filled
+    in where the file does not give them."""
     try:
         with open(CONFIG_FILE) as fh:
-            return dict(DEFAULT_CONFIG, **json.load(fh))
+            cfg = dict(DEFAULT_CONFIG, **json.load(fh))
     except FileNotFoundError:
-        return dict(DEFAULT_CONFIG)
+        cfg = dict(DEFAULT_CONFIG)
+    model = GPU_MODELS.get(cfg.get("gpu_model", "rtx-pro-6000"), GPU_MODELS["rtx-pro-6000"])
+    return dict(model, **cfg)
 
 
 def render_proc_devices(kernel_proc_devices: str, loaded: set[str], config: dict) -> str:
@@ -185,6 +207,34 @@ def secure_boot() -> bool:
     return bool(load_config().get("secure_boot", False))
 
 
+# The firmware's Machine Owner Key list (shim's MokList, kept in NVRAM: it survives reboots): the DER
+# certificates enrolled, and those `mokutil --import` queued for MokManager at the next boot.
+MOK_DIR = "/var/lib/lab-standin/firmware/mok"
+MOK_PENDING_DIR = "/var/lib/lab-standin/firmware/mok-pending"
+
+
+def cert_fingerprint(path: str) -> str:
+    """sha256 of a DER certificate file: what the stand-in module records as its signer."""
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def enrolled_fingerprints() -> set[str]:
+    try:
+        names = os.listdir(MOK_DIR)
+    except FileNotFoundError:
+        return set()
+    return {cert_fingerprint(os.path.join(MOK_DIR, n)) for n in names}
+
+
+def signer_enrolled(signer: str) -> bool:
+    """The kernel takes a signed module under Secure Boot when its key is in the MOK list (or the kernel's
+    own keyring, which no third-party module is signed with)."""
+    return bool(signer) and signer in enrolled_fingerprints()
+
+
 def pid_alive(pidfile: str) -> bool:
     try:
         with open(pidfile) as fh:
@@ -246,6 +296,50 @@ def bind_all(driver: str) -> None:
             write_atomic(os.path.join(PCI_DEVICES_DIR, bdf, "driver"), driver + "\n")
 
 
+def probe_refusal(arch: str, module_type: str) -> str:
+    """Why nvidia.ko of `module_type` does not take a GPU of `arch` ('' when it does), in the driver's
+    words (NVRM lines of open-gpu-kernel-modules and the proprietary module)."""
+    if module_type == "open" and arch in OPEN_UNSUPPORTED_ARCHS:
+        return ("is not supported by open nvidia.ko because it does not include the required GPU System "
+                "Processor (GSP)")
+    if module_type == "proprietary" and arch in OPEN_REQUIRED_ARCHS:
+        return "requires use of the NVIDIA open kernel modules"
+    return ""
+
+
+def bind_nvidia(module_type: str) -> list[str]:
+    """What nvidia.ko's probe does at load: every GPU function no other driver holds (vfio-pci keeps those
+    passed to VMs) and that this module type supports is bound, in bus order (minor 0, 1, ...); the others
+    are refused with the driver's NVRM line (dmesg). Returns the bound functions."""
+    cfg = load_config()
+    bound, dmesg = [], []
+    for bdf in gpu_functions():
+        if bound_driver(bdf) not in ("", "nvidia"):
+            continue
+        why = probe_refusal(cfg.get("arch", ""), module_type)
+        if why:
+            dmesg.append(f"NVRM: The NVIDIA GPU {bdf} (PCI ID: 10de:{cfg.get('device_id', '0000')}) installed in "
+                         f"this system {why}.")
+            continue
+        write_atomic(os.path.join(PCI_DEVICES_DIR, bdf, "driver"), "nvidia\n")
+        bound.append(bdf)
+    if dmesg:
+        write_atomic(RUN_DIR + "/dmesg-nvidia", "\n".join(dmesg) + "\n")
+    return bound
+
+
+def nvidia_gpu_count() -> int | None:
+    """GPUs the loaded nvidia module drives (host: its stand-in sysfs; a container: the host's, bound in);
+    None when the module is not loaded."""
+    for base in (SYS_MODULE_DIR, CT_HOST_SYS_MODULE_DIR):
+        try:
+            with open(os.path.join(base, "nvidia", "gpu_count")) as fh:
+                return int(fh.read().strip() or 0)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def load_module(module: str, cli_options: dict[str, str]) -> None:
     """What `modprobe MODULE` does with the stand-in driver: the module's sysfs directory, its
     parameters (modprobe.d options, then command-line ones), and /proc/devices. Refused as the
@@ -265,17 +359,23 @@ def load_module(module: str, cli_options: dict[str, str]) -> None:
         return  # loaded already: modprobe does nothing, parameters stay as they were loaded
     if module != "nvidia" and "nvidia" not in loaded_modules():
         load_module("nvidia", {})  # as modprobe does through the dependency
+    bound: list[str] = []
     if module == "nvidia":
         ko = read_module_file(running_kernel()) or {}
-        if secure_boot() and ko.get("signed") != "yes":
+        if secure_boot() and not signer_enrolled(ko.get("signer", "")):
             raise PermissionError("could not insert 'nvidia': Key was rejected by service")
         if gpu_functions() and all(bound_driver(b) == "nouveau" for b in gpu_functions()):
+            raise PermissionError("could not insert 'nvidia': No such device")
+        bound = bind_nvidia(ko.get("type", "open"))
+        if gpu_functions() and not bound:
+            # nvidia.ko's init fails when its probe took no GPU ("NVRM: No NVIDIA GPU found.").
             raise PermissionError("could not insert 'nvidia': No such device")
     opts = parse_modprobe_options(modprobe_d_texts(), module)
     opts.update(cli_options)
     write_atomic(os.path.join(mdir, "version"), version + "\n")
     if module == "nvidia":
-        bind_all("nvidia")
+        write_atomic(os.path.join(mdir, "gpu_count"), f"{len(bound)}\n")
+        write_atomic(os.path.join(mdir, "gpus"), "".join(b + "\n" for b in bound))
         nvswitches = int(load_config().get("nvswitches", 0))
         if nvswitches:
             # An NVSwitch fabric: CUDA waits for Fabric Manager to train it (fabric_state, libcuda).
@@ -373,8 +473,10 @@ def kernel_module_version_seen() -> str | None:
 
 def make_gpu_nodes() -> None:
     """What the driver's userspace (NVML, persistenced) does on the host: nvidia-modprobe -c=N for
-    each GPU and -c=255 for the control node."""
-    count = len(gpu_functions()) or int(load_config().get("gpus", 0))
+    each GPU the driver drives and -c=255 for the control node."""
+    count = nvidia_gpu_count()
+    if count is None:
+        count = len(gpu_functions()) or int(load_config().get("gpus", 0))
     args = [f"-c={i}" for i in range(count)] + ["-c=255"]
     subprocess.run(["/usr/bin/nvidia-modprobe", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -404,3 +506,214 @@ def cluster_vmids(pve_dir: str = PVE_DIR) -> dict[str, tuple[str, str]]:
                 if re.fullmatch(r"\d+\.conf", f):
                     found.setdefault(f[:-5], (kind, n))
     return found
+
+
+# ---------------------------------------------------------------- storage (pvesm, pct)
+
+STORAGE_CFG_FILE = PVE_DIR + "/storage.cfg"
+VOLUMES_FILE = "/var/lib/lab-standin/volumes.json"
+# Where a stand-in block volume's files live (an LVM thin volume is a formatted block device on a real host;
+# here a directory, as the rootfs of every stand-in container is).
+BLOCK_VOLUMES_DIR = "/var/lib/lab-standin/block-volumes"
+GIB = 1024 ** 3
+
+
+def parse_storage_cfg(text: str) -> dict[str, dict]:
+    """/etc/pve/storage.cfg (pve-storage's SectionConfig): `TYPE: ID` then tab-indented `key value` lines;
+    content is a comma list; a bare key (sparse, disable) is a flag."""
+    out: dict[str, dict] = {}
+    current: dict | None = None
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if not line[0].isspace():
+            kind, _, sid = line.partition(":")
+            current = {"type": kind.strip(), "content": set()}
+            out[sid.strip()] = current
+            continue
+        if current is None:
+            continue
+        key, _, value = line.strip().partition(" ")
+        if key == "content":
+            current["content"] = {c for c in value.split(",") if c}
+        else:
+            current[key] = value.strip() or True
+    return out
+
+
+def read_storages() -> dict[str, dict]:
+    try:
+        with open(STORAGE_CFG_FILE) as fh:
+            return parse_storage_cfg(fh.read())
+    except FileNotFoundError:
+        return {}
+
+
+def storage_config(sid: str) -> dict:
+    """PVE::Storage::storage_config: the storage's section, or Proxmox's error."""
+    scfg = read_storages().get(sid)
+    if scfg is None:
+        raise LookupError(f"storage '{sid}' does not exist")
+    return scfg
+
+
+def read_volumes() -> dict[str, dict]:
+    try:
+        with open(VOLUMES_FILE) as fh:
+            return json.load(fh)
+    except (FileNotFoundError, ValueError):
+        return {}
+
+
+def write_volumes(volumes: dict[str, dict]) -> None:
+    write_atomic(VOLUMES_FILE, json.dumps(volumes, indent=1, sort_keys=True) + "\n")
+
+
+def volume_dir(volid: str) -> str:
+    """Where a volume's files are: a ZFS subvol is mounted at /POOL/NAME (as on a real host), a dir
+    storage's under PATH/images/VMID/, an LVM thin volume under the stand-in's block-volume directory."""
+    sid, _, name = volid.partition(":")
+    scfg = storage_config(sid)
+    kind = scfg["type"]
+    if kind == "zfspool":
+        return f"/{scfg.get('pool', 'rpool/data')}/{name}"
+    if kind in ("dir", "nfs", "cifs", "btrfs", "cephfs"):
+        return os.path.join(scfg.get("path", "/var/lib/vz"), "images", name)
+    return os.path.join(BLOCK_VOLUMES_DIR, scfg.get("vgname", sid), name)
+
+
+def alloc_volume(sid: str, vmid: str, size_gib: float) -> str:
+    """vdisk_alloc for a container volume (rootfs or mpN): the storage must exist and take container
+    directories; the name is the storage type's (pve-storage find_free_diskname): zfspool subvol-VMID-disk-N,
+    lvmthin vm-VMID-disk-N, dir VMID/vm-VMID-disk-N.raw. Returns the volid."""
+    scfg = storage_config(sid)
+    if scfg.get("disable"):
+        raise LookupError(f"storage '{sid}' is disabled")
+    if "rootdir" not in scfg["content"]:
+        raise ValueError(f"storage '{sid}' does not support container directories")
+    volumes = read_volumes()
+    used = {v.split(":", 1)[1] for v in volumes if v.startswith(sid + ":")}
+    n = 0
+    while True:
+        kind = scfg["type"]
+        if kind == "zfspool":
+            name = f"subvol-{vmid}-disk-{n}"
+        elif kind in ("dir", "nfs", "cifs", "btrfs", "cephfs"):
+            name = f"{vmid}/vm-{vmid}-disk-{n}.raw"
+        else:
+            name = f"vm-{vmid}-disk-{n}"
+        if name not in used:
+            break
+        n += 1
+    volid = f"{sid}:{name}"
+    volumes[volid] = {"size_gib": size_gib, "vmid": vmid}
+    write_volumes(volumes)
+    os.makedirs(volume_dir(volid), exist_ok=True)
+    return volid
+
+
+def free_volume(volid: str) -> None:
+    volumes = read_volumes()
+    if volid in volumes:
+        try:
+            path = volume_dir(volid)
+        except LookupError:
+            path = ""
+        import shutil
+
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+        del volumes[volid]
+        write_volumes(volumes)
+
+
+def _tree_bytes(path: str) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                continue
+    return total
+
+
+def storage_status(sid: str) -> dict:
+    """What pvesm status reports for a storage (bytes): the stand-in disk's sizes (lab.json "storage", as
+    the installer carved it) less what is on it. Volumes count at their allocated size (thin provisioning is
+    not modelled: a sparse volume counts as written), files under a dir storage at their size."""
+    scfg = storage_config(sid)
+    layout = load_config().get("storage", {"kind": "lvm", "root_gib": 96, "thin_gib": 1651.3, "root_used_gib": 2.9})
+    allocated = sum(v["size_gib"] for k, v in read_volumes().items() if k.startswith(sid + ":")) * GIB
+    files = _tree_bytes(scfg["path"]) if scfg["type"] == "dir" and os.path.isdir(scfg.get("path", "")) else 0
+    root_used = layout.get("root_used_gib", 2.9) * GIB
+    if layout.get("kind") == "zfs":
+        everything = root_used + sum(v["size_gib"] for v in read_volumes().values()) * GIB + (
+            _tree_bytes("/var/lib/vz") if os.path.isdir("/var/lib/vz") else 0)
+        avail = max(layout["pool_gib"] * GIB - everything, 0)
+        used = files + allocated + (root_used if scfg["type"] == "dir" else 0)
+        return {"type": scfg["type"], "total": used + avail, "used": used, "avail": avail,
+                "enabled": not scfg.get("disable"), "active": True, "content": scfg["content"]}
+    if scfg["type"] == "lvmthin":
+        total = layout["thin_gib"] * GIB
+        used = allocated
+    elif os.path.isdir(scfg.get("path", "")):
+        # A dir storage on the root filesystem (a real one of the installer's size, `lab up` makes it): what
+        # pve-storage's DirPlugin reports, df of its path.
+        st = os.statvfs(scfg["path"])
+        total = st.f_blocks * st.f_frsize
+        return {"type": scfg["type"], "total": total, "used": (st.f_blocks - st.f_bfree) * st.f_frsize,
+                "avail": st.f_bavail * st.f_frsize, "enabled": not scfg.get("disable"), "active": True,
+                "content": scfg["content"]}
+    else:
+        total = layout["root_gib"] * GIB
+        used = root_used + files + allocated
+    return {"type": scfg["type"], "total": total, "used": used, "avail": max(total - used, 0),
+            "enabled": not scfg.get("disable"), "active": True, "content": scfg["content"]}
+
+
+# ---------------------------------------------------------------- HA (ha-manager, pct, pve-ha-lrm)
+
+HA_RESOURCES_FILE = PVE_DIR + "/ha/resources.cfg"
+HA_COMMANDS_FILE = PVE_DIR + "/ha/crm_commands"
+# Set by the stand-in LRM when it starts or stops a guest itself (the real one acts through the API with
+# its own environment, rpcenv type 'ha'), so that pct does the work instead of filing a request.
+HA_ENV = "LAB_STANDIN_HA_LRM"
+
+
+def read_ha_resources() -> dict[str, dict]:
+    """/etc/pve/ha/resources.cfg (SectionConfig): `ct: 100` then tab-indented `key value` lines."""
+    out: dict[str, dict] = {}
+    current: dict | None = None
+    try:
+        with open(HA_RESOURCES_FILE) as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            kind, _, name = line.partition(":")
+            current = {}
+            out[f"{kind.strip()}:{name.strip()}"] = current
+        elif current is not None:
+            key, _, value = line.strip().partition(" ")
+            current[key] = value.strip()
+    return out
+
+
+def write_ha_resources(resources: dict[str, dict]) -> None:
+    lines = []
+    for sid in sorted(resources):
+        kind, _, name = sid.partition(":")
+        lines.append(f"{kind}: {name}")
+        lines += [f"\t{k} {v}" for k, v in sorted(resources[sid].items())]
+        lines.append("")
+    write_atomic(HA_RESOURCES_FILE, "\n".join(lines), 0o640)
+
+
+def ha_managed(vmid: str) -> bool:
+    """PVE::HA::Config::vm_is_ha_managed: a resource ct:VMID or vm:VMID whose state is not `ignored`."""
+    res = read_ha_resources()
+    return any(sid in res and res[sid].get("state", "started") != "ignored" for sid in (f"ct:{vmid}", f"vm:{vmid}"))

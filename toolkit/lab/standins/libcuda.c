@@ -81,13 +81,18 @@ static int hmm_disabled(char *seen, size_t n) {
     return 0;
 }
 
+/* The GPUs CUDA sees: the /dev/nvidiaN nodes the caller has whose minor is one the driver drives (a node
+ * for a GPU passed to a VM, or one the module did not take, opens nothing). */
 static int count_gpus(void) {
+    char bound[16];
+    int limit = read_module_file("gpu_count", bound, sizeof bound) ? atoi(bound) : 1 << 30;
     DIR *d = opendir("/dev");
     if (!d) return 0;
     int count = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9') count++;
+        if (strncmp(e->d_name, "nvidia", 6) == 0 && e->d_name[6] >= '0' && e->d_name[6] <= '9'
+            && atoi(e->d_name + 6) < limit) count++;
     }
     closedir(d);
     return count;

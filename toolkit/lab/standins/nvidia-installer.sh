@@ -15,6 +15,7 @@ no_nouveau_check=0
 kernel_source_path=""
 signing_key=""
 signing_pub=""
+module_type=""
 log=/var/log/nvidia-installer.log
 for arg in "$@"; do
   case "$arg" in
@@ -26,8 +27,9 @@ for arg in "$@"; do
     --kernel-source-path=*) kernel_source_path=${arg#--kernel-source-path=} ;;
     --module-signing-secret-key=*) signing_key=${arg#*=} ;;
     --module-signing-public-key=*) signing_pub=${arg#*=} ;;
-    -s|--silent|-q|--no-questions|--ui=none|-a|--accept-license|--no-dkms|--kernel-module-type=open|\
-    --kernel-module-type=proprietary|-m=kernel-open|-m=kernel|--no-x-check|--no-nouveau-check|--disable-nouveau|\
+    --kernel-module-type=open|-m=kernel-open|--kernel-module-build-directory=kernel-open) module_type=open ;;
+    --kernel-module-type=proprietary|-m=kernel|--kernel-module-build-directory=kernel) module_type=proprietary ;;
+    -s|--silent|-q|--no-questions|--ui=none|-a|--accept-license|--no-dkms|--no-x-check|--disable-nouveau|\
     --no-cc-version-check|--no-drm|--install-libglvnd|--no-install-libglvnd|--no-opengl-files|--no-backup|\
     --no-systemd|--tmpdir=*|--log-file-name=*|--kernel-name=*|-z|--no-rebuild-initramfs) ;;
     *) echo "ERROR: Unrecognized option: '$arg' (lab stand-in nvidia-installer)" >&2; exit 1 ;;
@@ -61,6 +63,19 @@ src=${kernel_source_path:-/lib/modules/$kernel/build}
 # give: there the build checks are skipped and the module is written, not built; said in the log.
 lab_flavour=0
 grep -qs '"flavour": "lab"' /etc/lab-standin/lab.json && lab_flavour=1
+# The kernel module type (kernel.c valid_kernel_module_types): the open modules are not valid where a GPU
+# does not support them (before Turing), the proprietary ones not where a GPU requires the open ones
+# (Blackwell); of two valid types the default is open. A type forced on GPUs it does not fit is installed
+# with the installer's warning.
+arch=$(python3 -c 'import sys; sys.path.insert(0, "/usr/lib/lab-standin"); import labstandin as l; print(l.load_config().get("arch", ""))' 2>/dev/null || true)
+case "$arch" in maxwell|pascal|volta) valid=proprietary ;; blackwell) valid=open ;; *) valid="open proprietary" ;; esac
+if [ -z "$module_type" ]; then
+  module_type=${valid%% *}
+elif ! echo " $valid " | grep -q " $module_type "; then
+  license="MIT/GPL"; [ "$module_type" = proprietary ] && license="NVIDIA Proprietary"
+  warn "The '$license' kernel modules are incompatible with the GPU(s) detected on this system. They will be installed anyway, but are not expected to work."
+fi
+echo "Kernel module type: $module_type" >> "$log"
 if [ "$kernel_module" = 1 ]; then
   # Loaded NVIDIA modules (of another version) are unloaded first; one in use stops the install.
   loaded=$(cat "$sysmod/nvidia/version" 2>/dev/null || true)
@@ -111,14 +126,18 @@ tail -n +"$line" "$0" | tar -xzf - -C "$tmp"
 if [ "$kernel_module" = 1 ]; then
   # Build the stand-in module with the real toolchain (its Makefile compiles a C file that
   # includes stdio.h), against the running kernel's headers.
+  echo "$module_type" > "$tmp/kernel/module-type"
   if [ "$lab_flavour" = 1 ]; then
-    printf 'version: %s\nkernel: %s\nsigned: no\nlab stand-in nvidia.ko (not built: flavour lab)\n' "$VERSION" "$kernel" > "$tmp/kernel/nvidia.ko"
+    printf 'version: %s\nkernel: %s\nsigned: no\ntype: %s\nlab stand-in nvidia.ko (not built: flavour lab)\n' "$VERSION" "$kernel" "$module_type" > "$tmp/kernel/nvidia.ko"
   else
     make -C "$tmp/kernel" KERNELRELEASE="$kernel" KERNEL_SOURCES="$src" >> "$log" 2>&1 || fail "Unable to build the NVIDIA kernel module."
   fi
   if [ -n "$signing_key" ] && [ -n "$signing_pub" ]; then
     [ -f "$signing_key" ] && [ -f "$signing_pub" ] || fail "Unable to sign the kernel module: $signing_key or $signing_pub not found."
+    # Signed with the key pair given: the stand-in records the certificate's sha256 (the kernel checks it
+    # against the enrolled keys).
     sed -i 's/^signed: no$/signed: yes/' "$tmp/kernel/nvidia.ko"
+    echo "signer: $(sha256sum "$signing_pub" | cut -d' ' -f1)" >> "$tmp/kernel/nvidia.ko"
   fi
   echo "Kernel module built against kernel $kernel (headers $src)" >> "$log"
 fi
@@ -144,10 +163,11 @@ if [ "$kernel_module" = 1 ]; then
   install -m 0644 "$tmp/kernel/nvidia.ko" "$dest/nvidia.ko"
   echo "Installing kernel module $VERSION for kernel $kernel (lab stand-in: no real module)" >> "$log"
   # dkms_register_module (misc.c): "If dkms(8) or tar(1) are missing, there is nothing to do here."
-  # The previous driver is uninstalled first, its DKMS registration with it (nvidia-uninstall).
+  # The previous driver is uninstalled first, its DKMS registration with it (nvidia-uninstall), this
+  # version's too: a reinstall (another module type) registers its source afresh.
   if command -v dkms >/dev/null; then
     for old in $(ls /var/lib/dkms/nvidia 2>/dev/null); do
-      [ "$old" = "$VERSION" ] || dkms remove -m nvidia -v "$old" --all >> "$log" 2>&1 || true
+      dkms remove -m nvidia -v "$old" --all >> "$log" 2>&1 || true
     done
   fi
   if [ "$dkms" = 1 ] && command -v dkms >/dev/null && command -v tar >/dev/null; then
