@@ -2,14 +2,17 @@
 
     python3 benchmarks/bench_tune.py [--profile glm5-baseline] [--runner engine-model | apply -i INV
         --num-prompts N] [--repeats 3] [--concurrency 1024] [--grid proposed|powers-of-two]
+        [--objective throughput|goodput|tokens-per-joule --slo ttft_p99_ms=3000,itl_p99_ms=100]
 
 1. `toolkit tune PROFILE` as a process, into a temporary runs directory; its tune.json is the record.
 2. The grid: every knob the tune's verdicts proposed (a candidate's change, the knobs that went with it), each
    with the base's value and every value a verdict proposed for it, measured or not; `toolkit sweep PROFILE
    --vary ...` over their full product at the tune's concurrency, with the same runner (invalid combinations,
    e.g. tp 8 x pp 2 on 8 GPUs, are skipped by the sweep's validation and not counted as measured).
-3. One JSON object: each side's best (output tok/s) and its knobs, the probe runs each made (the tune's include
-   the base's repeats and the variants that failed), the tune's best as a share of the grid's, the ratio of runs.
+3. One JSON object: each side's best (output tok/s; with --objective goodput, output tok/s at the highest request
+   rate meeting the SLO, each grid variant's capacity searched the same way) and its knobs, the probe runs each made
+   (the tune's include the base's repeats, its capacity searches and the variants that failed), the tune's best as
+   a share of the grid's, the ratio of runs.
 
 With `--runner engine-model` (the default) both sides answer from the lab's engine model in-process: simulated,
 seconds in all. `--runner apply` deploys every point into the lab (`-i`): each point is a real apply + probe
@@ -65,7 +68,9 @@ def grid_axes(tune: dict[str, Any], base_spec: dict[str, Any], fill: str = "prop
                     for path, value in ladder["together"].items():
                         add(path, value)
     for path in axes:
-        axes[path] = [v for v in axes[path] if v is not None] or axes[path]
+        # The base's own value leads, unset (null: SGLang picks) included: the grid holds the base.
+        unset = [None] if None in axes[path] else []
+        axes[path] = [v for v in axes[path] if v is not None]
         if all(isinstance(v, int | float) and not isinstance(v, bool) for v in axes[path]):
             axes[path] = sorted(axes[path])
             lo, hi = axes[path][0], axes[path][-1]
@@ -76,6 +81,7 @@ def grid_axes(tune: dict[str, Any], base_spec: dict[str, Any], fill: str = "prop
                         axes[path].append(p2)
                     p2 *= 2
                 axes[path] = sorted(axes[path])
+        axes[path] = unset + axes[path]
     return axes
 
 
@@ -91,6 +97,16 @@ def main() -> int:
                         help="the grid's values: those the tune's verdicts proposed (and the base's), or also every "
                         "power of two between a whole-number knob's smallest and largest")
     parser.add_argument("--keep", help="keep the runs in this directory (default: a temporary one)")
+    parser.add_argument("--objective", choices=("throughput", "goodput", "tokens-per-joule"), default="throughput")
+    parser.add_argument("--slo", help="the SLO of a goodput (or tokens-per-joule) tune and of the grid's capacity "
+                        "searches, e.g. ttft_p99_ms=3000,itl_p99_ms=100")
+    parser.add_argument("--rate-start", help="both sides' first request rate (req/s)")
+    parser.add_argument("--rate-tolerance-pct", help="both sides' capacity bracket (default 4)")
+    parser.add_argument("--max-rounds", help="both sides' rates per variant (default 10)")
+    parser.add_argument("--max-repeats", help="the tune's runs of a side before a gain inside the noise is given up "
+                        "(default 6)")
+    parser.add_argument("--grid-knobs", help="only these of the knobs the tune touched span the grid (comma-separated "
+                        "paths; default all): a smaller grid for the lab, where a point takes minutes")
     args = parser.parse_args()
 
     from toolkit.adapters.profile_store import ProfileStore
@@ -106,36 +122,50 @@ def main() -> int:
         extra += ["--num-prompts", str(args.num_prompts)]
     conc = ["--concurrency", args.concurrency] if args.concurrency else []
 
-    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats),
-                          "--tunes-dir", str(work / "tunes")], cwd=work)
+    slo = ["--slo", args.slo] if args.slo else []
+    for flag in ("rate_start", "rate_tolerance_pct", "max_rounds"):
+        if getattr(args, flag):
+            slo += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
+    again = ["--max-repeats", args.max_repeats] if args.max_repeats else []
+    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats), *again,
+                          "--objective", args.objective, *slo, "--tunes-dir", str(work / "tunes")], cwd=work)
     (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
     tune = json.loads((tune_dir / "tune.json").read_text())
     state = json.loads((tune_dir / "state.json").read_text())
     levels = state["concurrency"]
 
     axes = grid_axes(state["tune"], spec, args.grid)
+    if args.grid_knobs:
+        axes = {path: values for path, values in axes.items() if path in args.grid_knobs.split(",")}
     vary = [a for path, values in axes.items() for a in ("--vary", f"{path}={','.join(map(_fmt, values))}")]
-    grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra,
+    grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra, *slo,
                           "--sweeps-dir", str(work / "sweeps")], cwd=work)
     (sweep_dir,) = [p for p in (work / "sweeps").iterdir() if (p / "ranking.json").is_file()]
     ranking = json.loads((sweep_dir / "ranking.json").read_text())
     grid_state = json.loads((sweep_dir / "state.json").read_text())
     grid_points = sum(1 for v in grid_state["variants"] for p in v["points"] if p["status"] != "pending")
     invalid = [v["id"] for v in grid_state["variants"] if v["status"] == "invalid"]
-    grid_best = ranking["by_throughput"][0]
+    by = {"goodput": "by_goodput", "tokens-per-joule": "by_tokens_per_j"}.get(args.objective, "by_throughput")
+    grid_best = ranking[by][0]
     tune_best = tune["best"]
-    share = tune_best["value"] / grid_best["steady_output_tok_per_s"] * 100
+    grid_value = grid_best["tokens_per_j"] if args.objective == "tokens-per-joule" else \
+        grid_best["steady_output_tok_per_s"]
+    share = tune_best["value"] / grid_value * 100
     out = {
         "profile": args.profile,
         "runner": args.runner,
         "data_source": grid_best["data_source"],
         "concurrency": levels,
-        "tune": {"best_output_tok_per_s": round(tune_best["value"], 1), "best_knobs": tune_best["knobs"],
+        "objective": args.objective,
+        "slo": args.slo,
+        "tune": {"best": round(tune_best["value"], 4), "best_request_rate": tune_best.get("request_rate"),
+                 "best_knobs": tune_best["knobs"],
                  "probe_runs": tune["points_run"], "stop": tune["stop"]["reason"], "wall_s": round(tune_s, 2),
                  "run": str(tune_dir)},
         "grid": {"fill": args.grid, "axes": axes, "variants": len(grid_state["variants"]),
                  "invalid_skipped": len(invalid),
-                 "probe_runs": grid_points, "best_output_tok_per_s": round(grid_best["steady_output_tok_per_s"], 1),
+                 "probe_runs": grid_points, "best": round(grid_value, 4),
+                 "best_request_rate": grid_best.get("request_rate"),
                  "best_knobs": grid_best["label"], "wall_s": round(grid_s, 2), "run": str(sweep_dir)},
         "tune_best_of_grid_best_pct": round(share, 2),
         "within_5_pct": share >= 95.0,

@@ -186,3 +186,12 @@ def test_every_image_of_data_not_measured_carries_its_watermark(scratch: Scratch
     step = plots.tune_step_png([("v01", 1000.0, "incumbent"), ("v02", 1100.0, "kept")], band_pct=1.0, title="t",
                                unit="tok/s", mark="SIMULATED")
     assert _count_near(Image.open(io.BytesIO(step)), WATERMARK_RGB, tol=6) > 2000
+    series = [{"label": "v01", "points": [{"tok_s": 900.0, "ttft_ms": 800.0, "itl_ms": 60.0, "met": True},
+                                          {"tok_s": 950.0, "ttft_ms": 4000.0, "itl_ms": 90.0, "met": False}],
+               "j_per_tok": 1.6, "power_limit_w": 450.0}]
+    slo = {"ttft_p99_ms": 3000.0, "itl_p99_ms": 100.0}
+    marked = Image.open(io.BytesIO(plots.frontier_png(series, slo=slo, title="t", mark="SIMULATED")))
+    plain = Image.open(io.BytesIO(plots.frontier_png(series, slo=slo, title="t")))
+    # the plain one's few pink pixels are the red SLO lines' anti-aliased edges
+    assert _count_near(marked, WATERMARK_RGB, tol=6) > 2000 > 10 * _count_near(plain, WATERMARK_RGB, tol=6)
+    assert marked.size[0] <= 1100  # the report's width (10 in at 100 dpi, its tight box a little more or less)

@@ -174,7 +174,9 @@ def test_the_budget_trims_a_step_and_a_resume_raises_it(profiles: ProfileStore) 
     log = state.tune
     assert log is not None
     assert len(state.finished_points()) == 5 and log["stop"]["kind"] == BUDGET
-    assert [s["reason"] for s in log["steps"][-1]["skipped"]] == ["over the budget (5 probe runs)"]
+    # (a lower power limit, also proposed for the waiting GPUs, is not taken for throughput, whatever the budget)
+    assert [s["reason"] for s in log["steps"][-1]["skipped"] if s["knob"] != "gpu.power_limit_w"] == [
+        "over the budget (5 probe runs)"]
 
     resumed = saves.last()
     assert resumed.tune is not None

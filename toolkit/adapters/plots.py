@@ -381,8 +381,9 @@ def sweep_pareto_png(
 
 
 def tune_step_png(bars: list[tuple[str, float, str]], *, band_pct: float, title: str, unit: str,
-                  mark: str | None = None) -> bytes:
-    """One step of a tune: the incumbent and its candidates as bars, the noise band around the incumbent shaded.
+                  intervals: list[tuple[float, float] | None] | None = None, mark: str | None = None) -> bytes:
+    """One step of a tune: the incumbent and its candidates as bars, the noise band around the incumbent shaded,
+    each bar's 95 % interval as an error bar where it has one.
 
     `bars`: [(variant id, value in `unit`, "incumbent" | "kept" | "not kept" | "failed" | "invalid")]; a failed or
     invalid candidate is a zero bar with its status written on it."""
@@ -391,6 +392,10 @@ def tune_step_png(bars: list[tuple[str, float, str]], *, band_pct: float, title:
     colours = {"incumbent": "0.45", "kept": "#2a7d2a", "not kept": "#c08000", "failed": "#c00000", "invalid": "#c00000"}
     xs = list(range(len(bars)))
     ax.bar(xs, [b[1] for b in bars], color=[colours.get(b[2], "0.6") for b in bars])
+    for x, (_vid, value, _s), ci in zip(xs, bars, intervals or [None] * len(bars), strict=True):
+        if ci is not None and value > 0:
+            ax.errorbar([x], [value], yerr=[[value - ci[0]], [ci[1] - value]], color="black", capsize=4,
+                        linewidth=1)
     inc = bars[0][1] if bars else 0.0
     if inc > 0:
         ax.axhspan(inc * (1 - band_pct / 100), inc * (1 + band_pct / 100), color="0.8", alpha=0.5,
@@ -403,5 +408,54 @@ def tune_step_png(bars: list[tuple[str, float, str]], *, band_pct: float, title:
     ax.set_ylabel(unit)
     ax.set_ylim(0, max([b[1] for b in bars] + [1.0]) * 1.2)  # room for the labels above the bars
     ax.set_title(title, fontsize=9)
+    watermark(fig, mark)
+    return _png(fig, tight=True)
+
+
+def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: str,
+                 mark: str | None = None) -> bytes:
+    """A capacity search's frontier: per variant, output tok/s against p99 TTFT and against p99 ITL at each rate it
+    was offered (filled: the SLO held; hollow: missed), the SLO's bounds as lines; beside them each variant's energy
+    per output token at its capacity rate, labelled with the power limit it ran under; `mark` as above.
+
+    `series`: [{"label", "points": [{"tok_s", "ttft_ms", "itl_ms", "met"}], "j_per_tok", "power_limit_w"}]."""
+    plt = _pyplot()
+    # The report's width; the two latency panels share the throughput axis and the variants' legend goes below
+    # all three, so no label runs into the next panel.
+    fig, axes = plt.subplots(1, 3, figsize=(_WIDTH_IN, 4.6), gridspec_kw={"width_ratios": [1.0, 1.0, 0.7]})
+    axes[1].sharey(axes[0])
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, s in enumerate(series):
+        c = colours[i % len(colours)]
+        pts = sorted(s["points"], key=lambda p: p["tok_s"])
+        for ax, key in ((axes[0], "ttft_ms"), (axes[1], "itl_ms")):
+            xs = [p[key] for p in pts if p.get(key) is not None]
+            ys = [p["tok_s"] for p in pts if p.get(key) is not None]
+            ax.plot(xs, ys, "-", color=c, alpha=0.6, label=s["label"] if key == "ttft_ms" else None)
+            for p in pts:
+                if p.get(key) is not None:
+                    ax.plot([p[key]], [p["tok_s"]], "o", color=c, markerfacecolor=c if p["met"] else "none")
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax, key, name in ((axes[0], "ttft_p99_ms", "p99 TTFT (ms)"), (axes[1], "itl_p99_ms", "p99 ITL (ms)")):
+        if key in slo:
+            line = ax.axvline(slo[key], color="#c00000", linestyle="--", linewidth=1)
+            handles.append(line)
+            labels.append(f"SLO {name.split(' ')[1]} {slo[key]:g} ms")
+        ax.set_xscale("log")
+        ax.set_xlabel(name + "; filled: met, hollow: missed", fontsize=8)
+    axes[0].set_ylabel("output tok/s")
+    axes[1].tick_params(labelleft=False)
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=7, frameon=False)
+    bars = [s for s in series if s.get("j_per_tok") is not None]
+    xs = list(range(len(bars)))
+    axes[2].bar(xs, [s["j_per_tok"] for s in bars], color=[colours[series.index(s) % len(colours)] for s in bars])
+    for x, s in zip(xs, bars, strict=True):
+        lim = s.get("power_limit_w")
+        axes[2].annotate(f"{s['j_per_tok']:.3g} J\n{lim:g} W" if lim else f"{s['j_per_tok']:.3g} J",
+                         (x, s["j_per_tok"]), ha="center", textcoords="offset points", xytext=(0, 3), fontsize=7)
+    axes[2].set_xticks(xs, [s["label"].split(" ")[0] for s in bars], fontsize=7)
+    axes[2].set_ylabel("J per output token at capacity")
+    axes[2].set_ylim(0, max([s["j_per_tok"] for s in bars] + [0.001]) * 1.3)
+    fig.suptitle(title, fontsize=9)
     watermark(fig, mark)
     return _png(fig, tight=True)

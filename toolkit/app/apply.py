@@ -204,6 +204,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.update(amendment.extravars)
+    extravars.update(_power_limit(resolved, inventory, hosts))
     extravars["deploy_probe"] = bool(req.probe)
     secrets, key_vars = _api_key(inputs.api_key_secret)
     extravars.update(key_vars)
@@ -211,6 +212,26 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
                       [*notes, *amendment.notes])
+
+
+def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, InventoryHost]) -> dict[str, Any]:
+    """The profile's gpu.power_limit_w for the Proxmox hosts of the target containers (a container cannot set it):
+    the extravars of deploy.yml's first play, which runs the host role's power-limit tasks there. Nothing when the
+    profile leaves the limit alone."""
+    limit = resolved.spec.gpu.power_limit_w
+    if limit is None:
+        return {}
+    proxmox = list(read_inventory(inventory, "proxmox_hosts"))
+    first = proxmox[0] if proxmox else ""
+    owners = {str(h.vars.get("lxc_gpu_container_proxmox_host") or first) for h in hosts.values()}
+    missing = sorted(owners - set(proxmox))
+    if missing or not owners:
+        raise ToolkitError.of(f"{resolved.name} sets gpu.power_limit_w, which only the Proxmox host can apply, but the "
+                              f"inventory names no such host for these containers ({', '.join(missing) or 'none'} "
+                              "is not in proxmox_hosts)", file=str(inventory), field="proxmox_hosts",
+                              fix="add the host to the proxmox_hosts group (and lxc_gpu_container_proxmox_host), or "
+                              "leave gpu.power_limit_w unset")
+    return {"deploy_power_limit_hosts": sorted(owners), "proxmox_gpu_host_gpu_power_limit_w": f"{limit:g}"}
 
 
 def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_message: Callable[[str], None],

@@ -38,6 +38,7 @@ from toolkit.core.sweep.state import Measurement, SweepState
 
 # The bench_probe role's task after a failed `toolkit probe run` (roles/bench_probe/tasks/run.yml).
 PROBE_FAILED_TASK = "Fail when the probe failed"
+INTERVAL_S = 2.0  # slices of the steady window for its own spread: the server's counter is scraped at ~2 Hz
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class RunnerContext:
     inventory: str | None
     num_prompts: int | None  # prompts per measurement instead of the profile's (apply's --num-prompts)
     timeout_s: float
+    # Some variant of the run sets gpu.power_limit_w: every variant then says its limit (the board's default when it
+    # sets none), so one measured after a capped one does not run under the cap the host still holds.
+    power_limits: bool = False
 
 
 def make_runner(name: str, ctx: RunnerContext) -> Any:
@@ -119,7 +123,44 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
     # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
     m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
     m.verdict_headline = verdict.get("headline")
+    add_run_details(m, summary, verdict, run.bench_raw, run.server)
     return m
+
+
+def add_run_details(m: Measurement, summary: dict[str, Any], verdict: dict[str, Any], bench_raw: Any,
+                    server: Any) -> None:
+    """What a capacity search and the noise rules read of a probe run, beside the results entry's figures: the
+    offered rate, latency percentiles from bench_serving's per-request results (--output-details; its own reported
+    p99s otherwise), the steady window's throughput per interval from the server's counter, the power limit and the
+    server's state where the verdict held."""
+    from toolkit.core.probe.bench import latency_percentiles, normalize_bench_result, request_latencies
+    from toolkit.core.probe.server_trace import counter_intervals
+
+    raw = bench_raw or {}
+    rate = raw.get("request_rate")
+    m.request_rate = float(rate) if isinstance(rate, int | float) and rate != float("inf") else None
+    norm = normalize_bench_result(raw)
+    m.request_per_s = norm.get("request_per_s")
+    lat = request_latencies(raw)
+    if lat is not None and len(lat):
+        m.latency_ms = latency_percentiles(lat)
+        m.latency_source = f"bench_serving --output-details: {len(lat)} requests ({lat.failed} failed, left out)"
+    else:
+        m.latency_ms = {k.removesuffix("_ms").replace("e2e_latency", "e2e"): {q: v for q, v in stats.items()
+                        if q.startswith("p") or q == "median"} for k, stats in (norm.get("latency_ms") or {}).items()}
+        m.latency_source = "bench_serving's reported percentiles (no per-request details)" if m.latency_ms else None
+    window = summary.get("steady") or {}
+    if server is not None and window.get("start_s") is not None:
+        m.interval_tok_per_s = [round(x, 2) for x in counter_intervals(
+            server, "realtime_decode_tokens_total", float(window["start_s"]), float(window["end_s"]), INTERVAL_S)]
+        m.interval_s = INTERVAL_S if m.interval_tok_per_s else None
+    limits = [g.get("power_limit_w") for g in (window.get("gpus") or {}).values() if g.get("power_limit_w")]
+    m.power_limit_w = max(limits) if limits else None
+    ev = verdict.get("evidence") or {}
+    srv = ev.get("server") if isinstance(ev.get("server"), dict) else {}
+    steps_srv = next((s.get("evidence", {}).get("server") for s in verdict.get("knob_steps") or []
+                      if isinstance(s.get("evidence", {}).get("server"), dict)), None)
+    m.server = dict(steps_srv or srv or {})
 
 
 class ApplyProbeRunner:
@@ -153,12 +194,19 @@ class ApplyProbeRunner:
         ctx = self.ctx
         profiles = self._profiles_dir()
         name = variant_profile_name(ctx.run_id, request.variant.id)
+        extra: dict[str, Any] = {"bench.max_concurrency": request.concurrency}
+        if request.request_rate is not None:
+            extra["bench.request_rate"] = request.request_rate  # a capacity search's Poisson rate
+        limit = (request.spec.get("gpu") or {}).get("power_limit_w")
+        default = (request.spec.get("target") or {}).get("gpu_power_limit_w")
+        if ctx.power_limits and limit is None and default is not None:
+            extra["gpu.power_limit_w"] = default
         text = variant_profile_text(
             base=ctx.base.name,
             name=name,
             knobs=request.variant.knob_dict(),
             description=f"{ctx.kind} {ctx.run_id} variant {request.variant.id} ({request.variant.label})",
-            extra={"bench.max_concurrency": request.concurrency},
+            extra=extra,
             header=[f"Written by `toolkit {ctx.kind}` for run {ctx.run_id}; deployed by `toolkit apply`."],
         )
         write_atomic(profiles / f"{name}.yaml", text)

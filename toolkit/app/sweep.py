@@ -18,7 +18,7 @@ from toolkit.app.measure import write_promoted as _write_promoted
 from toolkit.app.profiles import check, open_store
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.sweep import report
+from toolkit.core.sweep import capacity, report
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
 from toolkit.core.sweep.ranking import pareto_front
 from toolkit.core.sweep.state import (
@@ -49,6 +49,10 @@ class SweepRequest:
     point_timeout_s: float = 1800.0
     profiles_dir: str | None = None
     sweeps_dir: str | None = None
+    slo: str | None = None  # a capacity search per variant (goodput, and tokens per joule at that rate)
+    rate_start: float | None = None
+    rate_tolerance_pct: float = 4.0
+    max_rounds: int = 10
 
 
 @dataclass
@@ -117,23 +121,38 @@ def open_session(req: SweepRequest) -> SweepSession:
         raise ToolkitError.of(
             f"no concurrency levels: {base.name} sets neither bench.concurrency_levels nor bench.max_concurrency",
             field="--concurrency", fix="add --concurrency 64,256,1024")
+    cap = capacity.capacity_record("goodput", req.slo, spec, profile=base.name, rate_start=req.rate_start,
+                                   tolerance_pct=req.rate_tolerance_pct, max_rounds=req.max_rounds) if req.slo else None
+    if cap is not None and len(lv) > 1:
+        raise ToolkitError.of(f"a capacity search offers Poisson rates at one concurrency cap, not {len(lv)} levels",
+                              field="--concurrency", fix=f"give one level (e.g. --concurrency {max(lv)})")
     run_id = store.new_run_id(base.name)
     planned = plan(spec, axes, profile_validator(base.name, run_id, profiles.source, check))
     state = new_state(run_id=run_id, profile=base.name, base_spec=spec, axes=axes, planned=planned, concurrency=lv,
                       created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runner=req.runner,
                       budget=req.budget)
+    if cap is not None:
+        # Every variant's capacity under the SLO: its first point (closed loop, or --rate-start) now, the rest as
+        # the search goes (toolkit.core.sweep.capacity).
+        state.capacity = cap
+        for v in state.planned():
+            capacity.plan(state, v)
     store.create(state)
     return SweepSession(store, profiles, base, spec, state)
 
 
 def runner(session: SweepSession, req: SweepRequest, *, kind: str = "sweep",
-           chain: list[Path] | None = None) -> Any:
+           chain: list[Path] | None = None, power_limits: bool = False) -> Any:
     """The point runner `req.runner` names; `chain`: the profile files the apply runner copies beside its
-    variants (default the base's extends: chain)."""
+    variants (default the base's extends: chain); `power_limits`: the run may set gpu.power_limit_w (every variant
+    then says its own)."""
+    varies = any(a.path == "gpu.power_limit_w" for a in session.state.axes)
+    sets = (session.spec.get("gpu") or {}).get("power_limit_w") is not None
     ctx = RunnerContext(kind=kind, store=session.store, run_id=session.state.run_id, base=session.base,
                         profiles=session.profiles,
                         chain_files=chain or [session.profiles.path(n) for n in session.base.chain],
-                        inventory=req.inventory, num_prompts=req.num_prompts, timeout_s=req.point_timeout_s)
+                        inventory=req.inventory, num_prompts=req.num_prompts, timeout_s=req.point_timeout_s,
+                        power_limits=power_limits or varies or sets)
     return make_runner(req.runner, ctx)
 
 
@@ -161,6 +180,13 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
         (d / "pareto.png").write_bytes(plotting.sweep_pareto_png(points, front, title=f"sweep {state.run_id}",
                                                                  mark=mark))
         out.append(("Pareto front: throughput against energy per token", "pareto.png"))
+    series = report.frontier_series(state) if state.capacity else []
+    if series:
+        (d / "frontier.png").write_bytes(plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]),
+                                                               title=f"sweep {state.run_id}: the SLO's frontier",
+                                                               mark=mark))
+        out.append(("throughput against p99 TTFT and ITL per variant, the SLO's bounds, J/token at each capacity",
+                    "frontier.png"))
     return out
 
 
@@ -181,8 +207,19 @@ def run_ref(session: SweepSession) -> str:
         return ref
 
 
+def loop(session: SweepSession, point_runner: Any) -> Any:
+    """The measuring loop for toolkit.app.measure.measure: the sweep's, with each variant's capacity search."""
+    import time as _time
+
+    def run(on_progress: Any) -> None:
+        capacity.measure_all(session.state, session.spec, point_runner, save=session.store.save,
+                             clock=_time.monotonic, on_progress=on_progress)
+
+    return run
+
+
 def promote_best(session: SweepSession, *, by: str, name: str | None) -> tuple[Promoted, Any]:
-    """The best variant (by "throughput" or "tokens_per_j") as a profile that extends the base: (where, which)."""
+    """The best variant (by "throughput", "goodput" or "tokens_per_j") as a profile that extends the base."""
     new_name, text, best = promote(session.state, session.base, by=by, name=name, run_ref=run_ref(session))
     return _write_promoted(session.profiles, new_name, text), best
 

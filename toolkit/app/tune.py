@@ -18,12 +18,16 @@ from toolkit.app import sweep
 from toolkit.app.measure import Promoted, write_promoted
 from toolkit.app.profiles import check, open_store
 from toolkit.core.errors import ToolkitError
+from toolkit.core.sweep import report as sweep_report
+from toolkit.core.sweep.capacity import capacity_record
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
 from toolkit.core.sweep.report import data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
 from toolkit.core.tune.loop import (
+    DEFAULT_MAX_GOODPUT_LOSS_PCT,
+    DEFAULT_MAX_REPEATS,
     DEFAULT_MIN_GAIN_PCT,
     DEFAULT_REPEATS,
     check_log,
@@ -50,6 +54,12 @@ class TuneRequest:
     point_timeout_s: float = 1800.0
     profiles_dir: str | None = None
     tunes_dir: str | None = None
+    slo: str | None = None  # --slo ttft_p99_ms=3000,itl_p99_ms=100 (else the profile's bench.slo)
+    rate_start: float | None = None  # the base's first Poisson rate (else found from a closed-loop run)
+    rate_tolerance_pct: float = 4.0
+    max_rounds: int = 10
+    max_repeats: int = DEFAULT_MAX_REPEATS
+    max_goodput_loss_pct: float = DEFAULT_MAX_GOODPUT_LOSS_PCT
 
 
 TuneSession = sweep.SweepSession  # the sweep's session: a tune is a sweep whose variants its loop plans
@@ -90,11 +100,21 @@ def open_session(req: TuneRequest) -> TuneSession:
     base = profiles.resolve(req.profile)
     spec = base_spec(base)
     lv = _levels(req, base)
+    cap = capacity_record(req.objective, req.slo, spec, profile=base.name, rate_start=req.rate_start,
+                          tolerance_pct=req.rate_tolerance_pct, max_rounds=req.max_rounds)
+    if cap is not None and len(lv) > 1:
+        raise ToolkitError.of(f"a capacity search offers Poisson rates at one concurrency cap, not {len(lv)} levels",
+                              field="--concurrency", fix=f"give one level (e.g. --concurrency {max(lv)}) or none")
+    if req.max_repeats < req.repeats:
+        raise ToolkitError.of(f"--max-repeats {req.max_repeats} is below --repeats {req.repeats}",
+                              field="--max-repeats", fix=f"give at least {req.repeats}")
     run_id = store.new_run_id(base.name)
     state = new_state(run_id=run_id, profile=base.name, base_spec=spec, axes=[], planned=[], concurrency=lv,
                       created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runner=req.runner)
+    state.capacity = cap
     state.tune = new_tune_log(objective=req.objective, repeats=req.repeats, min_gain_pct=req.min_gain_pct,
-                              budget_points=req.budget)
+                              budget_points=req.budget, max_repeats=req.max_repeats,
+                              max_goodput_loss_pct=req.max_goodput_loss_pct)
     store.create(state)
     return TuneSession(store, profiles, base, spec, state)
 
@@ -103,9 +123,10 @@ def runner(session: TuneSession, req: TuneRequest) -> Any:
     """The point runner; the apply runner copies every profile beside its variants, so a verdict can name
     glm5-tp4-pp2."""
     chain = [session.profiles.path(n) for n in session.profiles.names()]
+    energy = (session.state.tune or {}).get("objective") == "tokens-per-joule"  # it may propose a power limit
     return sweep.runner(session, sweep.SweepRequest(runner=req.runner, inventory=req.inventory,
                                                     num_prompts=req.num_prompts, point_timeout_s=req.point_timeout_s),
-                        kind="tune", chain=chain)
+                        kind="tune", chain=chain, power_limits=energy)
 
 
 def loop(session: TuneSession, point_runner: Any, on_step: Callable[[str], None]
@@ -133,15 +154,33 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
             continue
         name = f"step-{step['step']}.png"
         (d / name).write_bytes(plotting.tune_step_png(bars["bars"], band_pct=bars["band_pct"], title=bars["title"],
-                                                      unit=bars["unit"], mark=mark))
+                                                      unit=bars["unit"], intervals=bars["intervals"], mark=mark))
         out.append((int(step["step"]), name))
     return out
+
+
+def frontier_plot(session: TuneSession) -> str | None:
+    """frontier.png (a run with a capacity search): throughput against p99 TTFT and ITL per variant, the SLO's
+    lines, J/token at each capacity with its power limit; its file name, None when there is nothing to plot."""
+    from toolkit.adapters import plots as plotting
+
+    state = session.state
+    series = sweep_report.frontier_series(state) if state.capacity else []
+    if not series:
+        return None
+    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
+    title = f"{state.run_id}: the SLO's frontier ({'; '.join(sources)})"
+    session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
+        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title,
+                              mark=data_watermark(sources)))
+    return "frontier.png"
 
 
 def write_report(session: TuneSession, promoted: str | None) -> Path:
     state = session.state
     path = session.store.write_text(state.run_id, "report.md",
-                                    report.markdown(state, plots=plots(session), promoted=promoted))
+                                    report.markdown(state, plots=plots(session), promoted=promoted,
+                                                    plots_frontier=frontier_plot(session)))
     session.store.write_text(state.run_id, "tune.json", json.dumps(report.to_json(state), indent=1) + "\n")
     return path
 
@@ -155,7 +194,7 @@ def promote_best(session: TuneSession, name: str | None) -> tuple[Promoted, Any]
     if not incumbent or int(incumbent) == 1:
         return None
     ref = sweep.run_ref(session)
-    by = "throughput" if log["objective"] == "throughput" else "tokens_per_j"
+    by = {"throughput": "throughput", "goodput": "goodput"}.get(log["objective"], "tokens_per_j")
     new_name, text, best = promote(state, session.base, by=by, name=name, run_ref=ref, pick=int(incumbent),
                                    knob_reasons=report.knob_reasons(state, ref), tool="tune")
     return write_promoted(session.profiles, new_name, text), best

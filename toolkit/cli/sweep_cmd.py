@@ -14,6 +14,8 @@ from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from toolkit.cli.render import capacity_arguments
+
     parser.add_argument("profile", nargs="?", help="base profile name (profiles/NAME.yaml); not needed with --resume")
     parser.add_argument(
         "--vary",
@@ -32,8 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--retry-failed", action="store_true", help="with --resume: measure the failed points again too"
     )
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
-    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule"), default="throughput",
-                        help="which ranking --promote takes the best of (default: throughput)")
+    parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
+                        help="which ranking --promote takes the best of (default: throughput; goodput needs --slo)")
+    # --slo: each variant's capacity (adds the goodput ranking; tokens per joule is then at that rate)
+    capacity_arguments(parser, who="each variant's")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     parser.add_argument(
         "--runner",
@@ -63,7 +67,8 @@ def _request(args: argparse.Namespace) -> Any:
                         resume=args.resume, show=args.show, retry_failed=args.retry_failed, runner=args.runner,
                         inventory=args.inventory, wait=not args.no_wait, num_prompts=args.num_prompts,
                         point_timeout_s=args.point_timeout_s, profiles_dir=args.profiles_dir,
-                        sweeps_dir=args.sweeps_dir)
+                        sweeps_dir=args.sweeps_dir, slo=args.slo, rate_start=args.rate_start,
+                        rate_tolerance_pct=args.rate_tolerance_pct, max_rounds=args.max_rounds)
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
@@ -84,7 +89,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         elif v.status == "over_budget":
             con.print(f"  [dim]over budget[/] {v.id} {v.label}")
     interrupted = False
-    if not args.show and state.pending():
+    if not args.show and (state.pending() or (state.capacity and not interrupted)):
         runner = sweep.runner(session, req)
         con.print(f"runner: {runner.describe()}")
         if args.resume:
@@ -93,7 +98,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         with MeasureProgress(con) as progress:
             interrupted = measure.measure(state, session.spec, runner, session.store, runner=req.runner,
                                           inventory=req.inventory, wait=req.wait, purpose="toolkit sweep",
-                                          on_progress=progress.on_progress, on_message=say(con))
+                                          on_progress=progress.on_progress, on_message=say(con),
+                                          loop=sweep.loop(session, runner) if state.capacity else None)
     report_path = sweep.write_report(session)
     if args.json:
         print(json.dumps(report.to_json(state), indent=1))
@@ -104,7 +110,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         con.print(f"[yellow]interrupted[/]: the state is saved; carry on with `toolkit sweep --resume {state.run_id}`")
         return 130
     if args.promote:
-        by = "throughput" if args.promote_by == "throughput" else "tokens_per_j"
+        by = {"throughput": "throughput", "goodput": "goodput"}.get(args.promote_by, "tokens_per_j")
         promoted, best = sweep.promote_best(session, by=by, name=args.promote_name)
         print_promoted(con, promoted, best, session.base.name)
     return EXIT_OK if sweep.measured(session) or state.pending() else EXIT_FAILED
@@ -114,10 +120,11 @@ def _print_rankings(console: Any, state: Any) -> None:
     from rich.table import Table
 
     from toolkit.core.sweep import report
-    from toolkit.core.sweep.ranking import pareto_front, rank_by_efficiency, rank_by_throughput
+    from toolkit.core.sweep.ranking import pareto_front, rank_by_efficiency, rank_by_goodput, rank_by_throughput
 
     for title, rows in (
         ("ranked by steady-state output throughput", rank_by_throughput(state)),
+        *((("ranked by goodput under the SLO", rank_by_goodput(state)),) if state.capacity else ()),
         ("ranked by output tokens per joule", rank_by_efficiency(state)),
     ):
         table = Table(title=f"sweep {state.run_id}: {title}")

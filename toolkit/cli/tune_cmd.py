@@ -13,11 +13,26 @@ from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from toolkit.core.tune.loop import DEFAULT_MIN_GAIN_PCT, DEFAULT_REPEATS
+    from toolkit.cli.render import capacity_arguments
+    from toolkit.core.tune.loop import (
+        DEFAULT_MAX_GOODPUT_LOSS_PCT,
+        DEFAULT_MAX_REPEATS,
+        DEFAULT_MIN_GAIN_PCT,
+        DEFAULT_REPEATS,
+    )
 
     parser.add_argument("profile", nargs="?", help="base profile name (profiles/NAME.yaml); not needed with --resume")
-    parser.add_argument("--objective", choices=("throughput", "tokens-per-joule"), default="throughput",
-                        help="what a change must improve: steady-state output tok/s, or output tokens per joule")
+    parser.add_argument("--objective", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
+                        help="what a change must improve: steady-state output tok/s, output tokens per joule (under "
+                        "an SLO: at the capacity rate), or goodput (output tok/s at the highest Poisson request "
+                        "rate that meets the SLO)")
+    capacity_arguments(parser, who="the base's")  # --slo (default: the profile's bench.slo), --rate-start ...
+    parser.add_argument("--max-repeats", type=int, default=DEFAULT_MAX_REPEATS,
+                        help="a gain inside the confidence intervals is measured again until the base has this many "
+                        f"measurements (default {DEFAULT_MAX_REPEATS})")
+    parser.add_argument("--max-goodput-loss-pct", type=float, default=DEFAULT_MAX_GOODPUT_LOSS_PCT,
+                        help="tokens-per-joule under an SLO: the most goodput a change may give up (default "
+                        f"{DEFAULT_MAX_GOODPUT_LOSS_PCT:g})")
     parser.add_argument("--budget", type=int, help="at most N probe runs in all, the base's repeats included "
                         "(a resume may raise it)")
     parser.add_argument("--concurrency", help="load levels, e.g. 1024 (default: the profile's bench levels, its "
@@ -59,7 +74,10 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
                       concurrency=args.concurrency, repeats=args.repeats, min_gain_pct=args.min_gain_pct,
                       resume=args.resume, show=args.show, runner=args.runner, inventory=args.inventory,
                       wait=not args.no_wait, num_prompts=args.num_prompts, point_timeout_s=args.point_timeout_s,
-                      profiles_dir=args.profiles_dir, tunes_dir=args.tunes_dir)
+                      profiles_dir=args.profiles_dir, tunes_dir=args.tunes_dir, slo=args.slo,
+                      rate_start=args.rate_start, rate_tolerance_pct=args.rate_tolerance_pct,
+                      max_rounds=args.max_rounds, max_repeats=args.max_repeats,
+                      max_goodput_loss_pct=args.max_goodput_loss_pct)
     session = tune.open_session(req)
     state = session.state
     log = state.tune or {}

@@ -187,7 +187,56 @@ def judge_host(name: str, r: Mapping[str, Any]) -> list[Check]:
             )
         else:
             checks.append(Check(name, "topology / P2P", SKIP, "single GPU or no matrix in nvidia-smi topo -m"))
-    return checks + judge_kernel_module(name, r)
+    return checks + judge_power_limit(name, r) + judge_kernel_module(name, r)
+
+
+def power_limits(text: str) -> list[dict[str, float]]:
+    """`nvidia-smi --query-gpu=index,power.limit,power.default_limit,power.min_limit,power.max_limit --format=csv,
+    noheader,nounits` -> one dict per GPU (a row that does not parse, e.g. `[N/A]`, is left out)."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 5 or not cells[0].isdigit():
+            continue
+        try:
+            out.append({"index": float(cells[0]), "limit": float(cells[1]), "default": float(cells[2]),
+                        "min": float(cells[3]), "max": float(cells[4])})
+        except ValueError:
+            continue
+    return out
+
+
+def unit_power_limit(unit: str) -> float | None:
+    """The W the power-limit unit sets at boot (`ExecStart=... nvidia-smi -pl W`), None without one."""
+    m = re.search(r"^ExecStart=\S*nvidia-smi\b.*\s-pl\s+([0-9.]+)\s*$", unit, re.M)
+    return float(m.group(1)) if m else None
+
+
+def judge_power_limit(name: str, r: Mapping[str, Any]) -> list[Check]:
+    """Each GPU's enforced power limit read back, against what the host keeps at boot (roles/proxmox_gpu_host
+    power_limit.yml's unit): equal passes; a limit the unit does not explain is lost at the next reboot (set by
+    hand) or the unit's was lost (a driver reload), and says so."""
+    if "power" not in r:
+        return []
+    gpus = power_limits(str(r.get("power", "")))
+    if _as_int(r.get("power_rc")) != 0 or not gpus:
+        return [Check(name, "power limit", SKIP, "nvidia-smi reads no power limit here")]
+    kept = unit_power_limit(str(r.get("power_unit", "")))
+    limits = sorted({g["limit"] for g in gpus})
+    shown = ", ".join(f"GPU {int(g['index'])} {g['limit']:g} W" for g in gpus)
+    if kept is not None:
+        off = [g for g in gpus if abs(g["limit"] - kept) > 0.5]
+        if not off:
+            return [Check(name, "power limit", PASS, f"{kept:g} W on {len(gpus)} GPU(s), kept at boot by the unit "
+                          f"(range {gpus[0]['min']:g}-{gpus[0]['max']:g} W, default {gpus[0]['default']:g} W)")]
+        return [Check(name, "power limit", FAIL, f"the unit sets {kept:g} W at boot, but {shown}",
+                      f"systemctl restart nvidia-power-limit.service (or toolkit host provision {name})")]
+    if any(abs(g["limit"] - g["default"]) > 0.5 for g in gpus):
+        return [Check(name, "power limit", WARN, f"{shown}: below the default without a unit to keep it, so lost "
+                      "at the next reboot or driver reload",
+                      "set gpu.power_limit_w in the profile and `toolkit apply` it (the host role keeps it)")]
+    return [Check(name, "power limit", PASS, f"the default {', '.join(f'{x:g}' for x in limits)} W on "
+                  f"{len(gpus)} GPU(s)")]
 
 
 def judge_kernel_module(name: str, r: Mapping[str, Any]) -> list[Check]:

@@ -35,6 +35,7 @@ STANDIN_DIR = "/opt/sglang/standin"
 TOKENIZER_DIR = f"{STANDIN_DIR}/lab-tokenizer"
 DATASET_PATH = f"{STANDIN_DIR}/lab-sharegpt.json"
 DROPIN = "lab-standin.conf"
+POWER_LIMITS_FILE = "/var/lib/lab-standin/host-sys-module/nvidia/power_limits.json"  # labstandin.power_limits_path
 SERVER_MODULE = "toolkit.lab.standin_server.server"
 BENCH_DATA_MODULE = "toolkit.lab.standin_server.make_bench_data"
 
@@ -79,6 +80,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         "ExecStart=" + systemd_exec_line(standin_argv(launch_argv)),
         "Environment=SGLANG_STANDIN=1",
         "Environment=HF_HUB_OFFLINE=1",
+        # The GPUs' enforced power limit, as the lab's driver keeps it on the host (nvidia-smi -pl there).
+        f"Environment=SGLANG_STANDIN_POWER_LIMITS_FILE={POWER_LIMITS_FILE}",
         *(f'Environment="{k}={v}"' for k, v in sorted(env.items())),
     ]
     if fail_health:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from toolkit.core.probe.numbers import percentile
 
 # bench_serving's progress bar (tqdm, on stderr): "100%|##########| 160/160 [00:09<00:00, 16.2it/s]".
 _TQDM_COUNT = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
@@ -110,3 +113,75 @@ def failed_requests(completed: float | None, sent: int | None) -> int | None:
     if completed is None or sent is None:
         return None
     return max(sent - int(completed), 0)
+
+
+# -- per-request latencies (bench_serving --output-details) -------------------------------------------------------
+# With --output-details, SGLang's bench_serving (0.5.9: sglang/bench_serving.py, `result_details`) adds to its JSON
+# line one entry per request, in the order sent: `ttfts` (seconds; 0.0 for a request that failed), `itls` (the gaps
+# between the streamed chunks after the first, seconds), `output_lens` (0 for a failure), `errors` ("" when it
+# succeeded), `input_lens` and `generated_texts`. Its own p99_ttft_ms / p99_itl_ms / p99_e2e_latency_ms are
+# np.percentile over the same lists (successful requests only; the ITL list is every gap of every request).
+DETAIL_KEYS = ("ttfts", "itls")
+LATENCY_QUANTILES = (50.0, 90.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True)
+class RequestLatencies:
+    """Each successful request's latencies, in seconds, in the order sent."""
+
+    ttft_s: list[float]
+    itl_s: list[list[float]]  # per request: its gaps
+    failed: int
+
+    @property
+    def e2e_s(self) -> list[float]:
+        """Each request's last token: its first token plus every gap after it. bench_serving's own `latency` ends at
+        the stream's [DONE] chunk, which follows the last token by one network read."""
+        return [t + sum(g) for t, g in zip(self.ttft_s, self.itl_s, strict=True)]
+
+    @property
+    def all_itl_s(self) -> list[float]:
+        return [g for gaps in self.itl_s for g in gaps]
+
+    def __len__(self) -> int:
+        return len(self.ttft_s)
+
+
+def request_latencies(raw: Mapping[str, Any] | None) -> RequestLatencies | None:
+    """The per-request lists of a bench_serving result written with --output-details; None when it has none.
+
+    A request counts as failed when its error is non-empty or it produced no output (bench_serving's
+    `success=False` writes both); failed requests are left out, as bench_serving leaves them out of its own
+    percentiles."""
+    raw = raw or {}
+    ttfts, itls = raw.get("ttfts"), raw.get("itls")
+    if not isinstance(ttfts, list) or not isinstance(itls, list) or len(ttfts) != len(itls):
+        return None
+    errors: list[Any] = raw["errors"] if isinstance(raw.get("errors"), list) else [""] * len(ttfts)
+    outs: list[Any] = raw["output_lens"] if isinstance(raw.get("output_lens"), list) else [1] * len(ttfts)
+    ok_t: list[float] = []
+    ok_i: list[list[float]] = []
+    failed = 0
+    for i, (t, gaps) in enumerate(zip(ttfts, itls, strict=True)):
+        err = errors[i] if i < len(errors) else ""
+        out = outs[i] if i < len(outs) else 1
+        good_t = isinstance(t, int | float) and not isinstance(t, bool) and t > 0
+        good_g = isinstance(gaps, list) and all(isinstance(g, int | float) and not isinstance(g, bool) for g in gaps)
+        if err or not out or not good_t or not good_g:
+            failed += 1
+            continue
+        ok_t.append(float(t))
+        ok_i.append([float(g) for g in gaps])
+    return RequestLatencies(ok_t, ok_i, failed)
+
+
+def latency_percentiles(lat: RequestLatencies, quantiles: Sequence[float] = LATENCY_QUANTILES
+                        ) -> dict[str, dict[str, float]]:
+    """{"ttft": {"p50": ms, ...}, "itl": {...}, "e2e": {...}} from the per-request lists (numpy's interpolation,
+    as bench_serving's own); a metric with no values is left out."""
+    out: dict[str, dict[str, float]] = {}
+    for name, values in (("ttft", lat.ttft_s), ("itl", lat.all_itl_s), ("e2e", lat.e2e_s)):
+        if values:
+            ordered = sorted(values)
+            out[name] = {f"p{q:g}": round(percentile(ordered, q) * 1000.0, 3) for q in quantiles}
+    return out

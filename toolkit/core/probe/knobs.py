@@ -30,6 +30,8 @@ from toolkit.core.probe.gpu_rules import (
 )
 from toolkit.core.sweep.variants import VARIABLE_SECTIONS, Scalar, format_value
 
+POWER_LIMIT_STEPS = 4  # rungs of a lower power limit, from the current limit down to the floor
+POWER_LIMIT_QUANTUM_W = 10  # limits proposed in whole tens of watts
 MEM_FRACTION_STEP = 0.08  # the issue's example 0.80 -> 0.88; SGLang's own defaults sit at 0.8-0.9
 MEM_FRACTION_MAX = 0.93  # above this the CUDA graphs and activations of a large model run out of room
 FP8_KV = "fp8_e4m3"
@@ -113,9 +115,49 @@ class _Knobs:
         return KnobStep(path, cur, src, tuple(proposed), why, evidence, profile_why=self.why.get(path), **kw)
 
 
+def lower_power_limits(current_w: float, mean_w: float | None, min_w: float | None) -> list[Scalar]:
+    """Power limits below `current_w`, highest first, down to a floor: the board's lowest settable limit, half the
+    current limit, and 1.2 x what the GPUs drew on average (below that even the waiting phases would be capped)."""
+    floor = max(float(min_w or 0.0), 0.5 * current_w, 1.2 * float(mean_w or 0.0))
+    floor = math.ceil(floor / POWER_LIMIT_QUANTUM_W) * POWER_LIMIT_QUANTUM_W
+    if floor >= current_w - POWER_LIMIT_QUANTUM_W:
+        return []
+    span = current_w - floor
+    out: list[Scalar] = []
+    for i in range(1, POWER_LIMIT_STEPS + 1):
+        v = float(round((current_w - span * i / POWER_LIMIT_STEPS) / POWER_LIMIT_QUANTUM_W) * POWER_LIMIT_QUANTUM_W)
+        if v < current_w and v >= floor and v not in out:
+            out.append(v)
+    return out
+
+
+def _power_step(k: _Knobs, power: dict[str, Any] | None, why: str, evidence: dict[str, Any]) -> KnobStep | None:
+    """`gpu.power_limit_w` lower, when the GPUs wait (busy-but-waiting) or wait on memory (memory-bound): the cap
+    slows only their compute phases, which are a small part of the time, and every compute phase draws less."""
+    if not power:
+        return None
+    cur, src = k.current("gpu.power_limit_w")
+    current = _num(cur) or _num(power.get("limit_w")) or _num(power.get("default_w"))
+    if not current:
+        return None
+    values = lower_power_limits(current, _num(power.get("mean_w")), _num(power.get("min_w")))
+    if not values:
+        return None
+    mean = _num(power.get("mean_w"))
+    said = f"{mean:.0f} W of {current:.0f}" if mean is not None else f"the limit {current:.0f} W"
+    return KnobStep("gpu.power_limit_w", float(current if cur is None else cur),
+                    src if cur is not None else "the GPUs' limit during the run", tuple(values),
+                    f"{why} at {said} per GPU: a lower power limit slows only the compute phases and cuts the power "
+                    "each draws (energy per token)", {**evidence, "power": power},
+                    profile_why=k.why.get("gpu.power_limit_w"))
+
+
 def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus: int, no_p2p: bool | None,
-            variants: list[str], power_capped: bool | None) -> list[KnobStep]:
-    """The knob steps for a verdict of class `cls` (evidence: the verdict's, with `server` and `held`)."""
+            variants: list[str], power_capped: bool | None, power: dict[str, Any] | None = None
+            ) -> list[KnobStep]:
+    """The knob steps for a verdict of class `cls` (evidence: the verdict's, with `server` and `held`). `power`:
+    the run's mean draw and limit per GPU ({"mean_w", "limit_w", "default_w", "min_w"}), for the power-limit
+    step."""
     k = _Knobs(target, evidence)
     srv = evidence.get("server") or {}
     held = evidence.get("held")
@@ -211,6 +253,22 @@ def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus:
                 steps.append(k.step("server.ep_size", [tp_n],
                                     "expert parallelism trades the MoE layers' allreduce for all-to-all",
                                     {"held": held}, profiles=ep_profiles))
+        step = _power_step(k, power, "busy but waiting on collectives", {"held": held})
+        if step is not None:
+            steps.append(step)
+    elif cls == WAITING:
+        step = _power_step(k, power, "busy but waiting", {"held": held})
+        if step is not None:
+            steps.append(step)
+    elif cls == COMPUTE and power_capped:
+        # Held at its power limit: a lower limit would slow every step. Only a limit below the board's own is
+        # worth raising back.
+        cur, _src = k.current("gpu.power_limit_w")
+        board = _num((power or {}).get("default_w"))
+        if board is not None and (_num(cur) or board) < board:
+            steps.append(k.step("gpu.power_limit_w", [float(board)], f"compute-bound at the power limit ({cur} W of "
+                                f"the board's {board:.0f} W): the cap slows the compute",
+                                {"held": held, "power": power}))
     elif cls == COMPUTE and not power_capped:
         cap, _ = k.current("server.max_running_requests", "max_running_requests")
         if isinstance(cap, int) and not isinstance(cap, bool):
@@ -223,6 +281,9 @@ def propose(cls: str, evidence: dict[str, Any], target: dict[str, Any], *, gpus:
             steps.append(k.step("server.kv_cache_dtype", [FP8_KV],
                                 "memory-bandwidth-bound: an fp8 KV cache halves the bytes attention reads",
                                 {"held": held}))
+        step = _power_step(k, power, "memory-bandwidth-bound (the SMs wait on memory)", {"held": held})
+        if step is not None:
+            steps.append(step)
     return steps
 
 
@@ -230,7 +291,7 @@ def target_knobs(resolved: dict[str, Any]) -> dict[str, Any]:
     """`knobs` and `why` for a run's target, from a resolved profile (a plain mapping): every scalar under
     server and bench as a dotted path (what a step's `current` is read from), and the profile's reasons for them."""
     knobs: dict[str, Any] = {}
-    for section in ("server", "bench"):
+    for section in ("server", "bench", "gpu"):
         for key, value in sorted((resolved.get(section) or {}).items()):
             if value is None or isinstance(value, bool | int | float | str):
                 knobs[f"{section}.{key}"] = value

@@ -232,6 +232,20 @@ def counter_series(trace: ServerTrace, column: str) -> tuple[list[float], list[f
     return ts, rates
 
 
+def counter_intervals(trace: ServerTrace, column: str, start_s: float, end_s: float, width_s: float
+                      ) -> list[float]:
+    """Per-second rate of a cumulative column in each consecutive `width_s` slice of [start_s, end_s] (a slice
+    without two good rows is left out): a run's own spread of its throughput, in order."""
+    out: list[float] = []
+    t = start_s
+    while t + width_s <= end_s + 1e-9:
+        rate = counter_rate(trace, column, t, t + width_s)
+        if rate is not None:
+            out.append(rate)
+        t += width_s
+    return out
+
+
 def _stats(vals: list[float]) -> dict[str, float | None]:
     if not vals:
         return {"mean": None, "max": None}

@@ -7,13 +7,13 @@ docs/probe.md; results entries are built from it, so keys are only ever added.
 from __future__ import annotations
 
 import bisect
-import math
 from collections import Counter
 from typing import Any
 
 from toolkit.core.probe import columnar
 from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.host_trace import HostTrace, host_window
+from toolkit.core.probe.numbers import percentile
 from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series, server_window
@@ -33,14 +33,6 @@ GPM_KEYS = {
 }
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), q in [0, 100]."""
-    if not sorted_values:
-        return math.nan
-    k = (len(sorted_values) - 1) * q / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
 
 
 

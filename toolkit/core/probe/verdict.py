@@ -330,6 +330,19 @@ def _server_not_seen(server: ServerTimeline | None) -> list[str]:
     return out
 
 
+def _power_seen(summary: dict[str, Any], target: dict[str, Any]) -> dict[str, Any] | None:
+    """Each GPU's mean draw and limit over the judged window (the steady one when found), for the power-limit step:
+    the mean over GPUs of their means, the highest limit, and the board's range from the profile's target."""
+    found = (summary.get("steady_state") or {}).get("found")
+    gpus = (summary.get("steady" if found else "full") or {}).get("gpus") or {}
+    means = [g["power_w"]["mean"] for g in gpus.values() if (g.get("power_w") or {}).get("mean") is not None]
+    limits = [g["power_limit_w"] for g in gpus.values() if g.get("power_limit_w") is not None]
+    if not means or not limits:
+        return None
+    return {"mean_w": round(sum(means) / len(means), 1), "limit_w": max(limits),
+            "default_w": target.get("gpu_power_limit_w"), "min_w": target.get("gpu_power_limit_min_w")}
+
+
 def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, target: dict[str, Any] | None = None,
           *, trace: Trace | None = None, server: ServerTimeline | None = None,
           host: HostTimeline | None = None) -> Verdict:
@@ -344,7 +357,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
 
     def knobs(v: Verdict, evidence: dict[str, Any]) -> Verdict:
         v.knob_steps = propose(v.cls, evidence, target, gpus=ngpu, no_p2p=no_p2p, variants=variants,
-                               power_capped=v.power_capped)
+                               power_capped=v.power_capped, power=_power_seen(summary, target))
         v.next_steps = v.next_steps + [k.text() for k in v.knob_steps]
         server_gaps = _server_not_seen(server)
         if server_gaps:

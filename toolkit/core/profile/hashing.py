@@ -17,12 +17,15 @@ HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extend
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
-# how much room the weights need, not which weights. A patch's `upstream` names the release that carries the
-# change itself: what the pinned release runs is the same.
+# how much room the weights need, not which weights; bench.slo is what a tune holds the measurements to, not what
+# runs; the target's power-limit range only bounds validation. A patch's `upstream` names the release that
+# carries the change itself: what the pinned release runs is the same.
 HASH_EXCLUDED_KNOBS: dict[str, Any] = {
     "server": {"allow_unauthenticated"},
     "probe": {"server_scrape_hz"},
     "model": {"size_gib"},
+    "bench": {"slo"},
+    "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"},
     "engine": {"patches": {"__all__": {"upstream"}}},
 }
 
@@ -31,7 +34,11 @@ def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
     """The resolved spec as plain data, defaults filled in, without HASH_EXCLUDED."""
     exclude: dict[str, Any] = {key: True for key in HASH_EXCLUDED}
     exclude.update(HASH_EXCLUDED_KNOBS)
-    return resolved.spec.model_dump(mode="json", exclude=exclude)
+    spec = resolved.spec.model_dump(mode="json", exclude=exclude)
+    if not any(v is not None for v in (spec.get("gpu") or {}).values()):
+        # The gpu section came later: a profile that sets nothing in it keeps the hash its results recorded.
+        spec.pop("gpu", None)
+    return spec
 
 
 def spec_hash(resolved: ResolvedProfile) -> str:

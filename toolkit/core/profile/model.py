@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -43,6 +43,8 @@ MAX_PROBE_WINDOW_S = 3600
 MAX_COUNT = 2**31 - 1
 # bench_serving seeds numpy's generator with --seed, which takes 0 to 2**32 - 1 only.
 MAX_BENCH_SEED = 2**32 - 1
+# A latency bound longer than an hour is a typo, not a service level.
+MAX_SLO_MS = 3_600_000
 
 # Environment variable names as systemd and POSIX shells take them (env_name_is_valid): ASCII only.
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -63,8 +65,15 @@ class Target(_Strict):
     p2p: bool | None = Field(default=None, description="whether GPUs can reach each other peer-to-peer")
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
     gpu_power_limit_w: float | None = Field(
-        default=None, gt=0, le=MAX_BOARD_POWER_W, description="board power limit per GPU, W"
+        default=None, gt=0, le=MAX_BOARD_POWER_W, description="board power limit per GPU, W (the board's default "
+        "limit: what the GPU draws at most unless gpu.power_limit_w sets another)"
     )
+    # The range `nvidia-smi -pl` accepts on this board (nvidia-smi -q -d POWER: Min / Max Power Limit). Used to
+    # refuse a gpu.power_limit_w outside it before anything runs; the host role checks the GPU's own range again.
+    gpu_power_limit_min_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                                description="lowest settable limit per GPU, W")
+    gpu_power_limit_max_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                                description="highest settable limit per GPU, W")
     gpu_memory_gib: float | None = Field(default=None, gt=0, le=MAX_GPU_MEMORY_GIB)
 
     @property
@@ -174,6 +183,23 @@ class SteadyState(_Strict):
     min_window_s: float = Field(default=5.0, gt=0, le=MAX_PROBE_WINDOW_S)
 
 
+class Slo(_Strict):
+    """The latency the service is held to, in ms: the 99th percentile over the benchmark's requests (from its
+    per-request results, not from means). Any subset; at least one."""
+
+    ttft_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS, description="time to first token, p99, ms")
+    itl_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS,
+                                     description="inter-token latency, p99 over all gaps, ms")
+    e2e_p99_ms: float | None = Field(default=None, gt=0, le=MAX_SLO_MS,
+                                     description="end-to-end request latency, p99, ms")
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Slo:
+        if self.ttft_p99_ms is None and self.itl_p99_ms is None and self.e2e_p99_ms is None:
+            raise ValueError("an slo needs at least one of ttft_p99_ms, itl_p99_ms, e2e_p99_ms")
+        return self
+
+
 class Bench(_Strict):
     """SGLang's bench_serving run. Defaults are the GLM-5 story's command (docs/story.md, the benchmark)."""
 
@@ -190,6 +216,9 @@ class Bench(_Strict):
     warmup_requests: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     seed: int | None = Field(default=None, ge=0, le=MAX_BENCH_SEED)
     tokenizer: str | None = Field(default=None, description="None: model.repo_id")
+    # What `toolkit tune --objective goodput` and `toolkit sweep --objective goodput` hold each variant to
+    # (--slo on the command line wins). It renders nothing: bench_serving measures, the toolkit judges.
+    slo: Slo | None = None
 
     @field_validator("concurrency_levels")
     @classmethod
@@ -197,6 +226,15 @@ class Bench(_Strict):
         if any(level < 1 for level in v):
             raise ValueError("every concurrency level must be >= 1")
         return v
+
+
+class Gpu(_Strict):
+    """Settings of the GPUs themselves, applied on the host that owns them (a container cannot set them)."""
+
+    # nvidia-smi -pl / nvmlDeviceSetPowerManagementLimit on every GPU of the host, kept across reboots by a unit
+    # (roles/proxmox_gpu_host, tasks/power_limit.yml). None: the host's limits are left as they are.
+    power_limit_w: float | None = Field(default=None, gt=0, le=MAX_BOARD_POWER_W,
+                                        description="enforced power limit per GPU, W")
 
 
 class Probe(_Strict):
@@ -239,6 +277,7 @@ class Profile(_Strict):
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+    gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
     why: dict[str, Why] = Field(default_factory=dict)

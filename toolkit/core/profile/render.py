@@ -290,8 +290,8 @@ def render_bench_argv(
     max_concurrency: int | None = None,
 ) -> list[str]:
     """SGLang's bench_serving against a running server. With the defaults this is the GLM-5 story's command
-    (docs/story.md, the benchmark) plus --output-file. `max_concurrency` overrides bench.max_concurrency for one
-    level of bench.concurrency_levels."""
+    (docs/story.md, the benchmark) plus --output-file and --output-details. `max_concurrency` overrides
+    bench.max_concurrency for one level of bench.concurrency_levels."""
     bench, model = resolved.spec.bench, resolved.spec.model
     served = model.served_model_name or _require(model.repo_id, "model.repo_id")
     tokenizer = bench.tokenizer or model.local_path or _require(model.repo_id, "model.repo_id")
@@ -317,6 +317,7 @@ def render_bench_argv(
     if bench.seed is not None:
         argv += ["--seed", str(bench.seed)]
     # --output-details adds bench_serving's per-request results (ttfts, itls, input_lens, output_lens, errors) to
-    # its JSON line: the report's TTFT and ITL distributions come from them, not from its means.
+    # its JSON line: the report's TTFT and ITL distributions, the latency percentiles and an SLO's verdict come from
+    # them, not from its means.
     argv += ["--output-file", output_file, "--output-details"]
     return argv

@@ -44,6 +44,7 @@ def validate(
     later: list[Problem] = []
     later += _required(resolved)
     later += _parallelism(resolved)
+    later += _power_limit(resolved)
     later += _secrets(resolved)
     later += _whys(resolved)
     later += _patches_upstream(resolved)
@@ -116,6 +117,37 @@ def _required(resolved: ResolvedProfile) -> list[Problem]:
             chain = " or ".join(f"{n}.yaml" for n in resolved.chain)
             out.append(resolved.problem(path, "required and not set", f"set {path}: {what} (in {chain})"))
     return out
+
+
+POWER_RULE = "gpu-power-limit-range"
+
+
+def _power_limit(resolved: ResolvedProfile) -> list[Problem]:
+    """gpu.power_limit_w inside the board's settable range, as `nvidia-smi -pl` would demand (it refuses a value
+    outside [Min Power Limit, Max Power Limit]). The range is the profile's target; without it only the default
+    limit bounds the value from above (a board's maximum is rarely above its default)."""
+    t, limit = resolved.spec.target, resolved.spec.gpu.power_limit_w
+    if limit is None:
+        return []
+    lo, hi = t.gpu_power_limit_min_w, t.gpu_power_limit_max_w or t.gpu_power_limit_w
+    if lo is not None and hi is not None and lo > hi:
+        return [resolved.problem("target.gpu_power_limit_min_w", f"the settable range is empty: min {lo:g} W > "
+                                 f"max {hi:g} W", "copy Min and Max Power Limit from `nvidia-smi -q -d POWER`",
+                                 rule_id=POWER_RULE)]
+    if hi is not None and limit > hi:
+        return [resolved.problem("gpu.power_limit_w", f"{limit:g} W is above the board's {hi:g} W "
+                                 "(target.gpu_power_limit_max_w, else target.gpu_power_limit_w)",
+                                 f"set gpu.power_limit_w at most {hi:g}", rule_id=POWER_RULE)]
+    if lo is not None and limit < lo:
+        return [resolved.problem("gpu.power_limit_w", f"{limit:g} W is below the board's lowest settable limit "
+                                 f"{lo:g} W (target.gpu_power_limit_min_w)", f"set gpu.power_limit_w at least {lo:g}",
+                                 rule_id=POWER_RULE)]
+    if lo is None:
+        return [resolved.problem("gpu.power_limit_w", f"{limit:g} W cannot be checked against the board's range: "
+                                 "the target has no gpu_power_limit_min_w", "copy Min Power Limit from `nvidia-smi "
+                                 "-q -d POWER` into target.gpu_power_limit_min_w (the host role checks it anyway)",
+                                 severity="warning", rule_id=POWER_RULE)]
+    return []
 
 
 def _parallelism(resolved: ResolvedProfile) -> list[Problem]:

@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from toolkit.core.probe.bench import request_latencies
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series
@@ -201,20 +202,16 @@ def server_series(server: ServerTrace | None, host: HostTrace | None, summary: d
 
 
 def latencies_of(bench_raw: dict[str, Any] | None) -> tuple[Latencies | None, str]:
-    """TTFT and ITL distributions from bench_serving's per-request results, or (None, why not)."""
-    raw = bench_raw or {}
-    ttfts, itls, errors = raw.get("ttfts"), raw.get("itls"), raw.get("errors")
-    if not isinstance(ttfts, list) or not isinstance(itls, list):
+    """TTFT and ITL distributions from bench_serving's per-request results, or (None, why not); the requests read
+    as the tune's percentiles read them (toolkit.core.probe.bench.request_latencies: failed ones left out)."""
+    lat = request_latencies(bench_raw)
+    if lat is None:
         return None, ("the benchmark wrote no per-request results (bench_serving writes them with "
                       "--output-details, which the toolkit's bench command passes)")
-    failed = sum(1 for e in errors if e) if isinstance(errors, list) else 0
-    ok = [i for i in range(len(ttfts)) if not (isinstance(errors, list) and i < len(errors) and errors[i])]
-    ttft_ms = [float(ttfts[i]) * 1000 for i in ok if isinstance(ttfts[i], int | float) and ttfts[i] > 0]
-    itl_ms = [float(x) * 1000 for i in ok if i < len(itls) and isinstance(itls[i], list)
-              for x in itls[i] if isinstance(x, int | float)]
-    if not ttft_ms:
+    if not lat.ttft_s:
         return None, "the benchmark's per-request results hold no successful request"
-    return Latencies(ttft_ms, itl_ms, len(ttfts), failed), ""
+    return Latencies([t * 1000 for t in lat.ttft_s], [g * 1000 for g in lat.all_itl_s], len(lat) + lat.failed,
+                     lat.failed), ""
 
 
 def _median(vs: list[float]) -> float | None:

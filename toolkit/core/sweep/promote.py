@@ -15,7 +15,8 @@ from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import SCHEMA_VERSION
 from toolkit.core.profile.resolve import ResolvedProfile, resolve
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
-from toolkit.core.sweep.ranking import RankedRow, rank_by_efficiency, rank_by_throughput
+from toolkit.core.sweep import capacity
+from toolkit.core.sweep.ranking import RankedRow, ranking
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.sweep.variants import Scalar, Validator, Variant, changed_knobs, format_value, set_path
 
@@ -53,7 +54,7 @@ def variant_profile_text(
         set_path(body, path, value)
     for path, value in (extra or {}).items():
         set_path(body, path, value)
-    for section in ("engine", "model", "server", "env", "bench", "probe"):
+    for section in ("engine", "model", "server", "env", "gpu", "bench", "probe"):
         if section in body:
             doc[section] = body.pop(section)
     doc.update(body)
@@ -127,7 +128,7 @@ def promote(
     `pick` promotes that variant instead of the ranking's first (a tune keeps the best that beat the noise band,
     which need not be the first by a hair); `knob_reasons` adds, per changed knob, how the run arrived at it (a
     tune's verdict and step); `tool` names the command in the text (sweep or tune)."""
-    rows = rank_by_throughput(state) if by == "throughput" else rank_by_efficiency(state)
+    rows = ranking(state, by)
     if not rows:
         raise ToolkitError.of(
             f"{tool} {state.run_id} has no measured variant to promote",
@@ -147,12 +148,21 @@ def promote(
             fix=f"nothing to promote: {base.name} already has the measured-best values",
         )
     window = "steady-state" if best.throughput_window == "steady" else "over the full run (no steady window found)"
+    slo = ",".join(f"{k}={v:g}" for k, v in ((state.capacity or {}).get("slo") or {}).items())
+    held = state.capacity is not None and \
+        capacity.result(state, state.variant(best.variant_index)).status == capacity.HELD
+    # A tokens-per-joule candidate is measured at the rate it is held to, not searched up to its own capacity.
+    rate_is = "the rate the candidates were held to, SLO met:" if held else "the highest rate that met the SLO"
+    under = f" at {best.request_rate:g} req/s, {rate_is} {slo}" if best.request_rate else ""
     metric = (
         f"{best.steady_output_tok_per_s:,.0f} output tok/s {window}"
         if by == "throughput"
-        else f"{best.tokens_per_j:.3f} output tok/J"
+        else f"goodput {best.steady_output_tok_per_s:,.0f} output tok/s{under}"
+        if by == "goodput"
+        else f"{best.tokens_per_j:.3f} output tok/J{under}"
     )
-    ranked = "steady-state throughput" if by == "throughput" else "tokens per joule"
+    ranked = {"throughput": "steady-state throughput", "goodput": "goodput under the SLO"}.get(by, "tokens per joule")
+    by = "throughput" if by == "goodput" else by  # compared with the base by its output tok/s from here on
     baseline = _base_row(state, spec, rows)
     why: dict[str, dict[str, str]] = {}
     for path, value in changed.items():
@@ -161,11 +171,12 @@ def promote(
         place = "first" if best.rank == 1 else str(best.rank)
         reason += (
             f"{tool} {state.run_id}: {best.variant_id} ({best.label}) ranked {place} of {len(rows)} by {ranked}: "
-            f"{metric} at concurrency {best.concurrency}"
+            f"{metric}{'' if best.request_rate else f' at concurrency {best.concurrency}'}"
         )
         if best.tokens_per_j is not None and by == "throughput":
             reason += f", {best.tokens_per_j:.3f} tok/J"
-        reason += f"; {path.rsplit('.', 1)[-1]} {format_value(old)} in {base.name} -> {format_value(value)}"
+        reason += (f"; {path.rsplit('.', 1)[-1]} {'unset' if old is None else format_value(old)} in {base.name} -> "
+                   f"{format_value(value)}")
         if baseline is not None and by == "throughput":
             gain = (best.steady_output_tok_per_s / baseline.steady_output_tok_per_s - 1) * 100
             reason += (
@@ -191,8 +202,8 @@ def promote(
         name=promoted,
         knobs=changed,
         description=(
-            f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric} at "
-            f"concurrency {best.concurrency} ({best.data_source})."
+            f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric}"
+            f"{'' if best.request_rate else f' at concurrency {best.concurrency}'} ({best.data_source})."
         ),
         why=why,
         header=header,

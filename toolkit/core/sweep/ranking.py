@@ -28,6 +28,7 @@ class RankedRow:
     outcome: str  # done or partial
     data_source: str
     throughput_window: str = "steady"
+    request_rate: float | None = None  # under an SLO: the capacity rate the figures were measured at
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def best_point(v: VariantState, by: str = "throughput") -> tuple[int, Measuremen
     return max(points, key=lambda cm: (cm[1].tokens_per_j or 0.0, cm[1].steady_output_tok_per_s)) if points else None
 
 
-def _row(rank: int, v: VariantState, concurrency: int, m: Measurement) -> RankedRow:
+def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: float | None = None) -> RankedRow:
     return RankedRow(
         rank=rank,
         variant_index=v.index,
@@ -79,6 +80,7 @@ def _row(rank: int, v: VariantState, concurrency: int, m: Measurement) -> Ranked
         outcome=v.outcome,
         data_source=m.data_source,
         throughput_window=m.throughput_window,
+        request_rate=rate,
     )
 
 
@@ -93,8 +95,34 @@ def rank_by_throughput(state: SweepState) -> list[RankedRow]:
     return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
 
 
+def _at_capacity(state: SweepState) -> list[tuple[VariantState, int, Measurement, float]]:
+    """Each variant's measurement at the highest rate that met the SLO (a run with a capacity search)."""
+    from toolkit.core.sweep import capacity
+
+    out = []
+    for v in state.planned():
+        cap = capacity.result(state, v)
+        if cap.at_lo is not None and cap.lo is not None:
+            out.append((v, state.concurrency[0], cap.at_lo, cap.lo))
+    return out
+
+
+def rank_by_goodput(state: SweepState) -> list[RankedRow]:
+    """Variants by their goodput: output tok/s at the highest Poisson rate that met the SLO, highest first (ties:
+    the lower variant); variants whose search found no such rate are not ranked."""
+    if state.capacity is None:
+        return []
+    best = sorted(_at_capacity(state), key=lambda b: (-b[2].steady_output_tok_per_s, b[0].index))
+    return [_row(i, v, c, m, rate) for i, (v, c, m, rate) in enumerate(best, start=1)]
+
+
 def rank_by_efficiency(state: SweepState) -> list[RankedRow]:
-    """Variants by their best output tokens per joule, highest first; variants without energy data last."""
+    """Variants by their best output tokens per joule, highest first; variants without energy data last. Under an
+    SLO, each variant's tokens per joule at its capacity rate (its energy at the highest load it serves within it)."""
+    if state.capacity is not None:
+        rows = [b for b in _at_capacity(state) if b[2].tokens_per_j is not None]
+        rows.sort(key=lambda b: (-(b[2].tokens_per_j or 0.0), b[0].index))
+        return [_row(i, v, c, m, rate) for i, (v, c, m, rate) in enumerate(rows, start=1)]
     best: list[tuple[VariantState, int, Measurement]] = []
     for v in state.planned():
         found = best_point(v, "tokens_per_j")
@@ -127,6 +155,11 @@ def pareto_front(state: SweepState) -> list[ParetoPoint]:
     return sorted(front, key=lambda p: (p.steady_output_tok_per_s, p.variant_index))
 
 
+def ranking(state: SweepState, by: str) -> list[RankedRow]:
+    """The ranking `by` names: throughput, goodput or tokens_per_j."""
+    return {"throughput": rank_by_throughput, "goodput": rank_by_goodput}.get(by, rank_by_efficiency)(state)
+
+
 def best_variant(state: SweepState, by: str = "throughput") -> RankedRow | None:
-    rows = rank_by_throughput(state) if by == "throughput" else rank_by_efficiency(state)
+    rows = ranking(state, by)
     return rows[0] if rows else None

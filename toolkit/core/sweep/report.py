@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.core.sweep.ranking import ParetoPoint, RankedRow, pareto_front, rank_by_efficiency, rank_by_throughput
-from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState
+from toolkit.core.sweep import capacity
+from toolkit.core.sweep.ranking import (
+    ParetoPoint,
+    RankedRow,
+    pareto_front,
+    rank_by_efficiency,
+    rank_by_goodput,
+    rank_by_throughput,
+)
+from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState, VariantState
 from toolkit.core.sweep.variants import format_value
 from toolkit.core.tables import collapse_repeats, markdown_table
 
@@ -82,6 +90,8 @@ def to_json(state: SweepState) -> dict[str, Any]:
         "profile": state.profile,
         "runner": state.runner,
         "by_throughput": [row(r) for r in rank_by_throughput(state)],
+        **({"slo": state.capacity.get("slo"), "by_goodput": [row(r) for r in rank_by_goodput(state)]}
+           if state.capacity else {}),
         "by_tokens_per_j": [row(r) for r in rank_by_efficiency(state)],
         "pareto_front": [pp(p) for p in pareto_front(state)],
         "not_measured": [{"variant": a, "knobs": b, "reason": c} for a, b, c in not_measured(state)],
@@ -92,10 +102,31 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(markdown_table(header, rows))
 
 
+GOODPUT_HEADER = ["#", "variant", "knobs", "rate req/s", "goodput tok/s", "tok/J", "J/tok", "power W", "verdict",
+                  "runs"]
+
+
+def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
+    """A ranking under an SLO: the capacity rate in the concurrency's place."""
+    out = ranking_rows(rows)
+    for r, row in zip(rows, out, strict=True):
+        row[3] = _f(r.request_rate, "g")
+    return out
+
+
 def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
-    """The two rankings of every measured variant (the sweep's report and the tune's both end with them); when
-    both orders are the same, one table says so instead of two identical ones."""
+    """The rankings of every measured variant (the sweep's report and the tune's both end with them): throughput,
+    goodput under the SLO when the run searched capacities, tokens per joule (at each capacity rate then); without
+    an SLO, when both orders are the same, one table says so instead of two identical ones."""
     by_tp, by_tpj = rank_by_throughput(state), rank_by_efficiency(state)
+    if state.capacity is not None:
+        slo = ", ".join(f"{k} {v:g}" for k, v in state.capacity["slo"].items())
+        return [f"## {throughput_title}", "", _md_table(RANK_HEADER, ranking_rows(by_tp)),
+                "", f"## Ranked by goodput under the SLO ({slo})", "",
+                "Output tok/s at the highest Poisson request rate whose p99 latencies met every bound.", "",
+                _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
+                "", "## Ranked by output tokens per joule at each capacity rate", "",
+                _md_table(GOODPUT_HEADER, _rate_rows(by_tpj))]
     if [(r.variant_id, r.concurrency) for r in by_tp] == [(r.variant_id, r.concurrency) for r in by_tpj]:
         return [f"## {throughput_title}", "", "Ranked by output tokens per joule, the order is the same.", "",
                 _md_table(RANK_HEADER, ranking_rows(by_tp))]
@@ -165,6 +196,10 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
             ],
         ),
     ]
+    if state.capacity is not None:
+        parts += ["", "## Capacity under the SLO, per variant", "",
+                  _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
+                             "capacity req/s", "goodput tok/s", "tok/J", "J/tok", "search"], capacity_rows(state))]
     missing = not_measured_rows(state)
     if missing:
         parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
@@ -174,3 +209,46 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"
+
+
+def capacity_rows(state: SweepState, interval_of: Callable[[VariantState], Any] | None = None) -> list[list[str]]:
+    """Per variant with a capacity search: the rates tried and what they gave, its capacity, goodput (with its
+    interval, when `interval_of` gives one), energy there, and how the search ended."""
+    rows = []
+    for v in state.planned():
+        cap = capacity.result(state, v)
+        m = cap.at_lo
+        limit = next((p.measurement.power_limit_w for p in v.points if p.measurement and p.measurement.power_limit_w),
+                     None)
+        tried = " ".join(f"{r.rate:g}{'+' if r.met else '-'}" for r in cap.rates) or "-"
+        ci = interval_of(v) if interval_of else None
+        good = "-" if m is None else f"{m.steady_output_tok_per_s:,.1f}" + (
+            f" [{ci.low:,.1f}, {ci.high:,.1f}]" if ci else "")
+        bracket = "-" if cap.lo is None else f"{cap.lo:g}" + (f" (missed at {cap.hi:g})" if cap.hi else "")
+        rows.append([v.id, v.label or "(the base)", "-" if limit is None else f"{limit:g}", tried, bracket, good,
+                     "-" if m is None or m.tokens_per_j is None else f"{m.tokens_per_j:.4g}",
+                     "-" if m is None or m.energy_per_output_token_j is None else f"{m.energy_per_output_token_j:.4g}",
+                     cap.status])
+    return rows
+
+
+def frontier_series(state: SweepState) -> list[dict[str, Any]]:
+    """The frontier plot's data: per variant, each measured rate's output tok/s and p99 TTFT and ITL, whether the
+    SLO held there, its J/token at its capacity rate and its power limit."""
+    out = []
+    for v in state.planned():
+        cap = capacity.result(state, v)
+        pts = []
+        for r in cap.rates:
+            m = r.measurement
+            if m is None:
+                continue
+            pts.append({"tok_s": m.steady_output_tok_per_s, "ttft_ms": (m.latency_ms.get("ttft") or {}).get("p99"),
+                        "itl_ms": (m.latency_ms.get("itl") or {}).get("p99"), "met": r.met, "rate": r.rate})
+        if not pts:
+            continue
+        limit = next((p.measurement.power_limit_w for p in v.points if p.status == DONE and p.measurement
+                      and p.measurement.power_limit_w), None)
+        out.append({"label": f"{v.id} {v.label}".strip(), "points": pts, "power_limit_w": limit,
+                    "j_per_tok": cap.at_lo.energy_per_output_token_j if cap.at_lo else None})
+    return out

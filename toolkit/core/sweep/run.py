@@ -46,6 +46,8 @@ class PointRequest:
     artifacts: str  # a path relative to the sweep run directory, for the probe's artifacts
     attempt: int
     repeat: int = 0  # the n-th measurement of this variant at this level (a tune measures its base again)
+    # The Poisson request rate (req/s) to offer, for a capacity search; None: the profile's own (closed loop).
+    request_rate: float | None = None
 
 
 RunVariant = Callable[[PointRequest], Measurement]
@@ -78,8 +80,9 @@ def eta_s(durations_s: list[float], remaining_points: int) -> float | None:
     return statistics.median(durations_s) * remaining_points
 
 
-def point_dir(variant: VariantState, concurrency: int, repeat: int = 0) -> str:
-    return f"variants/{variant.id}/c{concurrency}" + (f"-r{repeat + 1}" if repeat else "")
+def point_dir(variant: VariantState, concurrency: int, repeat: int = 0, request_rate: float | None = None) -> str:
+    rate = "" if request_rate is None else f"-rate{request_rate:g}"
+    return f"variants/{variant.id}/c{concurrency}{rate}" + (f"-r{repeat + 1}" if repeat else "")
 
 
 def run_sweep(
@@ -133,9 +136,10 @@ def run_sweep(
                 variant=v.variant,
                 spec=spec,
                 concurrency=point.concurrency,
-                artifacts=point_dir(v, point.concurrency, point.repeat),
+                artifacts=point_dir(v, point.concurrency, point.repeat, point.request_rate),
                 attempt=point.attempts,
                 repeat=point.repeat,
+                request_rate=point.request_rate,
             )
             t0 = clock()
             try:

@@ -15,7 +15,9 @@ from typing import Any
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.sweep.variants import Axis, PlannedVariant, Scalar, Variant, canonical, format_value
 
-STATE_SCHEMA_VERSION = 1
+# 2: a point may carry `request_rate` (a capacity search's Poisson rate) and the state `capacity` (the search's
+# parameters); a state of schema 1 has neither and reads unchanged.
+STATE_SCHEMA_VERSION = 2
 
 # Point statuses.
 PENDING = "pending"
@@ -51,6 +53,22 @@ class Measurement:
     # turns into its next variants. Empty for a recorded table that has none.
     knob_steps: list[dict[str, Any]] = field(default_factory=list)
     verdict_headline: str | None = None
+    # The load: the Poisson request rate bench_serving offered (req/s; None: every request at once, as the seed's
+    # `--request-rate inf`), and the requests completed per second over the run.
+    request_rate: float | None = None
+    request_per_s: float | None = None
+    # Latency percentiles from the benchmark's per-request results: {"ttft": {"p50": ms, "p99": ms}, "itl": ...,
+    # "e2e": ...}, and where they come from.
+    latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    latency_source: str | None = None
+    # Output tok/s of each `interval_s` of the steady window, in order: the run's own spread, for the confidence
+    # interval of its throughput (toolkit.core.sweep.noise).
+    interval_tok_per_s: list[float] = field(default_factory=list)
+    interval_s: float | None = None
+    # The power limit each GPU ran under (W), and the server's state where the verdict held (running, cap, queue,
+    # KV usage, demand): what the verdict at the SLO's edge reads.
+    power_limit_w: float | None = None
+    server: dict[str, Any] = field(default_factory=dict)
 
     def non_finite(self) -> list[str]:
         """Names of numeric fields that are NaN or infinite (a benchmark that produced NaN is a failure)."""
@@ -78,6 +96,7 @@ class Point:
     duration_s: float | None = None
     attempts: int = 0  # incremented before each start: a pending point with attempts > 0 was interrupted
     repeat: int = 0  # the n-th measurement of the same variant at the same level (tune measures its base again)
+    request_rate: float | None = None  # a capacity search's offered Poisson rate (req/s); None: closed loop
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Point:
@@ -91,6 +110,7 @@ class Point:
             duration_s=data.get("duration_s"),
             attempts=int(data.get("attempts", 0)),
             repeat=int(data.get("repeat", 0)),
+            request_rate=None if data.get("request_rate") is None else float(data["request_rate"]),
         )
 
 
@@ -149,6 +169,9 @@ class SweepState:
     # `toolkit tune`'s own record (its steps, noise band, failed directions; toolkit.core.tune.log), plain data so
     # this module needs nothing of the tune; None for a sweep.
     tune: dict[str, Any] | None = None
+    # The capacity search's parameters (toolkit.core.sweep.capacity: the SLO, the start, the steps, the tolerance,
+    # the rounds), None when the objective needs none.
+    capacity: dict[str, Any] | None = None
 
     # -- queries -----------------------------------------------------------------------------------------
 
@@ -193,12 +216,15 @@ class SweepState:
                 }
                 for v in self.variants
             ],
+            **({"capacity": self.capacity} if self.capacity is not None else {}),
             **({"tune": self.tune} if self.tune is not None else {}),
         }
 
 
 def _point_dict(p: Point) -> dict[str, Any]:
     d = asdict(p)
+    if p.request_rate is None:
+        del d["request_rate"]  # a closed-loop point, as every point of schema 1
     if p.duration_s is not None:
         d["duration_s"] = round(p.duration_s, 3)
     return d
@@ -342,6 +368,7 @@ def state_from_dict(data: Any, *, file: str) -> SweepState:
             variants=variants,
             schema_version=STATE_SCHEMA_VERSION,
             tune=dict(data["tune"]) if isinstance(data.get("tune"), Mapping) else None,
+            capacity=dict(data["capacity"]) if isinstance(data.get("capacity"), Mapping) else None,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ToolkitError.of(

@@ -23,7 +23,7 @@ Scalar = bool | int | float | str | None
 # Top-level sections a sweep may vary. `bench` and `target` are refused: a sweep compares variants on the
 # same workload and the same hardware, and changing either would rank unlike with unlike. The identity
 # keys (`name`, `extends`, `schema_version`) and the toolkit's own blocks (`results`, `why`) are not knobs.
-VARIABLE_SECTIONS = ("server", "env", "engine", "model", "probe")
+VARIABLE_SECTIONS = ("server", "env", "engine", "model", "probe", "gpu")
 _PATH_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 _MAX_VARIANTS = 10_000  # a typo in a --vary list should not plan a month of GPU time
 

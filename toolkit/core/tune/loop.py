@@ -26,14 +26,18 @@ for the budget), stop {reason, kind}.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from toolkit.core.errors import Problem
+from toolkit.core.sweep import capacity
+from toolkit.core.sweep.noise import Interval, RunToRun, interval, run_to_run, t975, within_run
 from toolkit.core.sweep.ranking import best_point
-from toolkit.core.sweep.run import Progress, RunVariant, run_sweep
+from toolkit.core.sweep.run import Progress, RunVariant
+from toolkit.core.sweep.slo import check_slo
 from toolkit.core.sweep.state import (
     DONE,
     FAILED,
@@ -46,11 +50,18 @@ from toolkit.core.sweep.state import (
     problem_dict,
 )
 from toolkit.core.sweep.variants import VARIABLE_SECTIONS, Scalar, Variant, changed_knobs, format_value, get_path
+from toolkit.core.tune.edge import edge_verdict
 
 TUNE_SCHEMA_VERSION = 1
-OBJECTIVES = {"throughput": "throughput", "tokens-per-joule": "tokens_per_j"}
+OBJECTIVES = {"throughput": "throughput", "tokens-per-joule": "tokens_per_j", "goodput": "goodput"}
 DEFAULT_REPEATS = 3
 DEFAULT_MIN_GAIN_PCT = 1.0  # below this a knob change is not worth a profile's line, whatever the noise
+# A gain inside the intervals is measured again, the base and both sides once more a round, until the base has
+# this many measurements; then it is not an improvement.
+DEFAULT_MAX_REPEATS = 6
+# tokens-per-joule under an SLO: a candidate may give up at most this much goodput for its energy.
+DEFAULT_MAX_GOODPUT_LOSS_PCT = 1.5
+GUARD_SLACK = 0.005  # the goodput guard's allowance for the throughput measured at a held rate
 MAX_STEPS = 25  # a verdict that keeps proposing (it should not) still ends
 
 # Stop kinds.
@@ -66,13 +77,20 @@ class Score:
     concurrency: int
     value: float  # in the objective's unit: output tok/s, or output tok/J
     measurement: Measurement
+    request_rate: float | None = None  # the capacity search's rate the value was measured at (None: closed loop)
+    bracket: float = 1.0  # the capacity's hi / lo: how far above `value` it may still be
+    goodput: float | None = None  # output tok/s at the capacity rate (a tokens-per-joule tune under an SLO)
 
 
-def new_tune_log(*, objective: str, repeats: int, min_gain_pct: float, budget_points: int | None) -> dict[str, Any]:
+def new_tune_log(*, objective: str, repeats: int, min_gain_pct: float, budget_points: int | None,
+                 max_repeats: int = DEFAULT_MAX_REPEATS,
+                 max_goodput_loss_pct: float = DEFAULT_MAX_GOODPUT_LOSS_PCT) -> dict[str, Any]:
     return {
         "schema_version": TUNE_SCHEMA_VERSION,
         "objective": objective,
         "repeats": repeats,
+        "max_repeats": max_repeats,
+        "max_goodput_loss_pct": max_goodput_loss_pct,
         "min_gain_pct": min_gain_pct,
         "budget_points": budget_points,
         "incumbent": None,
@@ -100,47 +118,96 @@ def check_log(log: Mapping[str, Any] | None, *, file: str) -> dict[str, Any]:
 
 
 def unit(objective: str) -> str:
-    return "output tok/s" if objective == "throughput" else "output tok/J"
+    return "output tok/J" if objective == "tokens-per-joule" else "output tok/s"
 
 
-def score(v: VariantState, objective: str) -> Score | None:
-    """The variant's value for the objective: its best level, a repeated level by its median measurement."""
+def score(v: VariantState, objective: str, state: SweepState | None = None) -> Score | None:
+    """The variant's value for the objective: its best level, a repeated level by its median measurement; with a
+    capacity search (`state.capacity`), the measurement at the highest rate that met the SLO (goodput: its output
+    tok/s; tokens-per-joule: its output tok/J)."""
+    if state is not None and state.capacity is not None:
+        cap = capacity.result(state, v)
+        m = cap.at_lo
+        if m is None:
+            return None
+        value = m.tokens_per_j if objective == "tokens-per-joule" else m.steady_output_tok_per_s
+        if value is None:
+            return None
+        return Score(v.index, state.concurrency[0], float(value), m, cap.lo, cap.bracket, m.steady_output_tok_per_s)
     by = OBJECTIVES[objective]
-    found = best_point(v, by)
+    found = best_point(v, "tokens_per_j" if by == "tokens_per_j" else "throughput")
     if found is None:
         return None
     c, m = found
-    value = m.steady_output_tok_per_s if by == "throughput" else (m.tokens_per_j or 0.0)
+    value = m.tokens_per_j or 0.0 if by == "tokens_per_j" else m.steady_output_tok_per_s
     return Score(v.index, c, float(value), m)
 
 
 def _objective_value(m: Measurement, objective: str) -> float | None:
-    return m.steady_output_tok_per_s if objective == "throughput" else m.tokens_per_j
+    return m.tokens_per_j if objective == "tokens-per-joule" else m.steady_output_tok_per_s
+
+
+def _at_score(v: VariantState, s: Score) -> list[Measurement]:
+    """Every measurement of the variant at its scored load (the same level and rate): its repeats."""
+    return [p.measurement for p in v.points if p.status == DONE and p.measurement is not None
+            and p.concurrency == s.concurrency and p.request_rate == s.request_rate]
 
 
 def noise_band(state: SweepState, log: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The spread of the base's repeated measurements at its best level, and the band a gain must clear."""
+    """The spread of the base's repeated measurements at its best level (or its capacity rate), the band a gain
+    must clear, and the run-to-run spread a once-measured variant's interval borrows."""
     base = state.variant(1)
-    s = score(base, log["objective"])
+    s = score(base, log["objective"], state)
     if s is None:
         return None
-    values = [
-        v
-        for p in base.points
-        if p.concurrency == s.concurrency and p.status == DONE and p.measurement is not None
-        for v in [_objective_value(p.measurement, log["objective"])]
-        if v is not None
-    ]
+    values = [v for m in _at_score(base, s) for v in [_objective_value(m, log["objective"])] if v is not None]
     median = statistics.median(values)
     spread_pct = (max(values) - min(values)) / median * 100 if median else 0.0
+    rr = run_to_run(values)
+    ratios = []
+    if state.capacity is not None:
+        params = capacity.CapacityParams.of(state.capacity)
+        ratios = [r for m in _at_score(base, s) for r in [capacity.slo_ratio(check_slo(params.slo, m.latency_ms))]
+                  if r is not None]
+    slo_rr = run_to_run(ratios)
     return {
         "values": [round(v, 4) for v in values],
         "concurrency": s.concurrency,
+        "request_rate": s.request_rate,
         "median": round(median, 4),
         "spread_pct": round(spread_pct, 2),
         "band_pct": round(max(spread_pct, float(log["min_gain_pct"])), 2),
         "min_gain_pct": float(log["min_gain_pct"]),
+        "run_to_run": None if rr is None else {"cv": round(rr.cv, 6), "df": rr.df},
+        # The binding latency over its bound, run to run at the base's capacity: how sure a pass at the edge is.
+        "slo_ratio": None if slo_rr is None else {"values": [round(r, 4) for r in ratios], "cv": round(slo_rr.cv, 6),
+                                                  "df": slo_rr.df},
     }
+
+
+def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState) -> Interval | None:
+    """The variant's figure with its 95 % interval (toolkit.core.sweep.noise): its repeats at the scored load, their
+    runs' own steady windows, the base's run-to-run spread when measured once."""
+    objective = log["objective"]
+    s = score(v, objective, state)
+    if s is None:
+        return None
+    ms = _at_score(v, s)
+    values = [x for m in ms for x in [_objective_value(m, objective)] if x is not None]
+    within = []
+    for m in ms:
+        # Under Poisson arrivals the per-interval throughput follows the arrivals, which are the same for every
+        # variant (bench_serving's seed): common to both sides of a comparison, not noise between them.
+        w = within_run(m.interval_tok_per_s, m.interval_s) if m.request_rate is None else None
+        if w is not None and objective == "tokens-per-joule" and m.steady_output_tok_per_s:
+            k = (m.tokens_per_j or 0.0) / m.steady_output_tok_per_s  # the same relative spread, in tok/J
+            w = type(w)(w.mean * k, w.se * k, w.batches)
+        within.append(w)
+    rr = ((log.get("noise") or {}).get("run_to_run")) or None
+    base = RunToRun(float(rr["cv"]), int(rr["df"])) if rr else None
+    # A goodput's interval is its throughput's at the capacity rate; the capacity's own resolution is the search's
+    # bracket, which the search narrows to the noise band (toolkit.core.sweep.capacity).
+    return interval(values or [s.value], within, base=base, value=s.value)
 
 
 def _direction(old: Any, new: Scalar) -> str:
@@ -166,47 +233,73 @@ def _planned_points(state: SweepState) -> int:
     return sum(len(v.points) for v in state.planned())
 
 
-def _conclude(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+def _conclude(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
     """The measured step's result (also set as step["result"]): the best candidate against the incumbent, and the
-    failed directions."""
-    step["result"] = _result(state, log, step)
-    return dict(step["result"])
+    failed directions; None when a gain inside the intervals is measured again first (the points are planned)."""
+    result = _result(state, log, step)
+    if result is None:
+        return None
+    step["result"] = result
+    return dict(result)
 
 
-def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
     objective = log["objective"]
-    if step["step"] == 0:
-        base = state.variant(1)
-        s = score(base, objective)
-        if s is None:
-            reasons = sorted({p.reason or "failed" for p in base.points if p.status == FAILED})
-            text = "the base could not be measured: " + "; ".join(reasons)
-            log["stop"] = {"kind": BASE_FAILED, "reason": text}
-            return {"decision": "failed", "text": text}
-        log["noise"] = noise_band(state, log)
-        log["incumbent"] = 1
-        n = log["noise"]
-        return {
-            "decision": "base",
-            "value": round(s.value, 4),
-            "concurrency": s.concurrency,
-            "text": (
-                f"measured {len(n['values'])} times at concurrency {n['concurrency']}: "
-                f"{', '.join(f'{v:,.4g}' for v in n['values'])} {unit(objective)} (median {n['median']:,.4g}, "
-                f"spread {n['spread_pct']:.2f} %); a change must gain more than {n['band_pct']:.2f} % to count"
-            ),
-        }
-    incumbent = state.variant(int(log["incumbent"]))
-    inc = score(incumbent, objective)
-    band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    base = state.variant(1)
+    s = score(base, objective, state)
+    if s is None:
+        reasons = sorted({p.reason or "failed" for p in base.points if p.status == FAILED})
+        if state.capacity is not None and not reasons:
+            reasons = [capacity.result(state, base).text()]
+        text = "the base could not be measured: " + "; ".join(reasons)
+        log["stop"] = {"kind": BASE_FAILED, "reason": text}
+        return {"decision": "failed", "text": text}
+    log["noise"] = noise_band(state, log)
+    log["incumbent"] = 1
+    n = log["noise"]
+    where = (f"at {n['request_rate']:g} req/s (its capacity under the SLO)" if n.get("request_rate") is not None
+             else f"at concurrency {n['concurrency']}")
+    ci = variant_interval(state, log, base)
+    return {
+        "decision": "base",
+        "value": round(s.value, 4),
+        "concurrency": s.concurrency,
+        "request_rate": s.request_rate,
+        "goodput": None if s.goodput is None else round(s.goodput, 4),
+        "interval": ci.to_dict() if ci else None,
+        "text": (
+            f"measured {len(n['values'])} times {where}: "
+            f"{', '.join(f'{v:,.4g}' for v in n['values'])} {unit(objective)} (median {n['median']:,.4g}, "
+            f"spread {n['spread_pct']:.2f} %); a change must gain more than {n['band_pct']:.2f} % and lie wholly "
+            f"above the incumbent's 95 % interval to count"
+            + (f" (the base's: {ci.text()}, {ci.method})" if ci else "")
+        ),
+    }
+
+
+def _measured_candidates(state: SweepState, log: dict[str, Any], step: dict[str, Any]
+                         ) -> list[tuple[Score, dict[str, Any]]]:
+    """Each candidate's score; a failed one gets its reason and (once) its knob directions recorded."""
+    objective = log["objective"]
     rows = []
     for cand in step["candidates"]:
-        if cand.get("status") == INVALID:
+        if cand.get("status") in (INVALID, "failed"):
             continue
         v = state.variant(int(cand["variant"]))
-        s = score(v, objective)
+        s = score(v, objective, state)
         if s is None:
             reasons = sorted({p.reason or "failed" for p in v.points if p.status == FAILED})
+            if state.capacity is not None:
+                cap = capacity.result(state, v)
+                if cap.status == capacity.BELOW_FLOOR:
+                    # Missed the SLO at the incumbent's capacity: it cannot beat it. Not a failure of the knob's
+                    # direction (a smaller step might pass), so no direction is barred.
+                    cand["status"] = "below"
+                    cand["reason"] = (f"missed the SLO at {cap.hi:g} req/s, the incumbent's capacity: "
+                                      + (cap.check_edge.text() if cap.check_edge else "benchmark failed"))
+                    continue
+                if not reasons:
+                    reasons = [cap.text()]
             cand["status"] = "failed"
             cand["reason"] = "; ".join(reasons)
             for path, (old, new) in cand["change"].items():
@@ -214,34 +307,192 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
                     {"knob": path, "direction": _direction(old, new), "reason": cand["reason"], "variant": v.id}
                 )
             continue
+        rows.append((s, cand))
+    return rows
+
+
+def _remeasure(state: SweepState, log: dict[str, Any], variants: Sequence[VariantState]) -> list[str]:
+    """One more measurement of each at its scored load (a capacity rate, a level); the ids measured again."""
+    out = []
+    for v in variants:
+        s = score(v, log["objective"], state)
+        if s is None:
+            continue
+        n = len([p for p in v.points if p.concurrency == s.concurrency and p.request_rate == s.request_rate])
+        v.points.append(Point(concurrency=s.concurrency, repeat=n, request_rate=s.request_rate))
+        out.append(v.id)
+    return out
+
+
+def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
+    objective = log["objective"]
+    if step["step"] == 0:
+        return _base_result(state, log)
+    incumbent = state.variant(int(log["incumbent"]))
+    inc = score(incumbent, objective, state)
+    # The base measured again (a gain inside the intervals) sharpens the run-to-run spread: read it anew.
+    log["noise"] = noise_band(state, log) or log.get("noise")
+    band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    rows = []
+    for s, cand in _measured_candidates(state, log, step):
         gain = (s.value / inc.value - 1) * 100 if inc and inc.value else 0.0
         cand["status"] = "measured"
         cand["value"] = round(s.value, 4)
         cand["concurrency"] = s.concurrency
+        cand["request_rate"] = s.request_rate
         cand["gain_pct"] = round(gain, 2)
         cand["verdict"] = s.measurement.verdict
-        rows.append((s, gain, cand))
-    best = max(rows, key=lambda r: (r[0].value, -r[0].variant), default=None)
+        ci = variant_interval(state, log, state.variant(s.variant))
+        cand["interval"] = ci.to_dict() if ci else None
+        if s.goodput is not None:
+            cand["goodput"] = round(s.goodput, 2)
+        rows.append((s, gain, cand, ci))
+    inc_ci = variant_interval(state, log, incumbent)
     result: dict[str, Any] = {"incumbent": incumbent.id, "incumbent_value": round(inc.value, 4) if inc else None,
-                              "band_pct": band}
+                              "band_pct": band, "incumbent_interval": inc_ci.to_dict() if inc_ci else None}
+    guard = _goodput_guard(log, inc)
+    eligible = [r for r in rows if guard is None or (r[0].goodput or 0.0) >= guard]
+    for r in rows:
+        if r not in eligible:
+            r[2]["reason"] = (f"gives up goodput: {r[0].goodput or 0:,.4g} output tok/s at its capacity against the "
+                              f"incumbent's {inc.goodput if inc else 0:,.4g} (at most "
+                              f"{log['max_goodput_loss_pct']:g} % less)")
+    best = max(eligible, key=lambda r: (r[0].value, -r[0].variant), default=None)
+    sig: bool | None = False
+    why_not = ""
     if best is not None and best[1] > band:
-        s, gain, cand = best
+        sig, why_not = _significance(state, log, best[0], best[3], incumbent, inc_ci)
+    if sig is None:
+        # A gain above the band that the measurements cannot yet tell from noise: measure again, while allowed.
+        cand_v = state.variant(best[0].variant)  # type: ignore[index]
+        edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
+        if objective == "goodput" and edge is not None:
+            # Under an SLO the question is the edge: the incumbent and the candidate again where the incumbent
+            # missed it, so their latencies there are compared on several runs each.
+            again = []
+            for v in ({incumbent.index: incumbent, cand_v.index: cand_v}).values():
+                capacity.measure_again(state, v, edge)
+                again.append(v.id)
+        else:
+            # The base again (the run-to-run spread a once-measured variant borrows), the incumbent, the candidate.
+            again = _remeasure(state, log, [state.variant(1), *([incumbent] if incumbent.index != 1 else []),
+                                            cand_v])
+        step.setdefault("remeasured", []).append({"variants": again, "why": f"{cand_v.id}'s {best[1]:+.1f} % "  # type: ignore[index]
+                                                  f"is not yet told from noise ({why_not})"})
+        return None
+    if best is not None and sig:
+        s, gain, cand, ci = best
         log["incumbent"] = s.variant
+        edge = capacity.result(state, incumbent).hi if state.capacity is not None else None
+        if objective == "goodput" and edge is not None:
+            how = f"the SLO met where {incumbent.id} missed it: {why_not}"
+        else:
+            how = (f"its 95 % interval {ci.text() if ci else '-'} wholly above {incumbent.id}'s "
+                   f"{inc_ci.text() if inc_ci else '-'}")
+            if state.capacity is not None and s.request_rate is not None:
+                how += f", both at {s.request_rate:g} req/s under the SLO"
         result.update(decision="improved", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"{state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against {incumbent.id}'s "
-                      f"{inc.value if inc else 0:,.4g}: {gain:+.1f} %, above the noise band ({band:.2f} %): kept")
+                      f"{inc.value if inc else 0:,.4g}: {gain:+.1f} %, above the noise band ({band:.2f} %) and "
+                      f"{how}: kept")
     elif best is not None:
-        s, gain, cand = best
+        s, gain, cand, ci = best
+        why = ("inside the noise band" if abs(gain) <= band else
+               "not above the noise band" if gain <= band else f"not significant: {why_not}")
         result.update(decision="no-gain", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"best candidate {state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against "
-                      f"{incumbent.id}'s {inc.value if inc else 0:,.4g}: {gain:+.1f} %, "
-                      + ("inside the noise band" if abs(gain) <= band else "not above the noise band")
-                      + f" ({band:.2f} %): not an improvement, {incumbent.id} stays")
+                      f"{incumbent.id}'s {inc.value if inc else 0:,.4g}: {gain:+.1f} %, {why}"
+                      + (f" ({band:.2f} %)" if "band" in why else "") + f": not an improvement, {incumbent.id} stays")
     else:
-        result.update(decision="no-gain", text=f"no candidate could be measured; {incumbent.id} stays")
+        what = "no candidate could be measured" if not rows else "every candidate gives up goodput"
+        result.update(decision="no-gain", text=f"{what}; {incumbent.id} stays")
     return result
+
+
+def _significance(state: SweepState, log: Mapping[str, Any], cand: Score, ci: Interval | None,
+                  incumbent: VariantState, inc_ci: Interval | None) -> tuple[bool | None, str]:
+    """Whether a gain above the band is real: True, False (decided: no), None (measure again first), and why.
+
+    Goodput under an SLO: at the rate the incumbent missed, the candidate met it and its binding latency lies below
+    the incumbent's by more than their runs' own spread there (toolkit.core.tune.loop._edge_test). Otherwise: the
+    candidate's 95 % interval lies wholly above the incumbent's, the base measured again while it has fewer than
+    max_repeats measurements."""
+    max_runs = int(log.get("max_repeats", DEFAULT_MAX_REPEATS))
+    if state.capacity is not None and log["objective"] == "goodput":
+        return _edge_test(state, log, state.variant(cand.variant), incumbent, max_runs)
+    if ci is not None and inc_ci is not None and ci.above(inc_ci):
+        return True, ""
+    base = state.variant(1)
+    base_s = score(base, log["objective"], state)
+    # Every attempt counts (one that failed too), so a host that cannot measure again ends the round.
+    base_runs = len([p for p in base.points if base_s and p.concurrency == base_s.concurrency
+                     and p.request_rate == base_s.request_rate]) if base_s else max_runs
+    text = (f"its interval {ci.text() if ci else '-'} overlaps {incumbent.id}'s {inc_ci.text() if inc_ci else '-'}"
+            f" ({base_runs} measurements of the base)")
+    return (None if base_runs < max_runs else False), text
+
+
+def _ratios_at(state: SweepState, v: VariantState, rate: float) -> list[float]:
+    """Each run's binding latency over its bound at one rate (a failed benchmark: 2, past any bound)."""
+    assert state.capacity is not None
+    slo = capacity.CapacityParams.of(state.capacity).slo
+    out = []
+    for p in v.points:
+        if p.request_rate != rate or p.status == "pending":
+            continue
+        r = capacity.slo_ratio(check_slo(slo, p.measurement.latency_ms)) if p.measurement else None
+        out.append(2.0 if p.status == FAILED or r is None else r)
+    return out
+
+
+def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, incumbent: VariantState,
+               max_runs: int) -> tuple[bool | None, str]:
+    """At the rate the incumbent missed the SLO: the candidate's median run meets it, and the mean of its binding
+    latency ratios lies below the incumbent's by more than t(0.975, df) x their standard error (Welch, both sides'
+    own runs at that rate, at least two each). Near the edge a latency swings with the host's pace, so one pass
+    proves nothing; the runs there are what can."""
+    edge = capacity.result(state, incumbent).hi
+    if edge is None:
+        return False, f"{incumbent.id} met the SLO at every rate tried"
+    mine, theirs = _ratios_at(state, cand, edge), _ratios_at(state, incumbent, edge)
+    tried = min(sum(1 for p in v.points if p.request_rate == edge) for v in (cand, incumbent))
+    if not mine:
+        return None, f"{cand.id} not measured at {edge:g} req/s, where {incumbent.id} missed the SLO"
+    if statistics.median(mine) > 1.0:
+        return False, f"at {edge:g} req/s, where {incumbent.id} missed the SLO, {cand.id} missed it too"
+    text = (f"at {edge:g} req/s the binding latency over its bound: {cand.id} "
+            f"{', '.join(f'{r:.3f}' for r in mine)} against {incumbent.id} {', '.join(f'{r:.3f}' for r in theirs)}")
+    if len(mine) < 2 or len(theirs) < 2:
+        return (None if tried < max_runs else False), text
+    diff = statistics.fmean(theirs) - statistics.fmean(mine)
+    va, vb = statistics.variance(theirs) / len(theirs), statistics.variance(mine) / len(mine)
+    se = math.sqrt(va + vb)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(theirs) - 1)) + (vb ** 2 / (len(mine) - 1))) if va + vb > 0 else 1e9
+    hw = t975(max(1, math.floor(df))) * se
+    if diff > hw:
+        return True, text + f" (apart by {diff:.3f}, more than the 95 % half-width {hw:.3f})"
+    text += f" (apart by {diff:.3f}, inside the 95 % half-width {hw:.3f})"
+    return (None if tried < max_runs else False), text
+
+
+def _goodput_guard(log: Mapping[str, Any], inc: Score | None) -> float | None:
+    """tokens-per-joule under an SLO: the least goodput a candidate may have (None: no guard). A candidate is held
+    at the incumbent's capacity less max_goodput_loss_pct (its goodput is what that load gives), so the guard
+    allows a hair more for the measurement's own noise."""
+    if log["objective"] != "tokens-per-joule" or inc is None or inc.goodput is None:
+        return None
+    loss = float(log.get("max_goodput_loss_pct", DEFAULT_MAX_GOODPUT_LOSS_PCT))
+    base = state_base_goodput(log)
+    return (base if base is not None else inc.goodput) * (1 - loss / 100) * (1 - GUARD_SLACK)
+
+
+def state_base_goodput(log: Mapping[str, Any]) -> float | None:
+    """The base's goodput, as its step 0 recorded it (the guard is against the base, not a later incumbent)."""
+    steps = log.get("steps") or []
+    res = (steps[0].get("result") or {}) if steps else {}
+    return res.get("goodput")
 
 
 def _propose(
@@ -257,7 +508,7 @@ def _propose(
     not beat the incumbent (`_climb`). A verdict's range ends at what it saw wanted (the peak demand), so its
     boldest value is the likeliest; the smaller ones are measured when it fails or does not pay."""
     incumbent = state.variant(int(log["incumbent"]))
-    inc = score(incumbent, log["objective"])
+    inc = score(incumbent, log["objective"], state)
     if inc is None:
         return None
     m = inc.measurement
@@ -271,13 +522,25 @@ def _propose(
             "headline": m.verdict_headline,
             "artifacts": point.artifacts if point else None,
             "concurrency": inc.concurrency,
+            "request_rate": inc.request_rate,
         },
         "candidates": [],
         "skipped": [],
         "ladders": [],
         "result": None,
     }
-    for ks in m.knob_steps:
+    knob_steps = list(m.knob_steps)
+    if state.capacity is not None:
+        # The SLO's edge first: the latency that bounds the capacity names its knob; then the bottleneck the
+        # verdict at the capacity rate reads, for knobs the edge did not name.
+        knobs = {p: _effective(base_spec, dict(incumbent.knobs), p)
+                 for p in ("server.max_running_requests", "server.chunked_prefill_size")}
+        edge = edge_verdict(capacity.result(state, incumbent), knobs)
+        if edge is not None:
+            step["edge"] = edge.to_dict()
+            named = {ks["knob"] for ks in edge.knob_steps}
+            knob_steps = [*edge.knob_steps, *(ks for ks in knob_steps if ks.get("knob") not in named)]
+    for ks in knob_steps:
         path = str(ks.get("knob"))
         values = list(ks.get("proposed") or [])
         if path.split(".", 1)[0] not in VARIABLE_SECTIONS:
@@ -285,6 +548,15 @@ def _propose(
                 step["skipped"].append({"knob": path, "value": value, "reason": "a bench knob: the tune measures every "
                                         "variant on the same workload (give --concurrency levels instead)"})
             continue
+        if path == "gpu.power_limit_w" and log["objective"] != "tokens-per-joule":
+            current = ks.get("current")
+            lower = [v for v in values if isinstance(current, int | float) and v < current]
+            for value in lower:
+                step["skipped"].append({"knob": path, "value": value, "reason": "a lower power limit saves energy "
+                                        "but cannot raise throughput (tune --objective tokens-per-joule)"})
+            values = [v for v in values if v not in lower]
+            if not values:
+                continue
         step["ladders"].append({"knob": path, "why": ks.get("why"), "together": dict(ks.get("together") or {}),
                                 "profiles": list(ks.get("profiles") or []), "values": values[::-1]})
     log["steps"].append(step)
@@ -306,8 +578,9 @@ def _climb(
     """Plan the next rung of every ladder whose last rung is measured and did not beat the incumbent (or of a
     ladder not started); True when something new was planned. A rung that beat it ends its ladder."""
     incumbent = state.variant(int(log["incumbent"]))
-    inc = score(incumbent, log["objective"])
+    inc = score(incumbent, log["objective"], state)
     band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    guard = _goodput_guard(log, inc)
     knobs = dict(incumbent.knobs)
     seen = {_key(base_spec, dict(v.knobs)): v.id for v in state.variants}
     failed = {(f["knob"], f["direction"]): f for f in log["failed_directions"]}
@@ -321,8 +594,9 @@ def _climb(
             v = state.variant(int(last["variant"]))
             if any(p.status == "pending" for p in v.points):
                 continue  # still being measured
-            s = score(v, log["objective"])
-            if s is not None and inc is not None and inc.value and (s.value / inc.value - 1) * 100 > band:
+            s = score(v, log["objective"], state)
+            if (s is not None and inc is not None and inc.value and (s.value / inc.value - 1) * 100 > band
+                    and (guard is None or (s.goodput or 0.0) >= guard)):
                 for value in ladder["values"]:
                     step["skipped"].append({"knob": ladder["knob"], "value": value,
                                             "reason": f"{v.id} already beat {incumbent.id}: the smaller values of "
@@ -347,7 +621,8 @@ def _climb(
             key = _key(base_spec, new_knobs)
             if skip is None and key in seen:
                 skip = f"measured already as {seen[key]}"
-            if skip is None and budget is not None and _planned_points(state) + len(levels) > int(budget):
+            first = 1 if state.capacity is not None else len(levels)
+            if skip is None and budget is not None and _planned_points(state) + first > int(budget):
                 skip = f"over the budget ({budget} probe runs)"
                 log["budget_hit"] = True
             if skip:
@@ -360,9 +635,24 @@ def _climb(
                 index=variant.index,
                 knobs=list(variant.knobs),
                 status=PLANNED if valid else INVALID,
-                points=[Point(concurrency=c) for c in levels] if valid else [],
+                points=[Point(concurrency=c) for c in levels] if valid and state.capacity is None else [],
                 problems=[problem_dict(p) for p in problems],
             )
+            if valid and state.capacity is not None:
+                # Its search starts at the incumbent's capacity: missing the SLO there, it cannot beat it; meeting
+                # it, it is measured next where the incumbent missed the SLO.
+                # tokens per joule: held at the incumbent's capacity, so both carry the same load and the candidate
+                # gives up no goodput; goodput: searched on upwards.
+                rate = inc.request_rate if inc is not None else None
+                energy = log["objective"] == "tokens-per-joule"
+                base_rate = capacity.result(state, state.variant(1)).lo
+                if energy and base_rate is not None:
+                    # It may give up at most max_goodput_loss_pct of the base's capacity, over all steps together:
+                    # every candidate is held there.
+                    rate = capacity.round_rate(base_rate * (1 - float(log.get("max_goodput_loss_pct",
+                                                                             DEFAULT_MAX_GOODPUT_LOSS_PCT)) / 100))
+                capacity.plan(state, vs, start=rate, floor=rate,
+                              beat=None if energy else capacity.result(state, incumbent).hi, hold=energy)
             state.variants.append(vs)
             seen[key] = vs.id
             cand: dict[str, Any] = {
@@ -412,26 +702,28 @@ def run_tune(
     log = state.tune
     assert log is not None, "run_tune needs a state made by new_tune_state"
     while True:
-        run_sweep(state, base_spec, run_variant, save=save, clock=clock, on_progress=on_progress)
+        if capacity.measure_all(state, base_spec, run_variant, save=save, clock=clock, on_progress=on_progress,
+                                budget=log.get("budget_points")):
+            log["budget_hit"] = True
         if log.get("stop"):
             break
         steps: list[dict[str, Any]] = log["steps"]
         if not steps:
             levels = list(state.concurrency)
-            state.variants.append(
-                VariantState(
-                    index=1,
-                    knobs=[],
-                    status=PLANNED,
-                    points=[Point(concurrency=c, repeat=r) for c in levels for r in range(int(log["repeats"]))],
-                )
-            )
+            base = VariantState(index=1, knobs=[], status=PLANNED,
+                                points=[Point(concurrency=c, repeat=r) for c in levels
+                                        for r in range(int(log["repeats"]))])
+            if state.capacity is not None:
+                capacity.plan(state, base)
+            state.variants.append(base)
+            how = ("its capacity under the SLO searched, then measured there "
+                   f"{log['repeats']} times in all" if state.capacity is not None
+                   else f"measured {log['repeats']} times at each level")
             steps.append({"step": 0, "from": None, "verdict": None, "candidates": [{"variant": 1, "id": "v01",
-                          "knob": None, "change": {}, "why": "the base profile, measured "
-                          f"{log['repeats']} times for the noise band", "profiles": [], "status": "planned"}],
-                          "skipped": [], "result": None})
+                          "knob": None, "change": {}, "why": f"the base profile, {how} for the noise band",
+                          "profiles": [], "status": "planned"}], "skipped": [], "result": None})
             save(state)
-            on_step(f"step 0: the base {state.profile}, measured {log['repeats']} times at each level")
+            on_step(f"step 0: the base {state.profile}, {how}")
             continue
         last = steps[-1]
         if last["result"] is None and last["step"] > 0 and _climb(state, log, last, base_spec, validate):
@@ -439,9 +731,25 @@ def run_tune(
             rung = last["candidates"][-1]
             on_step(f"step {last['step']}: next value: {rung['id']} ({change_text(rung['change'])})")
             continue
+        if last["result"] is None and last["step"] == 0 and state.capacity is not None and not log.get("repeated"):
+            # The base's capacity is found: measure it there again for the noise band.
+            log["repeated"] = True
+            base = state.variant(1)
+            lo = capacity.result(state, base).lo
+            runs = sum(1 for p in base.points if lo is not None and p.request_rate == lo)
+            for _ in range(int(log["repeats"]) - runs):
+                capacity.measure_again(state, base)
+            save(state)
+            cap = capacity.result(state, base)
+            on_step(f"step 0: the base's capacity {cap.text()}; measuring it there again")
+            continue
         if last["result"] is None:
             result = _conclude(state, log, last)
             save(state)
+            if result is None:
+                again = last["remeasured"][-1]
+                on_step(f"step {last['step']}: {again['why']}: measuring {', '.join(again['variants'])} again")
+                continue
             on_step(f"step {last['step']}: {result['text']}")
             if log.get("stop"):
                 break

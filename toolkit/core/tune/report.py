@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolkit.core.sweep.report import _md_table, data_watermark, not_measured_rows, ranking_sections
+from toolkit.core.sweep import capacity
+from toolkit.core.sweep.report import _md_table, capacity_rows, data_watermark, not_measured_rows, ranking_sections
 from toolkit.core.sweep.state import SweepState
-from toolkit.core.tune.loop import change_text, score, unit
+from toolkit.core.tune.loop import change_text, score, unit, variant_interval
 
 TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
 
@@ -27,8 +28,12 @@ def path_rows(state: SweepState) -> list[list[str]]:
                 why += f" (as {' / '.join(cand['profiles'])})"
             status = cand.get("status")
             if status == "measured":
-                res = (f"{cand['value']:,.4g} {unit(log['objective'])} ({cand['gain_pct']:+.1f} %), "
-                       f"{cand.get('verdict')}")
+                ci = cand.get("interval")
+                where = f" at {cand['request_rate']:g} req/s" if cand.get("request_rate") is not None else ""
+                res = (f"{cand['value']:,.4g} {unit(log['objective'])}{where}"
+                       + (f" [{ci['low']:,.4g}, {ci['high']:,.4g}]" if ci else "")
+                       + f" ({cand['gain_pct']:+.1f} %), {cand.get('verdict')}"
+                       + (f"; {cand['reason']}" if cand.get("reason") else ""))
             elif step["step"] == 0 and step.get("result"):
                 res = step["result"]["text"]
             else:
@@ -44,17 +49,23 @@ def step_bars(state: SweepState, step: Mapping[str, Any]) -> dict[str, Any] | No
         return None
     inc_id = step["result"].get("incumbent")
     inc = next((v for v in state.variants if v.id == inc_id), None)
-    inc_score = score(inc, log["objective"]) if inc else None
+    inc_score = score(inc, log["objective"], state) if inc else None
     if inc_score is None:
         return None
     bars = [(inc_id, inc_score.value, "incumbent")]
+    inc_ci = step["result"].get("incumbent_interval")
+    intervals: list[tuple[float, float] | None] = [(inc_ci["low"], inc_ci["high"]) if inc_ci else None]
     for cand in step.get("candidates", []):
         if cand.get("status") == "measured":
             kept = step["result"].get("decision") == "improved" and step["result"].get("best") == cand["id"]
             bars.append((cand["id"], float(cand["value"]), "kept" if kept else "not kept"))
-        elif cand.get("status") in ("failed", "invalid"):
-            bars.append((cand["id"], 0.0, str(cand["status"])))
+            ci = cand.get("interval")
+            intervals.append((ci["low"], ci["high"]) if ci else None)
+        elif cand.get("status") in ("failed", "invalid", "below"):
+            bars.append((cand["id"], 0.0, "missed the SLO" if cand["status"] == "below" else str(cand["status"])))
+            intervals.append(None)
     return {
+        "intervals": intervals,
         "title": f"tune {state.run_id} step {step['step']}: from {step.get('from')} "
         f"({(step.get('verdict') or {}).get('class')})",
         "unit": unit(log["objective"]),
@@ -68,18 +79,21 @@ def best_line(state: SweepState) -> str:
     if not log.get("incumbent"):
         return "Best: none measured."
     v = state.variant(int(log["incumbent"]))
-    s = score(v, log["objective"])
-    base = score(state.variant(1), log["objective"])
+    s = score(v, log["objective"], state)
+    base = score(state.variant(1), log["objective"], state)
     if s is None:
         return "Best: none measured."
     gain = ""
     if base and base.value and v.index != 1:
         gain = f" ({(s.value / base.value - 1) * 100:+.1f} % over the base v01)"
-    return (f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} at concurrency "
-            f"{s.concurrency}{gain}.")
+    where = f"at {s.request_rate:g} req/s under the SLO" if s.request_rate is not None else \
+        f"at concurrency {s.concurrency}"
+    good = f", goodput {s.goodput:,.4g} output tok/s" if s.goodput is not None and log["objective"] != "goodput" else ""
+    return f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} {where}{good}{gain}."
 
 
-def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None) -> str:
+def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None,
+             plots_frontier: str | None = None) -> str:
     log = state.tune or {}
     noise = log.get("noise") or {}
     sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
@@ -96,11 +110,26 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     if noise:
         parts += [
             "",
-            f"Noise: the base measured {len(noise['values'])} times at concurrency {noise['concurrency']}: "
+            f"Noise: the base measured {len(noise['values'])} times "
+            + (f"at {noise['request_rate']:g} req/s (its capacity)" if noise.get("request_rate") is not None
+               else f"at concurrency {noise['concurrency']}") + ": "
             f"{', '.join(f'{v:,.4g}' for v in noise['values'])} {unit(log['objective'])}, spread "
             f"{noise['spread_pct']:.2f} % of the median; a change counts only above {noise['band_pct']:.2f} % "
             f"(the spread, at least {noise['min_gain_pct']:.2f} %). A difference inside it is not an improvement.",
         ]
+        if noise.get("run_to_run"):
+            rr = noise["run_to_run"]
+            parts[-1] += (f" Run to run the base varies by {rr['cv'] * 100:.2f} % ({rr['df'] + 1} runs): a variant "
+                          "measured once borrows that spread for its 95 % interval (a t-interval); a gain counts "
+                          "only when the candidate's interval lies wholly above the incumbent's, and a gain inside "
+                          "them is measured again (the base, the incumbent and the candidate once more a round).")
+    if state.capacity is not None:
+        cap = state.capacity
+        parts += ["", f"SLO: {', '.join(f'{k} {v:g}' for k, v in cap['slo'].items())} (p99 over each run's requests, "
+                  "from bench_serving's per-request results). Each variant's capacity is the highest Poisson "
+                  "request rate that met it (bracketed, then narrowed to "
+                  f"{cap['tolerance_pct']:g} % or the noise band, at most {cap['max_rounds']} rates); goodput is "
+                  "the output tok/s measured at that rate."]
     stop = log.get("stop")
     parts += ["", best_line(state), "", f"Stopped: {stop['reason']}." if stop else "Not finished (resume it)."]
     if promoted:
@@ -114,12 +143,16 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     plot_of = dict(plots)
     mark = data_watermark(sources)
     if plots and mark:
-        parts += ["", f"The step plots are marked **{mark}**: lab data, not a measurement."]
+        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
     for step in log.get("steps", []):
         lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
         verdict = step.get("verdict") or {}
         if verdict.get("artifacts"):
             lines.append(f"Verdict read from `{verdict['artifacts']}` (its probe run: plots and verdict.json).")
+        if step.get("edge"):
+            lines.append(f"- at the SLO's edge: {step['edge']['text']}")
+        for again in step.get("remeasured", []):
+            lines.append(f"- measured again ({', '.join(again['variants'])}): {again['why']}")
         for s in step.get("skipped", []):
             lines.append(f"- not tried: `{s['knob']}` -> {s['value']}: {s['reason']}")
         if step.get("result"):
@@ -130,6 +163,14 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     if log.get("failed_directions"):
         parts += ["", "## Directions not proposed again (a variant failed)", ""]
         parts += [f"- `{f['knob']}` {f['direction']} ({f['variant']}): {f['reason']}" for f in log["failed_directions"]]
+    if state.capacity is not None:
+        parts += ["", "## Capacity under the SLO, per variant", "",
+                  _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
+                             "capacity req/s", "goodput tok/s [95 %]", "tok/J", "J/tok", "search"],
+                            capacity_rows(state, interval_of=lambda v: variant_interval(state, log, v)
+                                          if log.get("objective") == "goodput" else None))]
+        if plots_frontier:
+            parts += ["", f"![throughput against p99 latency, SLO lines, J/token]({plots_frontier})"]
     parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
     missing = not_measured_rows(state)
     if missing:
@@ -141,7 +182,7 @@ def to_json(state: SweepState) -> dict[str, Any]:
     from toolkit.core.sweep import report
 
     log = state.tune or {}
-    best = score(state.variant(int(log["incumbent"])), log["objective"]) if log.get("incumbent") else None
+    best = score(state.variant(int(log["incumbent"])), log["objective"], state) if log.get("incumbent") else None
     return {
         "schema_version": TUNE_REPORT_SCHEMA_VERSION,
         "run_id": state.run_id,
@@ -150,9 +191,15 @@ def to_json(state: SweepState) -> dict[str, Any]:
         "objective": log.get("objective"),
         "best": None if best is None else {"variant": state.variant(best.variant).id,
                                            "knobs": dict(state.variant(best.variant).knobs),
-                                           "value": best.value, "concurrency": best.concurrency},
+                                           "value": best.value, "concurrency": best.concurrency,
+                                           "request_rate": best.request_rate, "goodput": best.goodput},
         "points_run": len(state.finished_points()),
         "noise": log.get("noise"),
+        "capacity": None if state.capacity is None else {
+            "slo": state.capacity["slo"],
+            "variants": {v.id: {"status": c.status, "lo": c.lo, "hi": c.hi, "goodput": c.goodput,
+                                "rates": [[r.rate, r.met] for r in c.rates]}
+                         for v in state.planned() for c in [capacity.result(state, v)]}},
         "stop": log.get("stop"),
         "steps": log.get("steps", []),
         "failed_directions": log.get("failed_directions", []),

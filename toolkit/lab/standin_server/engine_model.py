@@ -36,11 +36,28 @@ on 8 GPUs over PCIe without P2P (tests/apply/test_engine_model.py checks both, a
 link_factor = (tp - 1) / 7 for PCIe without P2P (1 at tp8), a fifth of that with P2P or NVLink; 0 at tp1.
 
 ## Power (per GPU)
-busy: idle_w + (limit_w - idle_w) x compute share of the forward (compute / (compute + comm)); the GPU
-spins in NCCL's kernels while it waits on the allreduce, so utilisation is 100 % for the whole forward while
-the power stays near idle for its communication part: the story's "100 % utilisation, ~250 W of 600".
-idle: idle_w, utilisation 0. `power_w` is a 1 s average (as NVML's on Ampere and newer), `power_instant_w`
-the current forward's. GPM SM utilisation = compute share (SMs do work only in the compute part).
+busy: the compute part of a forward draws the board's default limit (default_limit_w: at full clock the story's
+compute phases sit at the 600 W the board allows), its communication part idle_w: the GPU spins in NCCL's kernels
+while it waits on the allreduce, so utilisation is 100 % for the whole forward while the power stays near idle for
+its communication part: the story's "100 % utilisation, ~250 W of 600". idle: idle_w, utilisation 0. `power_w` is a
+1 s average (as NVML's on Ampere and newer), `power_instant_w` the current forward's. GPM SM utilisation = compute
+share (SMs do work only in the compute part).
+
+## The power limit (nvidia-smi -pl): limit -> clock -> step time
+A limit L below what a phase draws at full clock makes the driver lower the SM clock until the phase fits
+(clock-event reason "SW power cap"). Dynamic power grows with the clock as f^POWER_CLOCK_EXPONENT, so a compute
+phase's clock under L is clock_max x ((L - idle_w) / (default_limit_w - idle_w)) ^ (1 / POWER_CLOCK_EXPONENT)
+(never above clock_max). Only the SM-bound share of a phase's compute time stretches with the clock (decode is
+largely memory-bound: SM_BOUND_DECODE; prefill is compute-bound: SM_BOUND_PREFILL); the communication part, where
+the GPU waits at idle-level power, is not slowed at all (a limit is never set below idle). So a cap costs a
+compute-bound run its throughput and a busy-but-waiting one almost nothing, while each compute part draws L instead
+of the default limit.
+Calibration (an H200 measured on this project's device machine, driver 580, 700 W default limit): a bf16 matmul
+loop held at the limit ran 1,470-1,530 MHz at 692-700 W, 123 W idle after work; its first samples at the maximum
+1,980 MHz, before the cap engaged, read up to 875 W. Dynamic power 752 W at 1,980 MHz against 577 W at ~1,515 MHz
+bounds the exponent from below by 1 (those first samples may not be at full activity yet); f x V^2 with V rising
+linearly in f bounds it from above by 3. POWER_CLOCK_EXPONENT = 2 is the middle, not a measurement of a limit ->
+clock curve (that needs a GPU whose limit may be changed); the SM-bound shares are estimates.
 """
 
 from __future__ import annotations
@@ -69,6 +86,11 @@ DEFAULT_MEM_FRACTION_STATIC = 0.88  # SGLang 0.5.9 picks by GPU memory; ~0.88 fo
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 DEFAULT_DECODE_LOG_INTERVAL = 40  # ServerArgs.decode_log_interval
 IDLE_REFRESH_S = 30.0  # scheduler_runtime_checker_mixin: gauges rewritten when idle for 30 s
+# The power limit's effect (module docstring, "The power limit").
+POWER_CLOCK_EXPONENT = 2.0
+SM_BOUND_DECODE = 0.5  # of a decode step's compute time: the rest waits on memory and keeps its pace under a cap
+SM_BOUND_PREFILL = 0.9
+SW_POWER_CAP = 0x4  # nvmlClocksEventReasonSwPowerCap
 
 
 @dataclass(frozen=True)
@@ -95,8 +117,10 @@ class Hardware:
     gpu_name: str = "NVIDIA RTX PRO 6000 Blackwell"
     gpu_count: int = 8
     gpu_memory_gib: float = 96.0
-    power_limit_w: float = 600.0
+    power_limit_w: float = 600.0  # enforced per GPU (nvidia-smi -pl); what NVML reports as the limit
     idle_power_w: float = 87.0  # the story's idle
+    # The board's default limit: what a compute phase draws at full clock. None: the enforced limit (no cap set).
+    default_limit_w: float | None = None
     p2p: bool = False
     interconnect: str = "pcie"
     sm_clock_max_mhz: float = 2430.0
@@ -125,6 +149,15 @@ def link_factor(tp: int, hw: Hardware) -> float:
         return 0.0
     base = (tp - 1) / 7.0
     return base if (hw.interconnect == "pcie" and not hw.p2p) else base / 5.0
+
+
+def clock_factor(power_limit_w: float, hw: Hardware) -> float:
+    """SM clock / its maximum while a compute phase runs under `power_limit_w` (1: no cap binds)."""
+    demand = hw.default_limit_w or hw.power_limit_w
+    if power_limit_w >= demand:
+        return 1.0
+    headroom = max(power_limit_w - hw.idle_power_w, 1e-6) / (demand - hw.idle_power_w)
+    return min(1.0, headroom ** (1.0 / POWER_CLOCK_EXPONENT))
 
 
 def kv_capacity_tokens(cfg: EngineConfig, hw: Hardware, facts: ModelFacts) -> int:
@@ -228,6 +261,12 @@ class Engine:
         self.hw = hw or Hardware()
         self.facts = facts or ModelFacts()
         self.tp = max(1, cfg.tp_size)
+        # The enforced limit may change while the engine runs (the stand-in rereads the host's): set_power_limit.
+        self.power_limit_w = self.hw.power_limit_w
+        self.clock = clock_factor(self.power_limit_w, self.hw)
+        # Every forward's time is multiplied by this: a run-to-run difference of the host's pace (the in-process
+        # runner draws one per run; the stand-in server's real-time clock has its own).
+        self.pace = 1.0
         self.max_total_num_tokens = kv_capacity_tokens(cfg, self.hw, self.facts)
         # SGLang: with no --max-running-requests, the KV pool decides (max_total_num_tokens // 2, capped).
         self.max_running_requests = cfg.max_running_requests or min(self.max_total_num_tokens // 2, 4096)
@@ -264,17 +303,28 @@ class Engine:
         return sum(r.kv_tokens for r in self.running)
 
     # -- timing --------------------------------------------------------------------------------------------------
-    def _times(self, compute_ms: float, comm_ms: float) -> tuple[float, float]:
+    def set_power_limit(self, power_limit_w: float) -> None:
+        """A new enforced limit (nvidia-smi -pl on the host): from the next forward on."""
+        self.power_limit_w = float(power_limit_w)
+        self.clock = clock_factor(self.power_limit_w, self.hw)
+
+    def _times(self, compute_ms: float, comm_ms: float, sm_bound: float) -> tuple[float, float]:
         scale = 8.0 / self.tp
-        c = compute_ms * scale
+        # Under a power cap the SM-bound share of the compute stretches by 1 / clock; the rest keeps its pace.
+        c = compute_ms * scale * ((1.0 - sm_bound) + sm_bound / self.clock)
         m = comm_ms * link_factor(self.tp, self.hw)
-        return (c + m) / 1000.0, c / 1000.0
+        return (c + m) * self.pace / 1000.0, c * self.pace / 1000.0
 
     def decode_time_s(self, batch: int) -> tuple[float, float]:
-        return self._times(C0_MS + C1_MS * batch, A0_MS + A1_MS * batch)
+        return self._times(C0_MS + C1_MS * batch, A0_MS + A1_MS * batch, SM_BOUND_DECODE)
 
     def prefill_time_s(self, tokens: int) -> tuple[float, float]:
-        return self._times(C0_MS + P1_MS * tokens, A0_MS + PA_MS * tokens)
+        return self._times(C0_MS + P1_MS * tokens, A0_MS + PA_MS * tokens, SM_BOUND_PREFILL)
+
+    @property
+    def compute_power_w(self) -> float:
+        """What a compute part draws per GPU: the default limit at full clock, the enforced limit under a cap."""
+        return min(self.power_limit_w, self.hw.default_limit_w or self.hw.power_limit_w)
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def _reserved(self) -> float:
@@ -433,7 +483,7 @@ class Engine:
         if self.current is None:
             return hw.idle_power_w, 0.0
         share = self.current.compute_share
-        return hw.idle_power_w + (hw.power_limit_w - hw.idle_power_w) * share, share
+        return hw.idle_power_w + (self.compute_power_w - hw.idle_power_w) * share, share
 
     def _account_energy(self, now: float) -> None:
         if now > self._energy_t:
@@ -458,16 +508,18 @@ class Engine:
                 "gpu": g,
                 "power_w": round(avg * k, 2),
                 "power_instant_w": round(inst * k, 2),
-                "power_limit_w": hw.power_limit_w,
+                "power_limit_w": self.power_limit_w,
                 "energy_j": round(self.energy_j * k, 3),
                 "util_gpu_pct": 100.0 if busy else 0.0,
                 "util_mem_pct": round(100.0 * share * 0.6, 1) if busy else 0.0,
-                "sm_clock_mhz": hw.sm_clock_max_mhz if busy else 180.0,
+                # a 1 s reading sees the compute part at the capped clock and the waiting part at full clock
+                "sm_clock_mhz": round(hw.sm_clock_max_mhz * (1.0 - share * (1.0 - self.clock)), 0) if busy else 180.0,
                 "sm_clock_max_mhz": hw.sm_clock_max_mhz,
                 "mem_clock_mhz": hw.mem_clock_max_mhz if busy else 405.0,
                 "mem_clock_max_mhz": hw.mem_clock_max_mhz,
-                "clock_reasons": 0 if busy else 1,
-                "temp_c": round(35 + 40 * (avg - hw.idle_power_w) / (hw.power_limit_w - hw.idle_power_w), 0),
+                "clock_reasons": (SW_POWER_CAP if self.clock < 1.0 and share > 0 else 0) if busy else 1,
+                "temp_c": round(35 + 40 * (avg - hw.idle_power_w) / ((hw.default_limit_w or hw.power_limit_w)
+                                                                     - hw.idle_power_w), 0),
                 "gpm_sm_util_pct": round(100.0 * share, 2) if busy else 0.0,
                 "gpm_tensor_util_pct": round(60.0 * share, 2) if busy else 0.0,
                 "gpm_dram_bw_util_pct": round(45.0 * share, 2) if busy else 0.0,
@@ -479,7 +531,7 @@ class Engine:
         anc = "SYSTEM" if (hw.interconnect == "pcie" and not hw.p2p) else "NODE"
         return {
             "driver_version": None, "data_source": SIMULATED,
-            "gpus": [{"index": g, "name": f"{hw.gpu_name} (simulated)", "power_limit_w": hw.power_limit_w,
+            "gpus": [{"index": g, "name": f"{hw.gpu_name} (simulated)", "power_limit_w": self.power_limit_w,
                       "sm_clock_max_mhz": hw.sm_clock_max_mhz, "mem_clock_max_mhz": hw.mem_clock_max_mhz,
                       "gpm_supported": True, "memory_gib": hw.gpu_memory_gib} for g in range(self.tp)],
             "links": [{"a": a, "b": b, "common_ancestor": anc, "p2p_read_ok": hw.p2p, "p2p_nvlink_ok": False}

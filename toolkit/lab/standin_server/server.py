@@ -38,6 +38,11 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
                                  the profile's target (the engine model's hardware; defaults: the story's
                                  RTX PRO 6000 Blackwell, 96 GiB, 600 W, 87 W idle, PCIe without P2P)
+  SGLANG_STANDIN_POWER_LIMITS_FILE
+                                 where the lab's driver keeps each GPU's enforced power limit (set on the host
+                                 with nvidia-smi -pl, seen here through the container's bind of the host's
+                                 module state): reread every POWER_LIMIT_POLL_S, the lowest of this container's
+                                 GPUs' limits is the engine model's (a tensor-parallel step waits for the slowest)
 
 Standard library only: it runs with the container's python3 or the SGLang venv's python, with no
 toolkit installed there.
@@ -212,6 +217,7 @@ def hardware_from_env(env: dict[str, str]) -> em.Hardware:
         gpu_name=env.get("SGLANG_STANDIN_GPU_NAME") or d.gpu_name,
         gpu_memory_gib=f("SGLANG_STANDIN_GPU_MEMORY_GIB", d.gpu_memory_gib),
         power_limit_w=f("SGLANG_STANDIN_GPU_POWER_LIMIT_W", d.power_limit_w),
+        default_limit_w=f("SGLANG_STANDIN_GPU_POWER_LIMIT_W", d.power_limit_w),
         idle_power_w=f("SGLANG_STANDIN_GPU_IDLE_W", d.idle_power_w),
         p2p=env.get("SGLANG_STANDIN_P2P", "0") not in ("", "0", "false", "False"),
         interconnect=env.get("SGLANG_STANDIN_INTERCONNECT") or d.interconnect,
@@ -281,6 +287,36 @@ class State:
         }
         info.update(self.extra)
         return info
+
+
+POWER_LIMIT_POLL_S = 2.0
+
+
+def enforced_limit_w(path: str, default_w: float, dev: str = "/dev") -> float:
+    """The lowest enforced limit among the GPUs this process sees (/dev/nvidiaN), the board's default for a GPU whose
+    limit was not set (the file lists only those)."""
+    try:
+        with open(path) as fh:
+            limits = {str(k): float(v) for k, v in json.load(fh).items()}
+    except (OSError, ValueError):
+        limits = {}
+    try:
+        mine = [n[len("nvidia"):] for n in os.listdir(dev) if n.startswith("nvidia") and n[len("nvidia"):].isdigit()]
+    except OSError:
+        mine = []
+    return min((limits.get(i, default_w) for i in mine), default=default_w)
+
+
+def power_limit_loop(state: State, path: str) -> None:
+    """Follow the host's power limit (the GPUs' clocks follow it on a real host, whatever runs on them)."""
+    eng = state.engine
+    while True:
+        limit = enforced_limit_w(path, state.hardware.default_limit_w or state.hardware.power_limit_w)
+        if limit != eng.power_limit_w:
+            with state.lock:
+                eng.set_power_limit(limit)
+            log(f"power limit {limit:.0f} W per GPU (simulated clock {eng.clock:.0%} of max in compute)")
+        time.sleep(POWER_LIMIT_POLL_S)
 
 
 def log(msg: str) -> None:
@@ -528,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{STANDIN} (simulated)] RuntimeError: {err}", file=sys.stderr, flush=True)
         return 1
     threading.Thread(target=engine_loop, args=(state,), name="engine", daemon=True).start()
+    limits_file = os.environ.get("SGLANG_STANDIN_POWER_LIMITS_FILE", "")
+    if limits_file:
+        threading.Thread(target=power_limit_loop, args=(state, limits_file), name="power-limit", daemon=True).start()
     server = _Server((args.host, args.port), make_handler(state))
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "

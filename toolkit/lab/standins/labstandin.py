@@ -417,6 +417,34 @@ def unload_module(module: str) -> None:
     refresh_proc_devices()
 
 
+# The enforced power limit of each GPU (nvidia-smi -pl), kept where the driver keeps it: in the loaded module's
+# state, so it is gone when nvidia is unloaded (or the host reboots), as on a real host. A container sees it
+# through pct's bind of the host's module directory.
+POWER_LIMITS_FILE = "nvidia/power_limits.json"
+
+
+def power_limits_path() -> str:
+    base = CT_HOST_SYS_MODULE_DIR if os.path.isdir(CT_HOST_SYS_MODULE_DIR) else SYS_MODULE_DIR
+    return os.path.join(base, POWER_LIMITS_FILE)
+
+
+def read_power_limits() -> dict[str, float]:
+    """GPU index (as text) -> enforced limit in W, for the GPUs whose limit was set; the rest run at the default."""
+    try:
+        with open(power_limits_path()) as fh:
+            return {str(k): float(v) for k, v in json.load(fh).items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_power_limits(limits: dict[str, float]) -> None:
+    write_atomic(os.path.join(SYS_MODULE_DIR, POWER_LIMITS_FILE), json.dumps(limits, sort_keys=True) + "\n")
+
+
+def in_container() -> bool:
+    return os.path.isdir(CT_HOST_SYS_MODULE_DIR)
+
+
 def gpu_nodes(dev: str = "/dev") -> list[int]:
     """Indices of /dev/nvidiaN nodes present (in a container: the passed-through ones)."""
     found: list[int] = []
