@@ -6,7 +6,7 @@
 #     bash benchmarks/old_roles_strict.sh [REV]          # default 5bba2c6^, the roles before the strict-lab fixes
 #     bash benchmarks/old_roles_strict.sh - deploy       # HEAD with only the fixes of findings 7 and 18 undone
 #     bash benchmarks/old_roles_strict.sh 0895aed round2 # the second review's tests against the roles before them
-#     bash benchmarks/old_roles_strict.sh 0895aed alone vfio_pci  # one homelab test on a fresh host (see below)
+#     bash benchmarks/old_roles_strict.sh 0895aed alone vfio_pci pending  # one homelab test on a fresh host (below)
 #
 # TOOLKIT_LAB_INSTANCE picks the lab instance (defaults: o14, o30 for round2 and alone), so runs on different
 # instances do not collide; each has its own worktree under /tmp.
@@ -115,6 +115,10 @@ if drop:  # an assertion of an earlier finding that stops a test before the chec
 at = module.index("def test_homelab_is_bare_and_its_tools_refuse_as_the_real_ones")
 Path(sys.argv[2]).write_text(module[:at] + prep + module[at:] + state)
 PY
+    if [ "${4:-}" = pending ]; then  # finding 4's hand fix, for the tests that reboot: the kernel waiting, booted
+      export TOOLKIT_OLD_ROLES_THEN=$'apt-get install -y proxmox-headers-6.8.12-11-pve\ndkms autoinstall -k 6.8.12-11-pve'
+      export TOOLKIT_OLD_ROLES_REBOOT=1
+    fi
     TOOLKIT_LAB_INSTANCE=$TOOLKIT_LAB_INSTANCE .venv/bin/toolkit lab down >/dev/null 2>&1 || true
     echo "== alone: the roles of $rev, stage B's hand fixes, on a fresh host: $3"
     TOOLKIT_TEST_PREPARE_PVE1=$prepare_pve1 TOOLKIT_TEST_EXTRAVARS=$extravars \
