@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from toolkit.adapters.sglang_catalogue import catalogue_path
 from toolkit.adapters.sglang_metrics import ServerScraper, parse_exposition
 from toolkit.core.probe.server_trace import scrape_row
 from toolkit.lab.standin_server import SERVER_PATH
@@ -52,8 +53,10 @@ def main() -> int:
     args = ap.parse_args()
     port = _port()
     proc = subprocess.Popen([sys.executable, str(SERVER_PATH), "--port", str(port), "--tp-size", "8",
-                             "--enable-metrics"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "SGLANG_STANDIN_STARTUP_S": "0"})
+                             "--model-path", "lab/standin-model", "--enable-metrics"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "SGLANG_STANDIN_STARTUP_S": "0",
+                                 "SGLANG_STANDIN_FLAGS": str(catalogue_path("0.5.9"))})
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(100):

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -79,6 +80,12 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def ct(target: Target, command: str) -> subprocess.CompletedProcess[str]:
     return target.ssh(command)
+
+
+def installed_of(target: Target, dist: str) -> str:
+    """The version of `dist` in the engine's venv on the container."""
+    return ct(target, "/opt/sglang/venv/bin/python -c 'import importlib.metadata as m, sys; "
+                      f"print(m.version(sys.argv[1]))' {dist}").stdout.strip()
 
 
 def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
@@ -574,3 +581,41 @@ def test_small_mem_fraction_static_is_kv_bound_naming_it(provisioned: Target, wo
     step = next(k for k in verdict["knob_steps"] if k["knob"] == "server.mem_fraction_static")
     assert step["current"] == 0.54 and step["proposed"][0] > 0.54
     assert verdict["evidence"]["over_time"]["server"]["token_usage"] >= 0.7
+
+
+@pytest.mark.skipif(
+    not os.environ.get("TOOLKIT_TEST_NEWEST_RELEASE_LAB"),
+    reason="a second SGLang release in the container (a 296 MB wheelhouse, a fresh venv: 90 to 185 s on a 2-core "
+    "machine) is over CI's share for it; run with TOOLKIT_TEST_NEWEST_RELEASE_LAB=1. CI covers the same refusal "
+    "without the lab (test_standin_server.py::test_the_unmigrated_render_is_refused_and_the_migrated_one_parses)",
+)
+def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses_the_old_render(
+        provisioned: Target, work: Path) -> None:
+    """glm5-tp8-0.5.23 (glm5-tp8 migrated: --dsa-decode-backend, the CUDA graph backend flags, no patch) deploys
+    SGLang 0.5.23 from its wheelhouse and probes; the stand-in beside it parses as 0.5.23 does, so glm5-tp8's 0.5.9
+    render is refused there with argparse's line, as the real 0.5.23 server would refuse it."""
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.profile.render import render_launch_argv
+    from toolkit.lab.deploy_overlay import standin_argv
+
+    rc, summary, err = apply(provisioned, work, "--probe", profile="glm5-tp8-0.5.23")
+    assert rc == 0, err[-4000:]
+    unit = ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
+    assert "--dsa-decode-backend trtllm" in unit and "--cuda-graph-backend-decode disabled" in unit
+    assert "--nsa-decode-backend" not in unit and "--disable-cuda-graph" not in unit
+    assert installed_of(provisioned, "sglang") == "0.5.23"
+    journal = ct(provisioned, "journalctl -u sglang --no-pager -o cat -n 200").stdout
+    assert "parsing the flags as SGLang 0.5.23's parser does (the installed SGLang 0.5.23)" in journal
+    # The probe ran the bench through the lab's bench client (SGLang 0.5.9's bench_serving, beside 0.5.23).
+    assert installed_of(provisioned, "toolkit_lab_bench_client") == "0.5.9"
+    assert summary["probe"][provisioned.name]["verdict"]["class"], summary["probe"]
+    # 0.5.23's own bench_serving imports torch, which the lab has not: 0.5.9's client runs the same flags, announced.
+    assert "lab: the benchmark client is SGLang 0.5.9's bench_serving" in " ".join(err.split())
+
+    old = standin_argv(render_launch_argv(ProfileStore(work / "profiles").resolve("glm5-tp8")))
+    old[old.index("--port") + 1] = "18000"  # beside the running service (the parse fails before any bind)
+    refused = ct(provisioned, shlex.join(old))
+    assert refused.returncode == 2, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"
+    )

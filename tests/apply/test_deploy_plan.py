@@ -90,6 +90,59 @@ def test_lab_overlay_runs_the_standin_with_the_same_flags(store: ProfileStore) -
     assert "SGLANG_STANDIN_FAIL_HEALTH=1" in failing.extravars["sglang_service_dropins_by_host"]["ct"][DROPIN]
 
 
+def test_lab_overlay_runs_a_pin_past_0_5_9_through_the_0_5_9_bench_client(store: ProfileStore) -> None:
+    """0.5.23's own bench_serving imports torch, which the lab has not: the bench goes through
+    toolkit.lab.standin_server.bench_client with the same arguments, its wheel beside the pinned SGLang."""
+    lab = _lab(store, "glm5-tp8-0.5.23")
+    bench = lab.bench_argv
+    assert bench is not None and bench[:3] == ["python3", "-m", "toolkit.lab.standin_server.bench_client"]
+    assert bench[3:] == _lab(store, "glm5-tp8").bench_argv[3:]  # type: ignore[index]
+    wheels = lab.extravars["sglang_venv_extra_wheels"]
+    assert wheels[0] == "/w/gpu_serving_toolkit-0.1.0.whl"
+    assert Path(wheels[1]).name == "toolkit_lab_bench_client-0.5.9-py3-none-any.whl" and Path(wheels[1]).is_file()
+    (note,) = [n for n in lab.notes if "benchmark client" in n]
+    assert "SGLang 0.5.9's bench_serving with the same flags" in note and "SGLang 0.5.23's imports torch" in note
+    text = lab.extravars["sglang_service_dropins_by_host"]["ct"][DROPIN]
+    assert "--dsa-decode-backend trtllm" in text and "--nsa-decode-backend" not in text
+    # The seed's pin keeps its own client.
+    assert _lab(store, "glm5-tp8").bench_argv[:3] == ["python3", "-m", "sglang.bench_serving"]  # type: ignore[index]
+
+
+def test_the_bench_client_wheel_holds_the_release_package_and_installs(tmp_path: Path) -> None:
+    """The wheel pip installs (a real venv, --no-deps) and the runner finds 0.5.9's sglang in it, ahead of any."""
+    import subprocess
+    import sys
+    import zipfile
+
+    from toolkit.lab.deploy_overlay import bench_client_wheel
+
+    wheel = bench_client_wheel("0.5.9")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+    assert "toolkit_lab_bench_client/sglang/bench_serving.py" in names
+    assert "toolkit_lab_bench_client-0.5.9.dist-info/RECORD" in names
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", str(site),
+                    str(wheel)], check=True, capture_output=True)
+    probe = ("import importlib.util, sys; s = importlib.util.find_spec('toolkit_lab_bench_client'); "
+             "sys.path.insert(0, next(iter(s.submodule_search_locations))); "
+             "print(importlib.util.find_spec('sglang').origin)")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().endswith("toolkit_lab_bench_client/sglang/__init__.py")
+    # SGLang's MoE tuning configs have commas in their file names ("E=128,N=384,device_name=...json"): RECORD must
+    # quote them as the CSV it is, or every importlib.metadata.packages_distributions() in that venv (transformers
+    # calls it on import, the stand-in's tokenizer step imports transformers) fails on the next field.
+    assert any("," in name for name in names)
+    files = ("import importlib.metadata as m; d = m.distribution('toolkit_lab_bench_client'); "
+             "print(len(d.files), sum(',' in f.name for f in d.files)); m.packages_distributions()")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", files], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, with_comma = map(int, out.stdout.split())
+    assert count >= len(names) and with_comma > 0  # pip adds the compiled .pyc files
+
+
 def test_standin_needs_a_launch_server_argv() -> None:
     with pytest.raises(ToolkitError, match=r"sglang\.launch_server"):
         standin_argv(["/venv/bin/python", "-m", "something.else", "--port", "1"])

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from toolkit.adapters.sglang_catalogue import catalogue_path
 from toolkit.lab.standin_server import SERVER_PATH
 
 
@@ -66,11 +67,16 @@ class Server:
         return out
 
 
+# The release the stand-in parses as when no SGLang is installed beside it (here): the seed's pin.
+FLAGS_0_5_9 = str(catalogue_path("0.5.9"))
+
+
 def _start(*flags: str, env: dict[str, str] | None = None) -> Server:
     port = _free_port()
-    full_env = {**os.environ, "SGLANG_STANDIN_STARTUP_S": "0.5", **(env or {})}
+    full_env = {**os.environ, "SGLANG_STANDIN_STARTUP_S": "0.5", "SGLANG_STANDIN_FLAGS": FLAGS_0_5_9, **(env or {})}
+    model = [] if "--model-path" in flags else ["--model-path", "lab/standin-model"]
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER_PATH), "--host", "127.0.0.1", "--port", str(port), *flags],
+        [sys.executable, str(SERVER_PATH), "--host", "127.0.0.1", "--port", str(port), *model, *flags],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
     )
     server = Server(proc, port)
@@ -280,7 +286,8 @@ def test_metrics_only_with_enable_metrics_and_without_the_api_key() -> None:
 
 def test_weights_that_leave_no_kv_pool_fail_at_start_with_sglangs_message() -> None:
     proc = subprocess.run([sys.executable, str(SERVER_PATH), "--port", str(_free_port()), "--model-path",
-                           "lukealonso/GLM-5-NVFP4", "--tp-size", "1"], capture_output=True, text=True, timeout=30)
+                           "lukealonso/GLM-5-NVFP4", "--tp-size", "1"], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SGLANG_STANDIN_FLAGS": FLAGS_0_5_9})
     assert proc.returncode == 1
     assert "Not enough memory. Please try to increase --mem-fraction-static." in proc.stderr
 
@@ -306,3 +313,81 @@ def test_lab_gpus_follow_the_engine_and_say_simulated() -> None:
     # Decoding over PCIe without P2P: busy the whole time, power well under the limit (communication-bound)
     assert g["util_gpu_pct"] == 100 and 90 < g["power_w"] < 300 and g["gpm_sm_util_pct"] < 40
     assert all(not link["p2p_read_ok"] for link in busy["topology"]["links"])
+
+
+def _refusal(argv: list[str], version: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SGLANG_STANDIN_FLAGS": str(catalogue_path(version)), "SGLANG_STANDIN_STARTUP_S": "0"}
+    return subprocess.run([sys.executable, str(SERVER_PATH), *argv], capture_output=True, text=True, env=env,
+                          timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("version", "argv", "message"),
+    [
+        # argparse's own words, with SGLang's program name: launch_server.py (0.5.9) or sglang serve (0.5.10+).
+        ("0.5.9", ["--model-path", "m", "--tp-sise", "8"],
+         "launch_server.py: error: unrecognized arguments: --tp-sise 8"),
+        ("0.5.23", ["--model-path", "m", "--nsa-decode-backend", "trtllm"],
+         "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"),
+        ("0.5.9", ["--model-path", "m", "--nsa-decode-backend", "flashinfer"],
+         "launch_server.py: error: argument --nsa-decode-backend: invalid choice: 'flashinfer' (choose from "
+         "'flashmla_sparse', 'flashmla_kv', 'flashmla_auto', 'fa3', 'tilelang', 'aiter', 'trtllm')"),
+        ("0.5.9", ["--model-path", "m", "--tp-size"],
+         "launch_server.py: error: argument --tensor-parallel-size/--tp-size: expected one argument"),
+        ("0.5.23", ["--model-path", "m", "--tp-size", "eight"],
+         "sglang serve: error: argument --tp-size/--tensor-parallel-size: invalid int value: 'eight'"),
+        ("0.5.23", ["--tp-size", "8"],
+         "sglang serve: error: the following arguments are required: --model-path/--model"),
+    ],
+)
+def test_it_refuses_what_the_release_refuses_with_argparse_words(version: str, argv: list[str], message: str) -> None:
+    proc = _refusal(argv, version)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == message
+    assert proc.stderr.startswith(f"usage: {'launch_server.py' if version == '0.5.9' else 'sglang serve'} [-h]")
+
+
+def test_a_deprecated_spelling_still_starts_and_says_so() -> None:
+    s = _start("--nsa-decode-backend", "trtllm", env={"SGLANG_STANDIN_FLAGS": str(catalogue_path("0.5.15"))})
+    try:
+        s.wait_healthy()
+        info = json.loads(s.get("/get_server_info")[2])
+    finally:
+        out = s.stop()
+    assert info["nsa_decode_backend"] == "trtllm"
+    assert "The command line argument '--nsa-decode-backend' is deprecated" in out
+
+
+def test_without_a_catalogue_it_does_not_start() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SGLANG_STANDIN_FLAGS"}
+    proc = subprocess.run([sys.executable, str(SERVER_PATH), "--model-path", "m"], capture_output=True, text=True,
+                          env=env, timeout=30)
+    assert proc.returncode == 2 and "cannot check the flags as SGLang would" in proc.stderr
+
+
+def test_the_unmigrated_render_is_refused_and_the_migrated_one_parses() -> None:
+    """glm5-tp8's 0.5.9 render under SGLang 0.5.23's parser fails as the real server would; glm5-tp8-0.5.23
+    (the same knobs, migrated) starts and serves."""
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.profile.render import render_launch_argv
+    from toolkit.lab.deploy_overlay import standin_argv
+
+    profiles = ProfileStore(Path(__file__).resolve().parents[2] / "profiles")
+    old = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8")))[3:]
+    proc = _refusal(old, "0.5.23")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"
+    new = standin_argv(render_launch_argv(profiles.resolve("glm5-tp8-0.5.23")))[3:]
+    assert "--dsa-decode-backend" in new and "--disable-cuda-graph" not in new
+    port = _free_port()
+    new[new.index("--port") + 1] = str(port)
+    env = {**os.environ, "SGLANG_STANDIN_FLAGS": str(catalogue_path("0.5.23")), "SGLANG_STANDIN_STARTUP_S": "0"}
+    server = Server(subprocess.Popen([sys.executable, str(SERVER_PATH), *new], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, env=env), port)
+    try:
+        server.wait_healthy()
+        info = json.loads(server.get("/get_server_info")[2])
+    finally:
+        server.stop()
+    assert info["dsa_decode_backend"] == "trtllm" and info["cuda_graph_backend_decode"] == "disabled"

@@ -25,6 +25,7 @@ def test_validate_all_passes(capsys) -> None:
     # Parents first; one status line each on stdout, every problem once on stderr (a parent's under the parent).
     assert [line.split()[:2] for line in out.splitlines()] == [
         ["ok", "glm5-baseline"], ["ok", "glm5-tp8"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"],
+        ["ok", "glm5-tp8-0.5.23"],
     ]  # fmt: skip
     assert "2 shown under glm5-baseline, glm5-tp8" in out
     located = re.findall(r"^\w+: (\S+:\d+: \S+) ", err, re.M)  # file:line: field

@@ -26,7 +26,7 @@ from toolkit.core.profile.render import (
 )
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-SHIPPED = ["glm5-baseline", "glm5-tp8", "glm5-tp4-pp2", "glm5-ep8"]
+SHIPPED = ["glm5-baseline", "glm5-tp8", "glm5-tp4-pp2", "glm5-ep8", "glm5-tp8-0.5.23"]
 
 
 def _renders(resolved) -> dict[str, str]:

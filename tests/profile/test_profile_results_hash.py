@@ -65,6 +65,17 @@ def test_explicit_default_hashes_like_the_default() -> None:
     assert spec_hash(_resolved(BASE)) == spec_hash(_resolved(BASE + "  cuda_graph: true\n"))
 
 
+def test_a_patchs_upstream_release_does_not_change_the_hash() -> None:
+    # Naming the release that carries a patch's change itself changes nothing the pinned release runs; the
+    # patch's target does.
+    patch = ("engine:\n  patches:\n  - name: x\n    target: sglang/a.py\n    target_sha256: '{sha}'\n"
+             "    patch: p.patch\n    reason: r\n    link: https://example.org/p\n")
+    upstream = "    upstream: {release: 0.5.13, link: 'https://example.org/x'}\n"
+    plain = BASE + patch.format(sha="a" * 64)
+    assert spec_hash(_resolved(plain)) == spec_hash(_resolved(plain + upstream))
+    assert spec_hash(_resolved(plain)) != spec_hash(_resolved(BASE + patch.format(sha="b" * 64)))
+
+
 def test_shipped_results_are_imported_history(shipped) -> None:
     # The story's figures are history typed in from its notes (docs/story.md), never presented as toolkit
     # measurements; they carry the hash of the spec that describes their setup, so they go stale when it changes.

@@ -37,6 +37,13 @@ def test_the_base_fixture_is_clean(write_profiles, base_yaml) -> None:
             "flashinfer-cutlass-quantization",
             "error",
         ),
+        ("engine:\n  sglang_version: 0.5.23\nserver:\n  nsa_decode_backend: trtllm\n", "sm120-dsa-trtllm-backend",
+         "warning"),
+        ("engine:\n  sglang_version: 0.5.14\nserver:\n  cuda_graph: true\n", "sm120-dsa-full-decode-graph",
+         "warning"),
+        ("target:\n  compute_capability: SM90\nserver:\n  allreduce_fusion: true\n", "pcie-allreduce-fusion",
+         "warning"),
+        ("env:\n  SGLANG_SKIP_P2P_CHECK: '1'\n", "no-p2p-skip-p2p-check", "error"),
     ],
 )
 def test_each_rule_fires_where_its_condition_holds(write_profiles, base_yaml, body, rule_id, severity) -> None:
@@ -51,6 +58,35 @@ def test_rules_are_data_with_sources() -> None:
     assert len(ids) == len(set(ids))
     for rule in RULES:
         assert rule.severity in {"error", "warning", "info"} and rule.source and rule.fix and rule.when
+
+
+def test_rules_cover_every_rule() -> None:
+    """Each rule has a case in test_each_rule_fires_where_its_condition_holds (a new rule needs one)."""
+    marks = test_each_rule_fires_where_its_condition_holds.pytestmark  # type: ignore[attr-defined]
+    tried = {case[1] for mark in marks if mark.name == "parametrize" for case in mark.args[1]}
+    missing = {r.id for r in RULES} - tried - {
+        "no-p2p-allreduce-bound", "public-bind-without-api-key", "allow-unauthenticated-needs-why",
+        "public-bind-acknowledged",  # covered by their own tests below and in test_profile_broken_corpus.py
+    }
+    assert missing == set()
+
+
+@pytest.mark.parametrize(
+    ("version", "fires"), [("0.5.9", False), ("0.5.16", False), ("0.5.17", True), ("0.5.23", True)]
+)
+def test_a_rule_applies_to_the_releases_it_names(write_profiles, base_yaml, version, fires) -> None:
+    store = write_profiles(_child(base_yaml, f"engine:\n  sglang_version: {version}\n"))
+    hit = [r.id for r in matching_rules(store.resolve("c"))]
+    assert ("sm120-dsa-trtllm-backend" in hit) is fires
+
+
+def test_release_bounds() -> None:
+    from toolkit.core.profile.rules import release_in
+
+    assert release_in("0.5.15.post1", ">=0.5.15,<0.5.16") and not release_in("0.5.16", ">=0.5.15,<0.5.16")
+    assert release_in("0.5.10", "<0.5.9.post1") is False and release_in(None, ">=9.9.9")
+    with pytest.raises(ValueError):
+        release_in("0.5.9", "~0.5")
 
 
 def test_rule_does_not_fire_off_sm120(write_profiles, base_yaml) -> None:
@@ -92,13 +128,26 @@ def test_secrets_in_args_or_env_are_errors(write_profiles, base_yaml, body) -> N
     assert len([p for p in _problems(store, "c") if p.severity == "error"]) == 1
 
 
-def test_deprecated_alias_in_a_newer_release_is_a_warning_naming_the_new_flag(write_profiles, base_yaml) -> None:
+def test_deprecated_flag_in_extra_args_is_a_warning_naming_the_new_flag(write_profiles, base_yaml) -> None:
+    # The typed knobs render 0.5.15's own names (no warning); a deprecated flag written by hand still warns.
     assert "0.5.15" in available_versions()
-    store = write_profiles(_child(base_yaml, "engine:\n  sglang_version: 0.5.15\n"))
+    body = "engine:\n  sglang_version: 0.5.15\nserver:\n  extra_args: [--mamba-scheduler-strategy, no_buffer]\n"
+    store = write_profiles(_child(base_yaml, body))
     warnings = {p.message: p.fix for p in _problems(store, "c") if p.severity == "warning"}
-    assert warnings["--nsa-decode-backend is deprecated in SGLang 0.5.15"].startswith("use --dsa-decode-backend")
-    assert "--disable-cuda-graph is deprecated in SGLang 0.5.15" in warnings
+    assert list(warnings) == ["--mamba-scheduler-strategy is deprecated in SGLang 0.5.15"]
+    assert warnings["--mamba-scheduler-strategy is deprecated in SGLang 0.5.15"].startswith(
+        "use --mamba-radix-cache-strategy")
     assert not [p for p in _problems(store, "c") if p.severity == "error"]
+
+
+def test_a_removed_flag_in_extra_args_is_an_error_naming_its_successor(write_profiles, base_yaml) -> None:
+    body = "engine:\n  sglang_version: 0.5.23\nserver:\n  extra_args: [--nsa-prefill-backend, fa3]\n"
+    store = write_profiles(_child(base_yaml, body))
+    (p,) = [p for p in _problems(store, "c") if p.severity == "error"]
+    assert p.message == "SGLang 0.5.23 has no flag --nsa-prefill-backend"
+    # Its successor belongs to a typed knob: the fix names the knob, not a flag extra_args may not set.
+    assert p.fix.startswith("set server.nsa_prefill_backend: it renders --dsa-prefill-backend on SGLang 0.5.23 "
+                            "(SGLang 0.5.13 renamed NSA to DSA")
 
 
 def test_flag_missing_in_the_pinned_version_is_an_error(write_profiles, base_yaml) -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from toolkit.adapters.files import write_atomic
+from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
@@ -147,7 +148,8 @@ class ProfileStore:
         return check_file(source), source.text
 
     def resolve(self, name: str) -> ResolvedProfile:
-        return resolve(name, self.source)
+        """The merged profile with its pinned release's flag catalogue attached (rendering follows it)."""
+        return resolve(name, self.source, load_catalogue)
 
     def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
         """Files a profile names (patches, requirements lock), relative to the repository holding the

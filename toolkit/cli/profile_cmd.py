@@ -1,4 +1,4 @@
-"""`toolkit profile ...`: list, show, validate, render, diff, textconv, catalogue.
+"""`toolkit profile ...`: list, show, validate, render, diff, textconv, migrate, catalogue.
 
 Thin: parse, call the profile library, print. Nothing here imports ansible_runner, pynvml or
 matplotlib, and `validate` stays off rich and jinja2, so it starts fast (benchmarks/bench_cli_start.py).
@@ -64,6 +64,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a profile file (git passes a temporary copy; `-`: standard input)")
     p.set_defaults(func=cmd_textconv)
 
+    p = add(
+        "migrate",
+        "move a profile to another SGLang release: what changes and why, then (--write) the rewritten file",
+    )
+    p.add_argument("name", help="the profile to move")
+    p.add_argument("--sglang-version", metavar="X.Y.Z", required=True, help="the release to move to")
+    p.add_argument("--write", action="store_true", help="write the profile and the release's lock file")
+    p.add_argument("--as", dest="new_name", metavar="NEW", help="write the migrated profile as NEW beside the old one")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_migrate)
+
     p = sub.add_parser(
         "install-textconv",
         help="make `git diff` of profiles show knobs with their why, in any shell (writes the git config line)",
@@ -78,8 +89,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "catalogue",
         help="regenerate SGLang's flag catalogue for a version from that release itself",
-        description="Download sglang==VERSION from PyPI (no deps), read sglang/srt/server_args.py from the wheel "
-        "and store every flag in toolkit/data/sglang_flags/VERSION.json.",
+        description="Download sglang==VERSION from PyPI (no deps, cached), read the files that declare its server "
+        "arguments (server_args.py and the arg_groups package) and store every flag in "
+        "toolkit/data/sglang_flags/VERSION.json. An extraction that lacks the core flags or finds implausibly few "
+        "is refused (exit 2) and nothing is written.",
     )
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("--sglang-version", metavar="X.Y.Z", help="the SGLang release to read (from PyPI)")
@@ -330,6 +343,51 @@ def cmd_install_textconv(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from toolkit.app.profile_migrate import migrate_profile
+
+    result = migrate_profile(_store(args), args.name, args.sglang_version, new_name=args.new_name, write=args.write)
+    mig = result.migration
+    if args.json:
+        _print_json(
+            {
+                "profile": mig.name,
+                "from": mig.from_version,
+                "to": mig.to_version,
+                "changes": [c.__dict__ for c in mig.changes],
+                "refusals": [p.__dict__ for p in mig.refusals],
+                "problems": {n: [p.__dict__ for p in ps] for n, ps in result.problems.items()},
+                "written": result.written,
+                "lock_file": result.lock_file,
+                "lock_written": result.lock_written,
+            }
+        )
+        return EXIT_OK if result.ok else EXIT_BAD_INPUT
+    print(f"# {args.name}: SGLang {mig.from_version} -> {mig.to_version}")
+    for change in mig.changes:
+        print(change.render())
+    if mig.refusals:
+        print(f"\nrefused: {len(mig.refusals)} thing(s) have no counterpart in SGLang {mig.to_version}")
+        raise ToolkitError(mig.refusals)
+    for i, (name, problems) in enumerate(result.problems.items()):
+        errors = [p for p in problems if p.severity == "error"]
+        others = len(problems) - len(errors)
+        print(f"{'FAIL' if errors else 'ok':4} {name} on SGLang {mig.to_version}"
+              + (f" ({others} warning(s){'' if i == 0 else ': toolkit profile validate ' + name})" if others else ""))
+        for p in problems if i == 0 else []:  # the migrated profile's in full; those extending it share most
+            if p.severity != "error":
+                print("  " + p.render().replace("\n", "\n  "))
+    if not result.ok:
+        raise ToolkitError([p for ps in result.problems.values() for p in ps if p.severity == "error"])
+    if not args.write:
+        sys.stdout.write("\n" + result.diff)
+        print(f"\n(dry run: --write writes {mig.name}.yaml and {result.lock_file})")
+        return EXIT_OK
+    print(f"wrote {mig.name}.yaml" + (f" and {result.lock_file}" if result.lock_written else
+                                      f" ({result.lock_file} already there, kept)"))
+    return EXIT_OK
+
+
 def cmd_catalogue(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -343,7 +401,7 @@ def cmd_catalogue(args: argparse.Namespace) -> int:
         out_dir = Path(args.out_dir) if args.out_dir else sglang_catalogue.DATA_DIR
         path, catalogue = sglang_catalogue.store(catalogue, out_dir)
     else:
-        with console.status(f"reading SGLang {args.sglang_version}'s server_args.py (pip download --no-deps)"):
+        with console.status(f"reading SGLang {args.sglang_version}'s argument declarations (pip download --no-deps)"):
             path, catalogue = sglang_catalogue.regenerate(
                 args.sglang_version,
                 wheel=Path(args.wheel) if args.wheel else None,

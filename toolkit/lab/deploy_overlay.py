@@ -6,7 +6,8 @@ no tokenizer or text to sample. Through the roles' generic inputs, the same a re
 - the toolkit's own wheel goes into the engine's venv (`sglang_venv_extra_wheels`), and a systemd drop-in
   (`sglang_service_dropins`) runs its stand-in server (toolkit/lab/standin_server) with the rendered flags
   unchanged, the profile's target GPUs for its engine model, and first makes a local tokenizer and text;
-- the bench runs fewer prompts (160 unless `--num-prompts` says), with that tokenizer and text;
+- the bench runs fewer prompts (160 unless `--num-prompts` says), with that tokenizer and text, and, for a pin
+  past 0.5.9 (whose own client imports torch), through SGLang 0.5.9's client (standin_server/bench_client.py);
 - the probe reads the stand-in's SIMULATED GPUs (`--gpu-source simulated:URL`, toolkit.lab.simulated_gpus).
 The unit itself stays exactly what `toolkit profile render` prints. What the lab's inventory sets for the roles
 (no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
@@ -18,6 +19,7 @@ stand-in answers /health with 503) and `toolkit_lab_standin_nan_log` (it logs SG
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from toolkit.app.apply import Amendment, OverlayContext
@@ -89,8 +91,35 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
     return "\n".join(lines) + "\n"
 
 
+def bench_client_wheel(release: str) -> Path:
+    """The lab's bench client wheel of SGLang `release` (standin_server/bench_client.py), built once beside that
+    release's cached wheel."""
+    from toolkit.adapters import cache_lock, sglang_catalogue
+    from toolkit.lab.standin_server import bench_client
+
+    wheel = sglang_catalogue.ensure_wheel(release)
+    out = wheel.with_name(bench_client.wheel_name(release))
+    cache_lock.build_once(out, out.exists, lambda: bench_client.build_wheel(wheel, out.parent, release))
+    return out
+
+
+def through_bench_client(bench_argv: Sequence[str]) -> list[str]:
+    """The bench argv with `-m sglang.bench_serving` run through the lab's bench client (same interpreter, same
+    arguments)."""
+    from toolkit.lab.standin_server import bench_client
+
+    argv = list(bench_argv)
+    for i in range(len(argv) - 1):
+        if argv[i] == "-m" and argv[i + 1] == "sglang.bench_serving":
+            return [*argv[:i], "-m", bench_client.MODULE, *argv[i + 2 :]]
+    raise ToolkitError.of("the bench command does not run `-m sglang.bench_serving`", field="bench argv",
+                          fix="render the profile's bench command (`toolkit profile render NAME --only bench`)")
+
+
 def amend(ctx: OverlayContext) -> Amendment:
     """The lab's changes to one apply (toolkit.app.apply's overlay seam; registered as the entry point `lab`)."""
+    from toolkit.lab.standin_server import bench_client
+
     env = target_env(ctx.resolved.spec.target.model_dump())
 
     def switches(host: str) -> dict[str, bool]:
@@ -112,9 +141,17 @@ def amend(ctx: OverlayContext) -> Amendment:
     ]
     if ctx.num_prompts is None:
         notes.insert(1, f"lab: bench --num-prompts {num_prompts} instead of the profile's value")
+    wheels = [str(ctx.toolkit_wheel)]
+    if ctx.inputs.sglang_version != bench_client.RELEASE:
+        wheels.append(str(bench_client_wheel(bench_client.RELEASE)))
+        bench = through_bench_client(bench)
+        notes.append(
+            f"lab: the benchmark client is SGLang {bench_client.RELEASE}'s bench_serving with the same flags "
+            f"({bench_client.MODULE}): SGLang {ctx.inputs.sglang_version}'s imports torch, which the lab has not"
+        )
     return Amendment(
         extravars={
-            "sglang_venv_extra_wheels": [str(ctx.toolkit_wheel)],
+            "sglang_venv_extra_wheels": wheels,
             "sglang_service_dropins_by_host": by_host,
         },
         bench_argv=bench,

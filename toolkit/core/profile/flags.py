@@ -5,12 +5,14 @@ secret or a file of flags the profile cannot check.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from toolkit.core.errors import Problem
 from toolkit.core.profile.argv import HELP_OPTIONS, ArgToken, read_argv
 from toolkit.core.profile.catalogue import Catalogue, FlagInfo
-from toolkit.core.profile.render import rendered_flags, typed_flags
+from toolkit.core.profile.flagmap import renamed_flag
+from toolkit.core.profile.render import knob_rendering, typed_flags
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Flag destinations that carry a secret: a key on a command line lands in the unit, `ps`, the journal and git.
@@ -21,10 +23,20 @@ _CONFIG_DESTS = frozenset({"config"})
 
 
 def rendered_flag_problems(resolved: ResolvedProfile, catalogue: Catalogue) -> list[Problem]:
-    """Every flag the typed fields render, against the pinned SGLang's catalogue."""
+    """Every flag the typed fields render on the pinned release (each knob spelled as that release spells it,
+    flagmap.py), against its catalogue; a set knob the release has no spelling for is an error."""
     version = catalogue.sglang_version
-    out = []
-    for rf in rendered_flags(resolved):
+    flags, missing = knob_rendering(dataclasses.replace(resolved, catalogue=catalogue))
+    out = [
+        resolved.problem(
+            path,
+            f"{path} has no counterpart in SGLang {version}: {choice.reason}",
+            f"unset {path} (SGLang's default), or pin a release that has it (toolkit/data/sglang_flags/); "
+            "`toolkit profile migrate` says what moved where",
+        )
+        for path, choice in missing
+    ]
+    for rf in flags:
         info = catalogue.get(rf.flag)
         if info is None:
             out.append(_unknown_flag(resolved, rf.path, rf.flag, catalogue))
@@ -35,12 +47,19 @@ def rendered_flag_problems(resolved: ResolvedProfile, catalogue: Catalogue) -> l
 
 def _unknown_flag(resolved: ResolvedProfile, path: str, flag: str, catalogue: Catalogue) -> Problem:
     version = catalogue.sglang_version
+    moved = renamed_flag(flag, catalogue)
     close = catalogue.suggest(flag)
-    hint = f"did you mean {', '.join(close)}?" if close else f"see toolkit/data/sglang_flags/{version}.json"
+    if moved is not None:
+        successor = moved.new[0][0]
+        owner = typed_destinations(catalogue).get(_dest(successor, catalogue.get(successor)))
+        hint = (f"set {owner}: it renders {successor} on SGLang {version}" if owner else f"use {successor}") + (
+            f" ({moved.source})")
+    else:
+        hint = f"did you mean {', '.join(close)}?" if close else f"see toolkit/data/sglang_flags/{version}.json"
     return resolved.problem(
         path,
         f"SGLang {version} has no flag {flag}",
-        f"{hint} (catalogue of SGLang {version}, read from its server_args.py)",
+        f"{hint} (catalogue of SGLang {version}, read from its own argument declarations)",
     )
 
 
@@ -48,6 +67,8 @@ def _deprecated_or_bad_choice(
     resolved: ResolvedProfile, path: str, flag: str, info: FlagInfo, value: str | None, version: str
 ) -> list[Problem]:
     out = []
+    if info.error is not None:
+        return [resolved.problem(path, f"SGLang {version} refuses {flag}: {info.error}", "remove it")]
     if info.deprecated:
         instead = f"use {info.replacement}" if info.replacement else "see SGLang's release notes"
         out.append(
@@ -74,7 +95,7 @@ def typed_destinations(catalogue: Catalogue) -> dict[str, str]:
     """dest -> the profile field that owns it: the destination of every flag a typed field renders, and of the
     flag SGLang names as its replacement where it is deprecated (both set the same thing)."""
     out: dict[str, str] = {}
-    for flag, field in typed_flags().items():
+    for flag, field in typed_flags(catalogue).items():
         info = catalogue.get(flag)
         out.setdefault(_dest(flag, info), field)
         for name in _replacement_flags(info.replacement if info else None):

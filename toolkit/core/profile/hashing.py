@@ -18,9 +18,16 @@ HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extend
 # and recorded results must not go stale when they are added.
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
 # how much room the weights need, not which weights; bench.slo is what a tune holds the measurements to, not what
-# runs; the target's power-limit range only bounds validation.
-HASH_EXCLUDED_KNOBS = {"server": {"allow_unauthenticated"}, "probe": {"server_scrape_hz"}, "model": {"size_gib"},
-                       "bench": {"slo"}, "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"}}
+# runs; the target's power-limit range only bounds validation. A patch's `upstream` names the release that
+# carries the change itself: what the pinned release runs is the same.
+HASH_EXCLUDED_KNOBS: dict[str, Any] = {
+    "server": {"allow_unauthenticated"},
+    "probe": {"server_scrape_hz"},
+    "model": {"size_gib"},
+    "bench": {"slo"},
+    "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"},
+    "engine": {"patches": {"__all__": {"upstream"}}},
+}
 
 
 def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:

@@ -81,6 +81,16 @@ class Target(_Strict):
         return int(self.compute_capability[2:]) if self.compute_capability else None
 
 
+RELEASE_PATTERN = r"^\d+\.\d+\.\d+(\.post\d+)?$"
+
+
+class Upstream(_Strict):
+    """Where SGLang itself makes a patch's change: from `release` on the patch is not needed."""
+
+    release: str = Field(pattern=RELEASE_PATTERN, description="the first SGLang release that does it itself")
+    link: str
+
+
 class Patch(_Strict):
     """A change to a file of the installed SGLang, applied by the deploy role with `patch -p1`."""
 
@@ -90,10 +100,11 @@ class Patch(_Strict):
     patch: str = Field(description="patch file, relative to the repository root (profiles/patches/...)")
     reason: str
     link: str
+    upstream: Upstream | None = None
 
 
 class Engine(_Strict):
-    sglang_version: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+(\.post\d+)?$")
+    sglang_version: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     requirements: str | None = Field(default=None, description="requirements lock for the venv, repo-relative")
     venv_path: str = "/opt/sglang/venv"
     patches: list[Patch] = Field(default_factory=list)

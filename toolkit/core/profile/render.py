@@ -4,60 +4,15 @@ SGLang's own `--config` YAML, and the bench_serving argv. Pure functions, golden
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from toolkit.core.profile.model import API_KEY_ENV
+from toolkit.core.profile.catalogue import Catalogue
+from toolkit.core.profile.flagmap import SERVER_KNOBS, Choice, knob_flags, spellings
+from toolkit.core.profile.model import API_KEY_ENV, Server
 from toolkit.core.profile.resolve import ResolvedProfile
 
-
-@dataclass(frozen=True)
-class FlagSpec:
-    """How one typed `server` field becomes SGLang flags (the flag names of the pinned 0.5.x line)."""
-
-    field: str
-    flag: str
-    kind: str  # "value": --flag VALUE when set; "true": --flag when True; "false": --flag when False
-    skip: Callable[[Any], bool] | None = None  # values that mean "SGLang's default": no flag
-
-
-def _is_one(v: Any) -> bool:
-    return bool(v == 1)
-
-
-# Order is the argv order. Flag spellings are checked against the pinned version's catalogue by
-# validate(), so a rename in a newer SGLang shows up as a warning or error there, not at launch.
-SERVER_FLAGS: tuple[FlagSpec, ...] = (
-    FlagSpec("tp_size", "--tp-size", "value"),
-    FlagSpec("pp_size", "--pp-size", "value", _is_one),
-    FlagSpec("ep_size", "--ep-size", "value", _is_one),
-    FlagSpec("dp_size", "--dp-size", "value", _is_one),
-    FlagSpec("enable_dp_attention", "--enable-dp-attention", "true"),
-    FlagSpec("nnodes", "--nnodes", "value", _is_one),
-    FlagSpec("node_rank", "--node-rank", "value"),
-    FlagSpec("dist_init_addr", "--dist-init-addr", "value"),
-    FlagSpec("attention_backend", "--attention-backend", "value"),
-    FlagSpec("prefill_attention_backend", "--prefill-attention-backend", "value"),
-    FlagSpec("decode_attention_backend", "--decode-attention-backend", "value"),
-    FlagSpec("nsa_prefill_backend", "--nsa-prefill-backend", "value"),
-    FlagSpec("nsa_decode_backend", "--nsa-decode-backend", "value"),
-    FlagSpec("moe_runner_backend", "--moe-runner-backend", "value"),
-    FlagSpec("flashinfer_autotune", "--disable-flashinfer-autotune", "false"),
-    FlagSpec("allreduce_fusion", "--enable-flashinfer-allreduce-fusion", "true"),
-    FlagSpec("max_running_requests", "--max-running-requests", "value"),
-    FlagSpec("chunked_prefill_size", "--chunked-prefill-size", "value"),
-    FlagSpec("num_continuous_decode_steps", "--num-continuous-decode-steps", "value"),
-    FlagSpec("mem_fraction_static", "--mem-fraction-static", "value"),
-    FlagSpec("kv_cache_dtype", "--kv-cache-dtype", "value"),
-    FlagSpec("cuda_graph", "--disable-cuda-graph", "false"),
-    FlagSpec("cuda_graph_max_bs", "--cuda-graph-max-bs", "value"),
-    FlagSpec("radix_cache", "--disable-radix-cache", "false"),
-    FlagSpec("enable_metrics", "--enable-metrics", "true"),
-)
-
-
-# The flags typed fields render besides SERVER_FLAGS (rendered_flags below), each with the field that owns it.
+# The flags typed fields render besides SERVER_KNOBS (rendered_flags below), each with the field that owns it.
 OWNED_FLAGS: tuple[tuple[str, str], ...] = (
     ("--model-path", "model.repo_id"),
     ("--revision", "model.revision"),
@@ -70,10 +25,16 @@ OWNED_FLAGS: tuple[tuple[str, str], ...] = (
 )
 
 
-def typed_flags() -> dict[str, str]:
+def typed_flags(catalogue: Catalogue | None = None) -> dict[str, str]:
     """Every flag a typed field renders -> that field (server.tp_size, model.repo_id, ...): the flags whose
-    settings extra_args may not touch."""
-    return {**dict(OWNED_FLAGS), **{fs.flag: f"server.{fs.field}" for fs in SERVER_FLAGS}}
+    settings extra_args may not touch. A knob owns each of its spellings (flagmap.py: the first, the renamed
+    ones, those the catalogue's deprecations lead to), whichever its release renders."""
+    out = dict(OWNED_FLAGS)
+    for knob in SERVER_KNOBS:
+        for spelling, _ in spellings(knob, catalogue):
+            for flag, _value in spelling:
+                out.setdefault(flag, f"server.{knob.field}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -92,7 +53,18 @@ def _fmt(value: Any) -> str:
 
 
 def rendered_flags(resolved: ResolvedProfile) -> list[RenderedFlag]:
-    """Every SGLang flag the launch argv carries, in order (extra_args included, the API key last but one)."""
+    """Every SGLang flag the launch argv carries, in order (the API key last), each knob spelled as the
+    pinned release spells it (`resolved.catalogue`). A knob that release has no counterpart for is an
+    error validate() reports first; here it raises."""
+    flags, missing = knob_rendering(resolved)
+    if missing:
+        raise ValueError(f"{', '.join(c.knob.field for _, c in missing)}: no counterpart in the pinned SGLang; "
+                         "validate() reports this before rendering")
+    return flags
+
+
+def knob_rendering(resolved: ResolvedProfile) -> tuple[list[RenderedFlag], list[tuple[str, Choice]]]:
+    """(the rendered flags, the set knobs whose release has no spelling for them as (path, Choice))."""
     spec = resolved.spec
     model, server = spec.model, spec.server
     out = [RenderedFlag("model.repo_id", "--model-path", model.local_path or _require(model.repo_id, "model.repo_id"))]
@@ -106,19 +78,41 @@ def rendered_flags(resolved: ResolvedProfile) -> list[RenderedFlag]:
         out.append(RenderedFlag("model.trust_remote_code", "--trust-remote-code", None))
     out.append(RenderedFlag("server.host", "--host", server.host))
     out.append(RenderedFlag("server.port", "--port", str(server.port)))
-    for fs in SERVER_FLAGS:
-        value = getattr(server, fs.field)
-        path = f"server.{fs.field}"
-        if fs.kind == "value":
-            if value is None or (fs.skip and fs.skip(value)):
+    choices = knob_flags(resolved.catalogue)
+    missing: list[tuple[str, Choice]] = []
+    drops: set[str] = set()
+    knob_flags_out: list[RenderedFlag] = []
+    for knob in SERVER_KNOBS:
+        value = getattr(server, knob.field)
+        path = f"server.{knob.field}"
+        if knob.kind == "value":
+            if value is None or (knob.skip and knob.skip(value)):
                 continue
-            out.append(RenderedFlag(path, fs.flag, _fmt(value)))
-        elif (fs.kind == "true" and value) or (fs.kind == "false" and not value):
-            out.append(RenderedFlag(path, fs.flag, None))
+        elif not ((knob.kind == "true" and value) or (knob.kind == "false" and not value)):
+            continue
+        choice = choices[knob.field]
+        if choice.spelling is None:
+            missing.append((path, choice))
+            continue
+        drops.update(choice.drops)
+        for flag, template in choice.spelling:
+            knob_flags_out.append(RenderedFlag(path, flag, _fill(template, value, server)))
+    out += [rf for rf in knob_flags_out if rf.flag not in drops]
     if server.api_key_secret:
         # systemd expands ${VAR} as one word from the EnvironmentFile written from the secret.
         out.append(RenderedFlag("server.api_key_secret", "--api-key", "${" + API_KEY_ENV + "}"))
-    return out
+    return out, missing
+
+
+def _fill(template: str | None, value: Any, server: Server) -> str | None:
+    """A spelling's value: the knob's own ({value}), another server knob's ({dp_size}), or a literal."""
+    if template is None:
+        return None
+    if template == "{value}":
+        return _fmt(value)
+    if template.startswith("{") and template.endswith("}"):
+        return _fmt(getattr(server, template[1:-1]))
+    return template
 
 
 def _require(value: str | None, path: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.source import Path, ProfileSource, dotted
 
@@ -49,6 +50,9 @@ class ResolvedProfile:
     data: dict[str, Any]  # the merged data the spec was validated from
     origins: dict[str, Origin] = field(default_factory=dict)  # dotted path -> where it was set
     source: ProfileSource | None = None
+    # The pinned release's flag catalogue (the store attaches it): rendering spells each knob as that release
+    # does. None: no catalogue known, each knob renders its first (0.5.9) spelling and validate() says so.
+    catalogue: Catalogue | None = field(default=None, repr=False)
 
     # Section shortcuts, so callers write resolved.server.tp_size.
     @property
@@ -319,8 +323,9 @@ def _describe(annotation: Any, metadata: Any = ()) -> str:
     return text + (f" {' and '.join(bounds)}" if bounds else "")
 
 
-def resolve(name: str, loader: Loader) -> ResolvedProfile:
-    """Load `name` and its parents, merge them child-over-parent and validate the result's types."""
+def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | None] | None = None) -> ResolvedProfile:
+    """Load `name` and its parents, merge them child-over-parent and validate the result's types.
+    `catalogues(version)` gives the pinned release's flag catalogue to attach (rendering follows it)."""
     chain: list[ProfileSource] = []
     seen: list[str] = []
     current: str | None = name
@@ -395,6 +400,7 @@ def resolve(name: str, loader: Loader) -> ResolvedProfile:
                 )
             )
         raise ToolkitError(problems) from None
+    version = spec.engine.sglang_version
     return ResolvedProfile(
         name=own.name,
         file=own.file,
@@ -403,6 +409,7 @@ def resolve(name: str, loader: Loader) -> ResolvedProfile:
         data=merged,
         origins=origins,
         source=own,
+        catalogue=catalogues(version) if catalogues is not None and version else None,
     )
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.core.profile.argv import read_option
+from toolkit.core.profile.catalogue import release_key
+from toolkit.core.profile.flagmap import SERVER_KNOBS
 from toolkit.core.profile.model import SECRET_SCHEMES
-from toolkit.core.profile.render import SERVER_FLAGS
 from toolkit.core.profile.resolve import ResolvedProfile
 
 # Architectures whose attention is NSA/DSA sparse attention (server_args.py: is_deepseek_nsa).
@@ -58,6 +59,24 @@ class Rule:
     message: str
     fix: str
     source: str  # the thread or measurement that justifies the rule
+    # The SGLang releases it applies to: "" all, else comma-separated bounds (">=0.5.17", ">=0.5.13,<0.5.20").
+    releases: str = ""
+
+
+def release_in(version: str | None, releases: str) -> bool:
+    """Whether `version` is in `releases` (see Rule.releases); an unpinned profile is in every range."""
+    if not releases or not version:
+        return True
+    for bound in releases.split(","):
+        bound = bound.strip()
+        op = bound[:2] if bound[:2] in (">=", "<=", "==") else bound[:1]
+        edge, have = release_key(bound[len(op):]), release_key(version)
+        ok = {">=": have >= edge, "<=": have <= edge, "==": have == edge, ">": have > edge, "<": have < edge}.get(op)
+        if ok is None:
+            raise ValueError(f"bad release bound {bound!r} (write >=0.5.17, <0.5.20, ...)")
+        if not ok:
+            return False
+    return True
 
 
 RULES: tuple[Rule, ...] = (
@@ -119,17 +138,19 @@ RULES: tuple[Rule, ...] = (
         when=(
             Clause("derived.nsa_architecture", "truthy"),
             Clause("derived.phase_backend_set", "truthy"),
-            Clause("server.attention_backend", "ne", "nsa"),
+            Clause("server.attention_backend", "not_in", ("nsa", "dsa")),
         ),
         severity="warning",
         field="server.prefill_attention_backend",
-        message="SGLang picks the nsa attention backend for an NSA model only while attention_backend, "
-        "prefill_attention_backend and decode_attention_backend are all unset (server_args.py "
-        "is_attention_backend_not_set); with a per-phase backend set it does not choose nsa, so the "
+        message="SGLang picks the nsa attention backend (dsa from 0.5.13) for an NSA model only while "
+        "attention_backend, prefill_attention_backend and decode_attention_backend are all unset "
+        "(is_attention_backend_not_set); with a per-phase backend set it does not choose it, so the "
         "nsa_*_backend settings may not take effect",
-        fix="if NSA is wanted, set server.attention_backend: nsa and pick nsa_prefill_backend/nsa_decode_backend; "
-        "else confirm on the hardware (SGLang logs 'Use nsa attention backend' when NSA is on)",
-        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py#L5114",
+        fix="if NSA is wanted, set server.attention_backend: nsa (dsa from 0.5.13) and pick "
+        "nsa_prefill_backend/nsa_decode_backend; else confirm on the hardware (SGLang logs 'Use nsa attention "
+        "backend', or 'Use dsa attention backend', when it is on)",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.9/python/sglang/srt/server_args.py#L5114; "
+        "0.5.23: arg_groups/model_overrides/deepseek_v2.py",
     ),
     Rule(
         id="flashinfer-cutlass-ep",
@@ -167,6 +188,63 @@ RULES: tuple[Rule, ...] = (
         "communication-bound run (docs/story.md: 100 % util at ~250 W of 600 W per GPU)",
         fix="compare against expert parallel or TP4+PP2 (glm5-ep8, glm5-tp4-pp2)",
         source="docs/story.md, the probe: nvidia-smi during the 3,740 tok/s run",
+    ),
+    Rule(
+        id="sm120-dsa-trtllm-backend",
+        when=(
+            Clause("target.compute_capability", "eq", "SM120"),
+            Clause("derived.nsa_attention", "truthy"),
+            Clause("derived.dsa_trtllm", "truthy"),
+        ),
+        severity="warning",
+        field="server.nsa_decode_backend",
+        message="SGLang 0.5.17+ routes GLM DSA attention on SM120 to flashinfer_sparse_mla by itself "
+        "(arg_groups/overrides.py, is_glm_sm12_fp8); the change's own test on 8x RTX PRO 6000 found explicit trtllm "
+        "DSA backends failing with 'TllmGenFmhaRunner ... Unsupported architecture'. The story's trtllm was "
+        "measured on 0.5.9 only",
+        fix="unset server.nsa_decode_backend/nsa_prefill_backend (SGLang's SM120 choice) or set flashinfer_sparse_mla, "
+        "and confirm on the hardware before trusting trtllm on this release",
+        source="https://github.com/sgl-project/sglang/pull/29580",
+        releases=">=0.5.17",
+    ),
+    Rule(
+        id="sm120-dsa-full-decode-graph",
+        when=(
+            Clause("target.compute_capability", "eq", "SM120"),
+            Clause("derived.nsa_attention", "truthy"),
+            Clause("server.cuda_graph", "truthy"),
+            Clause("derived.decode_graph_backend_set", "falsy"),
+        ),
+        severity="warning",
+        field="server.cuda_graph",
+        message="on SM120 with GLM DSA, capturing the default `full` decode CUDA graph can hang, while a "
+        "piecewise decode graph captured (8x RTX PRO 6000, 96 GB)",
+        fix="add --cuda-graph-backend-decode with a non-full backend this release offers to server.extra_args "
+        "(tc_piecewise up to 0.5.21; see toolkit/data/sglang_flags/), or keep server.cuda_graph: false",
+        source="https://github.com/sgl-project/sglang/pull/29580",
+        releases=">=0.5.14",
+    ),
+    Rule(
+        id="pcie-allreduce-fusion",
+        when=(Clause("target.interconnect", "eq", "pcie"), Clause("server.allreduce_fusion", "truthy")),
+        severity="warning",
+        field="server.allreduce_fusion",
+        message="FlashInfer's fused allreduce backends assume an NVLink or multicast fabric (trtllm single-node "
+        "NVLink, mnnvl MNNVL); on a PCIe-only host every peer transfer crosses the root complex",
+        fix="set server.allreduce_fusion: false on PCIe-only hosts, or measure it against NCCL first",
+        source="https://github.com/flashinfer-ai/flashinfer/pull/4393 (the backends and what each assumes); "
+        "SGLang 0.5.23 --flashinfer-allreduce-fusion-backend help",
+    ),
+    Rule(
+        id="no-p2p-skip-p2p-check",
+        when=(Clause("target.p2p", "eq", False), Clause("env.SGLANG_SKIP_P2P_CHECK", "eq", "1")),
+        severity="error",
+        field="env.SGLANG_SKIP_P2P_CHECK",
+        message="SGLANG_SKIP_P2P_CHECK=1 makes SGLang's custom allreduce trust the driver's P2P report, which "
+        "can say yes where P2P does not work (custom_all_reduce_utils.py can_actually_p2p); the target has no P2P",
+        fix="remove SGLANG_SKIP_P2P_CHECK from env: SGLang's own check then keeps the custom allreduce off",
+        source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/distributed/"
+        "device_communicators/custom_all_reduce_utils.py",
     ),
     Rule(
         id="public-bind-without-api-key",
@@ -438,7 +516,7 @@ ARGV_VALUE_PATHS = (
     "model.revision",
     "model.served_model_name",
     "model.quantization",
-    *(f"server.{fs.field}" for fs in SERVER_FLAGS if fs.kind == "value"),
+    *(f"server.{k.field}" for k in SERVER_KNOBS if k.kind == "value"),
     "bench.backend",
     "bench.dataset_name",
     "bench.tokenizer",
@@ -667,7 +745,7 @@ def facts_of(resolved: ResolvedProfile) -> dict[str, Any]:
     facts["derived.nsa_attention"] = (
         resolved.spec.model.architecture in NSA_ARCHITECTURES
         or bool(server.nsa_decode_backend or server.nsa_prefill_backend)
-        or server.attention_backend == "nsa"
+        or server.attention_backend in ("nsa", "dsa")
     )
     facts["derived.ep_1_or_tp"] = server.ep_size in (1, server.tp_size)
     facts["derived.nsa_architecture"] = resolved.spec.model.architecture in NSA_ARCHITECTURES
@@ -675,9 +753,18 @@ def facts_of(resolved: ResolvedProfile) -> dict[str, Any]:
     # A host that is no address is its own error (host-address); it is not also called a public bind.
     facts["derived.bind_public"] = host_problem(server.host) is None and not is_loopback(server.host)
     facts["derived.allow_unauthenticated_why"] = "server.allow_unauthenticated" in resolved.spec.why
+    facts["derived.dsa_trtllm"] = "trtllm" in (server.nsa_decode_backend, server.nsa_prefill_backend)
+    facts["derived.decode_graph_backend_set"] = any(
+        a.split("=", 1)[0] == "--cuda-graph-backend-decode" for a in server.extra_args
+    )
     return facts
 
 
 def matching_rules(resolved: ResolvedProfile, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
     facts = facts_of(resolved)
-    return [rule for rule in rules if all(clause.holds(facts) for clause in rule.when)]
+    version = resolved.spec.engine.sglang_version
+    return [
+        rule
+        for rule in rules
+        if release_in(version, rule.releases) and all(clause.holds(facts) for clause in rule.when)
+    ]

@@ -8,7 +8,15 @@ from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.flags import extra_args_problems, rendered_flag_problems
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.profile.rules import FIELD_RULES, RULES, FieldRule, Rule, field_rule_hits, matching_rules
+from toolkit.core.profile.rules import (
+    FIELD_RULES,
+    RULES,
+    FieldRule,
+    Rule,
+    field_rule_hits,
+    matching_rules,
+    release_in,
+)
 
 REQUIRED = (
     ("target.gpu_count", "the number of GPUs per node, e.g. 8"),
@@ -39,6 +47,7 @@ def validate(
     later += _power_limit(resolved)
     later += _secrets(resolved)
     later += _whys(resolved)
+    later += _patches_upstream(resolved)
     for rule in matching_rules(resolved, rules):
         later.append(
             resolved.problem(rule.field, f"{rule.message} (source: {rule.source})", rule.fix, rule.severity, rule.id)
@@ -239,6 +248,23 @@ def _secrets(resolved: ResolvedProfile) -> list[Problem]:
                     f"env.{key}",
                     "a secret in env would be written into the unit and logs",
                     "remove it; give secrets by reference (server.api_key_secret)",
+                )
+            )
+    return out
+
+
+def _patches_upstream(resolved: ResolvedProfile) -> list[Problem]:
+    """A patch whose change the pinned release makes itself (engine.patches[].upstream) would not apply there."""
+    out = []
+    version = resolved.spec.engine.sglang_version
+    for i, patch in enumerate(resolved.spec.engine.patches):
+        if patch.upstream is not None and version and release_in(version, f">={patch.upstream.release}"):
+            out.append(
+                resolved.problem(
+                    f"engine.patches.{i}",
+                    f"patch {patch.name} is not needed on SGLang {version}: SGLang makes the change itself since "
+                    f"{patch.upstream.release} ({patch.upstream.link})",
+                    "remove the patch for this release (`toolkit profile migrate` drops it)",
                 )
             )
     return out

@@ -5,9 +5,13 @@ The lab has no GPU and no torch, so SGLang's real server cannot start there. Thi
 place in the lab only, and says so everywhere: on stdout at start and per request (the journal the
 deploy reads), in an `X-Lab-Standin` header on every response, and in every JSON body.
 
-It parses the same flags the rendered SGLang argv carries (--host, --port, --api-key,
---served-model-name, --model-path, ...; unknown flags are accepted and reported in server_info),
-and answers what SGLang's clients and the toolkit use:
+It parses its argv as the installed SGLang release's own parser does, from that release's flag catalogue
+(toolkit/data/sglang_flags/VERSION.json, which travels in the toolkit's wheel with this file): an unknown or
+removed flag, a value outside a flag's choices, a missing value or a missing --model-path exits 2 with
+argparse's own message, as `sglang.launch_server` would, so a render the release cannot start fails the
+lab's deploy too. It then interprets --host, --port, --api-key, --served-model-name, --model-path, --tp-size
+and the scheduler flags (the rest are reported in server_info), and answers what SGLang's clients and the
+toolkit use:
   GET  /health, /health_generate          200, or 503 while "starting" or when told to fail
   GET  /get_server_info, /server_info     the parsed server args, `version`, `lab_standin`
   GET  /v1/models                         the served model
@@ -29,6 +33,8 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_NAN_LOG=1       after the first generation, log the line SGLang's sampler raises on
                                  NaN logits (the deploy must fail with that line)
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
+  SGLANG_STANDIN_FLAGS           a flag catalogue (JSON) to parse against instead of the installed release's
+                                 (tests and benchmarks that run this file without SGLang installed)
   SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
                                  the profile's target (the engine model's hardware; defaults: the story's
                                  RTX PRO 6000 Blackwell, 96 GiB, 600 W, 87 W idle, PCIe without P2P)
@@ -79,6 +85,104 @@ def _sglang_version() -> str:
         return version("sglang")
     except Exception:
         return "not installed"
+
+
+def catalogue_file(env: dict[str, str], here: str) -> tuple[str | None, str]:
+    """(the catalogue to parse against, or None, and how it was chosen). The installed release's, from the
+    toolkit's data beside this package (the toolkit's wheel in the engine's venv, or the checkout), or a copy
+    beside this file; SGLANG_STANDIN_FLAGS wins."""
+    explicit = env.get("SGLANG_STANDIN_FLAGS")
+    if explicit:
+        return explicit, "SGLANG_STANDIN_FLAGS"
+    version = _sglang_version()
+    if version == "not installed":
+        return None, "no SGLang is installed beside the stand-in and SGLANG_STANDIN_FLAGS is not set"
+    for folder in (here, os.path.join(here, "..", "..", "data", "sglang_flags")):
+        path = os.path.join(folder, f"{version}.json")
+        if os.path.isfile(path):
+            return path, f"the installed SGLang {version}"
+    return None, f"no flag catalogue {version}.json beside the stand-in for the installed SGLang {version}"
+
+
+class _Refused(argparse.Action):
+    """A flag SGLang retired with a message (its DeprecatedAction(error_message=...)): parser.error(message)."""
+
+    def __init__(self, option_strings: list[str], dest: str, error: str = "", **kwargs: Any) -> None:
+        self.error = error
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(self.error)
+
+
+class _Deprecated(argparse.Action):
+    """A deprecated spelling SGLang still takes: it stores, and says so as SGLang's print_deprecated_warning does."""
+
+    def __init__(self, option_strings: list[str], dest: str, switch_value: Any = None, **kwargs: Any) -> None:
+        self.switch_value = switch_value
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        log(f"The command line argument '{option_string}' is deprecated and will be removed in future versions.")
+        setattr(namespace, self.dest, self.switch_value if self.nargs == 0 else values)
+
+
+_TYPES: dict[str, Any] = {"int": int, "float": float}
+
+
+def sglang_parser(catalogue: dict[str, Any]) -> argparse.ArgumentParser:
+    """An ArgumentParser with the release's flags as SGLang registers them: names, dest, nargs, choices, the
+    int/float types, required. Its errors are argparse's own (SGLang's parser is a plain ArgumentParser too);
+    SGLang's own value parsers (json_list_type, ...) take any string here."""
+    parser = argparse.ArgumentParser(prog=catalogue.get("prog") or "launch_server.py")
+    for flag in catalogue["flags"]:
+        names = flag["names"]
+        kwargs: dict[str, Any] = {"dest": flag["dest"]}
+        nargs = flag.get("nargs")
+        if flag.get("error"):
+            kwargs.update(action=_Refused, error=flag["error"], nargs=0 if nargs == 0 else nargs)
+            parser.add_argument(*names, **kwargs)
+            continue
+        if flag.get("action") == "BooleanOptionalAction":
+            positive = [n for n in names if not n.startswith("--no-")]
+            parser.add_argument(*positive, action=argparse.BooleanOptionalAction, default=flag.get("default"),
+                                dest=flag["dest"])
+            continue
+        if nargs == 0:
+            value = flag.get("action") != "store_false"
+            if flag.get("deprecated"):
+                kwargs.update(action=_Deprecated, nargs=0, switch_value=value)
+            else:
+                kwargs.update(action="store_const", const=value)
+            kwargs["default"] = flag.get("default")
+        else:
+            if nargs is not None:
+                kwargs["nargs"] = nargs
+            if flag.get("choices") is not None:
+                kwargs["choices"] = flag["choices"]
+            if flag.get("type") in _TYPES:
+                kwargs["type"] = _TYPES[flag["type"]]
+            if flag.get("deprecated"):
+                kwargs["action"] = _Deprecated
+            kwargs["default"] = flag.get("default")
+            kwargs["required"] = bool(flag.get("required"))
+        parser.add_argument(*names, **kwargs)
+    return parser
+
+
+def parse_like_sglang(argv: list[str], env: dict[str, str]) -> argparse.Namespace:
+    """argv through the release's own parser: argparse exits 2 with its message for anything SGLang refuses.
+    Without a catalogue the stand-in cannot know what the release accepts, and refuses to start (exit 2)."""
+    path, how = catalogue_file(env, os.path.dirname(os.path.abspath(__file__)))
+    if path is None:
+        print(f"[{STANDIN}] cannot check the flags as SGLang would: {how}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    with open(path, encoding="utf-8") as f:
+        catalogue = json.load(f)
+    log(f"parsing the flags as SGLang {catalogue.get('sglang_version')}'s parser does ({how})")
+    return sglang_parser(catalogue).parse_args(argv)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -449,6 +553,9 @@ class _Server(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv != ["--version"]:
+        parse_like_sglang(argv, dict(os.environ))
     args, rest = build_parser().parse_known_args(argv)
     try:
         state = State(args, rest)

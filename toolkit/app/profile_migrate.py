@@ -1,0 +1,122 @@
+"""Migrate a profile to another SGLang release (`toolkit profile migrate`): plan, check, then write.
+
+The plan is the pure core's (toolkit.core.profile.migrate); here are its inputs (the profile, both releases'
+catalogues, the target release's wheel for the patch targets and the lock file) and what follows it: the
+rewritten profile and every profile that extends it are validated against the target release before anything
+is written, and then the lock file and the profile are written atomically, the profile last.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolkit.adapters import sglang_catalogue
+from toolkit.adapters.files import write_atomic
+from toolkit.adapters.profile_store import ProfileStore
+from toolkit.adapters.sglang_catalogue import load_catalogue
+from toolkit.app.profiles import check
+from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.profile.catalogue import release_key
+from toolkit.core.profile.migrate import Migration, PatchTarget, lock_path, lock_text, plan_migration
+from toolkit.core.profile.resolve import resolve
+from toolkit.core.profile.rules import release_in
+from toolkit.core.profile.source import ProfileSource, parse_profile_text
+
+
+@dataclass
+class MigrateResult:
+    migration: Migration
+    diff: str = ""  # unified diff of the profile's text
+    problems: dict[str, list[Problem]] = field(default_factory=dict)  # profile -> problems on the target release
+    lock_file: str = ""
+    lock_written: bool = False
+    written: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.migration.refusals and not any(
+            p.severity == "error" for ps in self.problems.values() for p in ps
+        )
+
+
+def migrate_profile(
+    store: ProfileStore, name: str, version: str, *, new_name: str | None = None, write: bool = False
+) -> MigrateResult:
+    new = load_catalogue(version)
+    if new is None:
+        raise ToolkitError.of(
+            f"no flag catalogue for SGLang {version}",
+            field="--sglang-version",
+            fix=f"run `toolkit profile catalogue --sglang-version {version}` first, or pick one of "
+            f"{', '.join(sglang_catalogue.available_versions())}",
+        )
+    if new_name is not None and store.path(new_name).exists():
+        raise ToolkitError.of(f"{store.path(new_name)} exists", field="--as", fix="give a new profile name")
+    resolved = store.resolve(name)
+    source = store.source(name)
+    root = store.dir.resolve().parent
+    lock = root / lock_path(version)
+    # The wheel (cached, else downloaded) is read for the lock file and for patches SGLang does not carry itself.
+    upstream = {i for i, p in enumerate(resolved.spec.engine.patches)
+                if p.upstream is not None and release_in(version, f">={p.upstream.release}")}
+    to_check = [(i, p) for i, p in enumerate(resolved.spec.engine.patches) if i not in upstream]
+    wheel = sglang_catalogue.ensure_wheel(version) if to_check or not lock.is_file() else None
+    targets: dict[int, PatchTarget] = {}
+    for i, patch in to_check:
+        assert wheel is not None
+        data = sglang_catalogue.wheel_file(wheel, patch.target)
+        targets[i] = PatchTarget(data is not None, hashlib.sha256(data).hexdigest() if data is not None else None)
+    pinned = resolved.spec.engine.sglang_version
+    between = [c for v in sglang_catalogue.available_versions()
+               if pinned and release_key(pinned) < release_key(v) < release_key(version)
+               and (c := load_catalogue(v)) is not None]
+    migration = plan_migration(source, resolved, resolved.catalogue, new, patch_targets=targets, new_name=new_name,
+                               history=between[::-1])
+    result = MigrateResult(migration, lock_file=lock_path(version))
+    if migration.text is None:
+        return result
+    target_name = new_name or name
+    target_file = str(store.path(target_name))
+    before = "" if new_name else source.text
+    result.diff = "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True), migration.text.splitlines(keepends=True),
+            "/dev/null" if new_name else f"a/{store.path(name).name}", f"b/{Path(target_file).name}",
+        )
+    )
+    new_source = parse_profile_text(target_name, target_file, migration.text)
+
+    def loader(n: str) -> ProfileSource:
+        return new_source if n == target_name else store.source(n)
+
+    affected = [target_name] + ([] if new_name else _children(store, name))
+    for profile in affected:
+        migrated = resolve(profile, loader, load_catalogue)
+        result.problems[profile] = check(migrated)
+    if not write or not result.ok:
+        return result
+    if not lock.is_file():
+        assert wheel is not None
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(lock, lock_text(version, sglang_catalogue.wheel_requires(wheel), wheel.name))
+        result.lock_written = True
+    write_atomic(target_file, migration.text)
+    result.written = True
+    return result
+
+
+def _children(store: ProfileStore, name: str) -> list[str]:
+    """Profiles whose extends: chain passes through `name` (they move with it)."""
+    out = []
+    for other in store.names():
+        if other == name:
+            continue
+        try:
+            if name in store.resolve(other).chain:
+                out.append(other)
+        except ToolkitError:
+            continue
+    return out
