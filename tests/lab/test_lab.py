@@ -98,7 +98,7 @@ def ct(lab: LabState) -> Iterator[LabState]:
     lab.ssh("pve1", f"pct stop {VMID}; pct destroy {VMID}")
     ok(lab, "pve1", f"cp /root/.ssh/authorized_keys /root/ct.pub && pct create {VMID} "
                     f"{template(lab)} --hostname ct --cores 2 --memory 2048 --swap 0 "
-                    f"--rootfs local:8 --features nesting=1 --unprivileged 0 --ssh-public-keys /root/ct.pub "
+                    f"--rootfs local-lvm:8 --features nesting=1 --unprivileged 0 --ssh-public-keys /root/ct.pub "
                     f"--net0 name=eth0,bridge=vmbr0,ip={c.ct_address}/24,gw={c.bridge_address}")
     # dev0 through Proxmox's own key; nvidiactl bound in by a raw mount entry with no cgroup rule.
     ok(lab, "pve1", f"pct set {VMID} --dev0 /dev/nvidia0,mode=0666 && printf '%s\\n' "
@@ -142,7 +142,7 @@ def test_passthrough_allowed_major_gives_enxio_and_unallowed_gives_eperm(ct: Lab
 def test_unprivileged_container_boots_and_gets_its_device_with_the_mapped_ids(lab: LabState) -> None:
     ip = lab.config.ct_subnet.replace(".0/24", ".120/24")
     lab.ssh("pve1", "pct stop 120; pct destroy 120")
-    ok(lab, "pve1", f"pct create 120 {template(lab)} --hostname u --unprivileged 1 "
+    ok(lab, "pve1", f"pct create 120 {template(lab)} --storage local-lvm --hostname u --unprivileged 1 "
                     f"--net0 name=eth0,bridge=vmbr0,ip={ip} --dev0 /dev/nvidia0,mode=0666,uid=0,gid=44 && "
                     "pct start 120")
     try:
@@ -168,8 +168,8 @@ def test_ip_dhcp_gets_the_reserved_address_from_the_lans_dhcp_server(lab: LabSta
     system.reserve_dhcp_address(f"dhcp-{vmid}", reserved)
     lab.ssh("pve1", f"pct stop {vmid}; pct destroy {vmid}")
     ok(lab, "pve1", f"test -f /var/lib/vz/template/cache/{name} || pveam download local {name} >/dev/null; "
-                    f"pct create {vmid} local:vztmpl/{name} --hostname dhcp-{vmid} --unprivileged 0 "
-                    f"--net0 name=eth0,bridge=vmbr0,ip=dhcp,type=veth && pct start {vmid}")
+                    f"pct create {vmid} local:vztmpl/{name} --storage local-lvm --hostname dhcp-{vmid} "
+                    f"--unprivileged 0 --net0 name=eth0,bridge=vmbr0,ip=dhcp,type=veth && pct start {vmid}")
     try:
         assert "iface eth0 inet dhcp" in ok(lab, "pve1", f"pct exec {vmid} -- cat /etc/network/interfaces")
         addr = f"pct exec {vmid} -- ip -4 -o addr show dev eth0"
@@ -181,14 +181,14 @@ def test_ip_dhcp_gets_the_reserved_address_from_the_lans_dhcp_server(lab: LabSta
 
 
 def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusals(lab: LabState) -> None:
-    ok(lab, "pve1", f"pct create 101 {template(lab)} --hostname missing-dev "
+    ok(lab, "pve1", f"pct create 101 {template(lab)} --storage local-lvm --hostname missing-dev "
                     f"--dev0 /dev/nvidia-does-not-exist")
     try:
         proc = lab.ssh("pve1", "pct start 101")
         assert proc.returncode != 0
         assert "Device /dev/nvidia-does-not-exist does not exist" in proc.stderr
         assert ok(lab, "pve1", "pct status 101") == "status: stopped\n"
-        again = lab.ssh("pve1", f"pct create 101 {template(lab)}")
+        again = lab.ssh("pve1", f"pct create 101 {template(lab)} --storage local-lvm")
         assert again.returncode != 0 and "already exists" in again.stderr
         bad = lab.ssh("pve1", "pct set 101 --no-such-key 1")
         assert bad.returncode != 0 and "Unknown option: no-such-key" in bad.stderr
@@ -200,7 +200,7 @@ def test_start_fails_like_proxmox_when_a_device_node_is_missing_and_other_refusa
         taken = lab.ssh("pve1", "pvesh get /cluster/nextid --vmid 103")
         assert taken.returncode != 0 and "vmid: VM 103 already exists" in taken.stderr
         assert ok(lab, "pve1", "pvesh get /cluster/nextid --vmid 104") == "104\n"
-        create = lab.ssh("pve1", f"pct create 103 {template(lab)}")
+        create = lab.ssh("pve1", f"pct create 103 {template(lab)} --storage local-lvm")
         assert create.returncode != 0 and "VM 103 already exists on node 'pve2'" in create.stderr
         # A backup's lock holds the config.
         ok(lab, "pve1", "echo 'lock: backup' >> /etc/pve/lxc/101.conf")

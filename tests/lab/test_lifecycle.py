@@ -88,8 +88,9 @@ def test_down_removes_everything_up_made_and_a_warm_up_is_fast() -> None:
         tmpl = f"local:vztmpl/{plan.TEMPLATE_NAME}"
         state.ssh("pve1", f"pveam download local {plan.TEMPLATE_NAME}")
         ct_ip = state.config.ct_subnet.replace(".0/24", ".150/24")
-        proc = state.ssh("pve1", f"pct create 150 {tmpl} --hostname t --net0 name=eth0,bridge=vmbr0,ip={ct_ip} "
-                                 "--dev0 /dev/nvidia1 && pct start 150 && pct status 150")
+        proc = state.ssh("pve1", f"pct create 150 {tmpl} --storage local-lvm --hostname t "
+                                 f"--net0 name=eth0,bridge=vmbr0,ip={ct_ip} --dev0 /dev/nvidia1 "
+                                 "&& pct start 150 && pct status 150")
         assert proc.stdout.endswith("status: running\n"), proc.stderr
         lab_pids = system.cgroup_pids()
         assert len(lab_pids) > 3

@@ -231,3 +231,42 @@ def _processes_with(needle: str) -> list[int]:
             except OSError:
                 continue
     return pids
+
+
+def test_rotation_keeps_a_run_another_process_is_still_making(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The runs directory is shared by every toolkit process of the user: a sweep's apply + probe (minutes) runs
+    beside commands that start and rotate many runs. Rotation removes the oldest finished runs down to the newest
+    20, never the directory of a run still going in a live process (it would lose its events and fail)."""
+    import os
+    import subprocess
+
+    book, inv, out = local
+    artifacts = tmp_path / "runs" / "artifacts"
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process that has exited: its pid names runs that are over
+    live = subprocess.Popen(["sleep", "120"])
+    try:
+        def run_dir(stamp: int, pid: int, *, finished: bool) -> Path:
+            d = artifacts / f"20261205T{stamp:06d}-deploy-{pid}"
+            (d / "job_events").mkdir(parents=True)
+            if finished:
+                (d / "rc").write_text("0")
+            os.utime(d, (1_000_000 + stamp, 1_000_000 + stamp))
+            return d
+
+        running = run_dir(0, live.pid, finished=False)  # the oldest of all, still going
+        crashed = run_dir(1, gone.pid, finished=False)  # its process died before it wrote rc
+        finished = [run_dir(10 + i, gone.pid, finished=True) for i in range(22)]
+        result = run_playbook(str(book), inventory=inv, extravars={"out": str(out)},
+                              private_data_dir=tmp_path / "runs", secrets={"tiny_secret": "x"})
+        assert result.rc == 0
+        left = sorted(p.name for p in artifacts.iterdir())
+        assert running.is_dir() and (running / "job_events").is_dir(), left
+        assert not crashed.exists(), left
+        # 20 kept: this run and the 19 newest finished ones; the 3 oldest finished ones went.
+        assert [d.exists() for d in finished] == [False] * 3 + [True] * 19, left
+        assert result.artifacts_dir is not None and result.artifacts_dir.is_dir()
+        assert len(left) == 21
+    finally:
+        live.kill()
+        live.wait()

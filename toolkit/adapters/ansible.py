@@ -390,8 +390,10 @@ _RUNNER_SETTINGS = "pexpect_timeout: 1\n"
 
 def _rotate_artifacts(private_data_dir: Path, keep: int, current: Path) -> None:
     """The newest `keep` runs' artifacts stay. Several toolkit processes share the runs directory (two commands
-    at once, the test shards), and ansible-runner's own rotation dies on a file another process removed first
-    (FileNotFoundError in its rmtree, the run lost); this one skips what is already gone."""
+    at once, the test shards, a sweep's applies beside them), and ansible-runner's own rotation dies on a file
+    another process removed first (FileNotFoundError in its rmtree, the run lost); this one skips what is already
+    gone, and never removes a run still going in another process: a sweep's apply + probe runs for minutes, while
+    other commands start and rotate dozens of runs, and a run whose directory goes loses its events."""
     def mtime(path: Path) -> float:
         try:
             return path.stat().st_mtime
@@ -399,11 +401,28 @@ def _rotate_artifacts(private_data_dir: Path, keep: int, current: Path) -> None:
             return 0.0
 
     try:
-        runs = [p for p in (private_data_dir / "artifacts").iterdir() if p.is_dir() and p != current]
+        runs = [p for p in (private_data_dir / "artifacts").iterdir()
+                if p.is_dir() and p != current and not _still_running(p)]
     except OSError:
         return
     for old in sorted(runs, key=mtime)[:max(len(runs) + 1 - keep, 0)]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _still_running(run_dir: Path) -> bool:
+    """A run of another live process: its ident ends in the pid of the process that runs it (run_playbook's ident)
+    and ansible-runner has not written its `rc` yet (it does when the playbook ends). A run whose process died
+    without an `rc` is rotated like any other."""
+    pid = run_dir.name.rsplit("-", 1)[-1]
+    if not pid.isdigit() or int(pid) <= 0 or (run_dir / "rc").exists():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # alive, another user's
+        return True
+    return True
 
 
 def _runner_settings(private_data_dir: Path) -> None:
