@@ -124,6 +124,24 @@ def test_unit_never_holds_the_key_and_expands_it_from_the_environment_file(write
     assert argv[argv.index("--api-key") + 1] == "${SGLANG_API_KEY}"
 
 
+def test_unit_is_the_same_when_only_the_measuring_or_the_power_limit_changes(write_profiles, base_yaml) -> None:
+    """A capacity search changes bench.request_rate on every point, a sweep bench.max_concurrency on every level,
+    an energy tune gpu.power_limit_w (the host role sets it): none of them may touch the unit, or apply restarts a
+    server that takes minutes to load its weights. A server knob does change it."""
+
+    def unit(extra: str) -> str:
+        store = write_profiles({"base": base_yaml, "c": f"schema_version: 1\nname: c\nextends: base\n{extra}"})
+        return render_systemd_unit(store.resolve("c"))
+
+    plain = unit("")
+    measured = unit("bench:\n  request_rate: 17.4\n  max_concurrency: 240\n  seed: 3\nprobe:\n  server_scrape_hz: 4\n"
+                    "gpu:\n  power_limit_w: 400\n")
+    assert measured == plain
+    changed = unit("server:\n  max_running_requests: 128\n")
+    assert changed != plain
+    assert changed.splitlines()[0] != plain.splitlines()[0]  # the header's server hash names the difference
+
+
 def test_unit_with_hostile_values_parses_back_to_the_argv(write_profiles, base_yaml) -> None:
     body = (
         "schema_version: 1\nname: c\nextends: base\nserver:\n  extra_args: "

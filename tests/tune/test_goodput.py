@@ -299,3 +299,60 @@ def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tm
     (srun,) = (tmp_path / "sweeps").iterdir()
     assert (srun / "frontier.png").is_file()
     assert "## Ranked by goodput under the SLO" in (srun / "report.md").read_text()
+
+
+# -- the incumbent's figure is what the candidates were compared with, and the record says where it came from ------
+
+
+def test_a_rate_met_by_one_run_of_two_is_not_met() -> None:
+    from toolkit.core.sweep.state import DONE, Point, VariantState
+
+    def run(itl_p99_ms: float) -> Point:
+        return Point(concurrency=1024, request_rate=9.0, status=DONE, measurement=Measurement(
+            steady_output_tok_per_s=576.0, request_rate=9.0, latency_ms={"itl": {"p99": itl_p99_ms}}))
+
+    def met(*itl_p99_ms: float) -> list[bool]:
+        v = VariantState(index=1, knobs=[], status=DONE, points=[run(x) for x in itl_p99_ms])
+        return [r.met for r in capacity.rate_points(v, {"itl_p99_ms": 300.0})]
+
+    assert met(250.0, 340.0) == [False]  # the mean (295 ms) would have called it met on half the evidence
+    assert met(250.0, 290.0) == [True]
+    assert met(250.0, 340.0, 280.0) == [True]
+
+
+def test_an_incumbent_whose_capacity_moves_at_its_edge_says_so_and_the_best_line_names_its_data(
+        profiles: ProfileStore) -> None:
+    """glm5-tp8 at ITL p99 300 ms sits at its edge: measured again there (a candidate's gain inside the noise), its
+    capacity moves. Every step's comparison is against the figure it had then, and the record says when it moved."""
+    from toolkit.app.profiles import check
+    from toolkit.core.sweep.promote import base_spec, profile_validator
+    from toolkit.core.tune.loop import new_tune_log, run_tune, score
+
+    spec = base_spec(profiles.resolve("glm5-tp8"))
+    state = new_state(run_id="glm5-tp8-t", profile="glm5-tp8", base_spec=spec, axes=[], planned=[],
+                      concurrency=[1024], created="", runner="test")
+    state.tune = new_tune_log(objective="goodput", repeats=3, min_gain_pct=1.0, budget_points=None)
+    state.capacity = capacity.new_capacity(SLO)
+    run_tune(state, spec, EngineModelRunner(base="glm5-tp8", profile_names=profiles.names()),
+             validate=profile_validator("glm5-tp8", state.run_id, profiles.source, check),
+             save=lambda _s: None, clock=lambda: 0.0)
+    log = state.tune
+    steps = log["steps"]
+    rate = steps[0]["result"]["request_rate"]
+    moves = 0
+    for step in steps[1:]:
+        result = step["result"]
+        moved = result.get("incumbent_moved")
+        if moved:
+            moves += 1
+            assert moved["from_request_rate"] == rate and moved["to_request_rate"] != rate
+            assert f"capacity moved from {rate:g} req/s to {moved['to_request_rate']:g} req/s" in result["text"]
+            rate = moved["to_request_rate"]
+        if result.get("decision") == "improved":
+            rate = next(c["request_rate"] for c in step["candidates"] if c["id"] == result["best"])
+    assert moves >= 1, "this profile at this SLO moves at its edge; nothing was exercised"
+    inc = score(state.variant(int(log["incumbent"])), "goodput", state)
+    assert inc is not None and inc.request_rate == rate == log["incumbent_rate"]
+    line = report.best_line(state)
+    assert f"at {rate:g} req/s under the SLO" in line
+    assert "Data: SIMULATED: lab engine model" in line

@@ -168,8 +168,9 @@ class ApplyProbeRunner:
 
     The variant is written as a profile (extends: the base, its knobs, bench.max_concurrency set to the
     point's level) into the run's own profiles directory next to copies of the base's chain, so the
-    user's profiles/ is never touched by a sweep. Apply restarts the service only when the rendered
-    command changed, so the levels of one variant reuse one server.
+    user's profiles/ is never touched by a sweep. Apply restarts the service only when the unit changed, and
+    the unit carries the server's spec alone (not bench.*, probe.* or the power limit:
+    toolkit.core.profile.hashing.server_hash), so the levels and rates of one variant reuse one server.
     """
 
     def __init__(self, ctx: RunnerContext) -> None:

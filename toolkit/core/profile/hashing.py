@@ -45,3 +45,18 @@ def spec_hash(resolved: ResolvedProfile) -> str:
     """sha256 (hex) of the canonical JSON (sorted keys, no spaces) of the resolved spec."""
     text = json.dumps(canonical_spec(resolved), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# What the server does not run: how it is measured (bench, probe) and the host's power limit (gpu, applied by the
+# host role). A capacity search changes bench.request_rate on every point and a sweep bench.max_concurrency on
+# every level: the unit must stay byte for byte the same then, or each point restarts a server that takes minutes
+# to load its weights.
+SERVER_HASH_EXCLUDED = ("bench", "probe", "gpu")
+
+
+def server_hash(resolved: ResolvedProfile) -> str:
+    """sha256 (hex) of the canonical spec without SERVER_HASH_EXCLUDED: which server a unit runs."""
+    spec = {k: v for k, v in canonical_spec(resolved).items() if k not in SERVER_HASH_EXCLUDED}
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+

@@ -163,12 +163,13 @@ class Capacity:
 
 
 def _median_latency(ms: list[Measurement]) -> dict[str, dict[str, float]]:
-    """Each percentile's median over the measurements of one rate."""
+    """Each percentile's median over the measurements of one rate; of an even count, the higher middle one (the
+    mean of a run that met the SLO and one that missed it would call the rate met on half the evidence)."""
     out: dict[str, dict[str, float]] = {}
     keys = sorted({(n, q) for m in ms for n, qs in (m.latency_ms or {}).items() for q in qs})
     for n, q in keys:
         vals = [m.latency_ms[n][q] for m in ms if q in (m.latency_ms or {}).get(n, {})]
-        out.setdefault(n, {})[q] = statistics.median(vals)
+        out.setdefault(n, {})[q] = statistics.median_high(vals)
     return out
 
 

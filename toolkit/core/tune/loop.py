@@ -17,10 +17,11 @@ Each round, in an order a resume can replay from the state alone:
    one rung at a time, until a rung beats the incumbent (`_climb`).
 
 The record (`state.tune`, schema 1): objective, repeats, min_gain_pct, budget_points, incumbent (variant index),
-noise {values, median, spread_pct, band_pct}, steps [{step, from, verdict {variant, class, headline, artifacts,
-concurrency}, ladders [{knob, why, together, profiles, values (the rungs not tried yet)}], candidates [{variant,
-id, knob, ladder, change {path: [old, new]}, why, profiles, status, value, gain_pct}], skipped [{knob, value,
-reason}], result {..}}], failed_directions [{knob, direction, reason, variant}], budget_hit (a rung was left out
+incumbent_rate (its capacity when it became the incumbent, or was last seen to move), noise {values, median,
+spread_pct, band_pct}, steps [{step, from, verdict {variant, class, headline, artifacts, concurrency}, ladders
+[{knob, why, together, profiles, values (the rungs not tried yet)}], candidates [{variant, id, knob, ladder, change
+{path: [old, new]}, why, profiles, status, value, gain_pct}], skipped [{knob, value, reason}], result {..,
+incumbent_moved}}], failed_directions [{knob, direction, reason, variant}], budget_hit (a rung was left out
 for the budget), stop {reason, kind}.
 """
 
@@ -147,7 +148,7 @@ def _objective_value(m: Measurement, objective: str) -> float | None:
     return m.tokens_per_j if objective == "tokens-per-joule" else m.steady_output_tok_per_s
 
 
-def _at_score(v: VariantState, s: Score) -> list[Measurement]:
+def at_score(v: VariantState, s: Score) -> list[Measurement]:
     """Every measurement of the variant at its scored load (the same level and rate): its repeats."""
     return [p.measurement for p in v.points if p.status == DONE and p.measurement is not None
             and p.concurrency == s.concurrency and p.request_rate == s.request_rate]
@@ -160,14 +161,14 @@ def noise_band(state: SweepState, log: Mapping[str, Any]) -> dict[str, Any] | No
     s = score(base, log["objective"], state)
     if s is None:
         return None
-    values = [v for m in _at_score(base, s) for v in [_objective_value(m, log["objective"])] if v is not None]
+    values = [v for m in at_score(base, s) for v in [_objective_value(m, log["objective"])] if v is not None]
     median = statistics.median(values)
     spread_pct = (max(values) - min(values)) / median * 100 if median else 0.0
     rr = run_to_run(values)
     ratios = []
     if state.capacity is not None:
         params = capacity.CapacityParams.of(state.capacity)
-        ratios = [r for m in _at_score(base, s) for r in [capacity.slo_ratio(check_slo(params.slo, m.latency_ms))]
+        ratios = [r for m in at_score(base, s) for r in [capacity.slo_ratio(check_slo(params.slo, m.latency_ms))]
                   if r is not None]
     slo_rr = run_to_run(ratios)
     return {
@@ -192,7 +193,7 @@ def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState)
     s = score(v, objective, state)
     if s is None:
         return None
-    ms = _at_score(v, s)
+    ms = at_score(v, s)
     values = [x for m in ms for x in [_objective_value(m, objective)] if x is not None]
     within = []
     for m in ms:
@@ -256,6 +257,7 @@ def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
         return {"decision": "failed", "text": text}
     log["noise"] = noise_band(state, log)
     log["incumbent"] = 1
+    log["incumbent_rate"] = s.request_rate
     n = log["noise"]
     where = (f"at {n['request_rate']:g} req/s (its capacity under the SLO)" if n.get("request_rate") is not None
              else f"at concurrency {n['concurrency']}")
@@ -350,6 +352,9 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
     inc_ci = variant_interval(state, log, incumbent)
     result: dict[str, Any] = {"incumbent": incumbent.id, "incumbent_value": round(inc.value, 4) if inc else None,
                               "band_pct": band, "incumbent_interval": inc_ci.to_dict() if inc_ci else None}
+    moved = _incumbent_moved(state, log, incumbent, inc)
+    if moved:
+        result["incumbent_moved"] = moved
     guard = _goodput_guard(log, inc)
     eligible = [r for r in rows if guard is None or (r[0].goodput or 0.0) >= guard]
     for r in rows:
@@ -408,7 +413,36 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
     else:
         what = "no candidate could be measured" if not rows else "every candidate gives up goodput"
         result.update(decision="no-gain", text=f"{what}; {incumbent.id} stays")
+    if moved:
+        result["text"] += f" ({moved['text']})"
+        log["incumbent_rate"] = inc.request_rate if inc else None
+    if result.get("decision") == "improved":
+        log["incumbent_rate"] = _incumbent_rate_now(state, log)
     return result
+
+
+def _incumbent_rate_now(state: SweepState, log: Mapping[str, Any]) -> float | None:
+    """The incumbent's capacity rate now (None: closed loop or not measured)."""
+    s = score(state.variant(int(log["incumbent"])), log["objective"], state)
+    return None if s is None else s.request_rate
+
+
+def _incumbent_moved(state: SweepState, log: dict[str, Any], incumbent: VariantState,
+                     inc: Score | None) -> dict[str, Any] | None:
+    """The incumbent's capacity since it became the incumbent, when measuring it again at its edge moved it (the
+    runs there met the SLO on their median latencies after all, or a repeat missed it): the figure every candidate
+    of this step was compared with is the new one, and the record says so. None when it stayed."""
+    if state.capacity is None or inc is None or "incumbent_rate" not in log:
+        return None
+    before = log.get("incumbent_rate")
+    if before == inc.request_rate:
+        return None
+    runs = len(at_score(incumbent, inc))
+    was = "none" if before is None else f"{before:g} req/s"
+    return {"from_request_rate": before, "to_request_rate": inc.request_rate, "runs": runs,
+            "text": f"{incumbent.id}'s capacity moved from {was} to {inc.request_rate:g} req/s, measured again at "
+                    f"its edge: the SLO judged on the median latency of {runs} run(s) there, its figure "
+                    f"{inc.value:,.4g} {unit(log['objective'])} their median"}
 
 
 def _significance(state: SweepState, log: Mapping[str, Any], cand: Score, ci: Interval | None,

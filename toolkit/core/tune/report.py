@@ -9,7 +9,7 @@ from typing import Any
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.report import _md_table, capacity_rows, data_watermark, not_measured_rows, ranking_sections
 from toolkit.core.sweep.state import SweepState
-from toolkit.core.tune.loop import change_text, score, unit, variant_interval
+from toolkit.core.tune.loop import at_score, change_text, score, unit, variant_interval
 
 TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
 
@@ -88,8 +88,15 @@ def best_line(state: SweepState) -> str:
         gain = f" ({(s.value / base.value - 1) * 100:+.1f} % over the base v01)"
     where = f"at {s.request_rate:g} req/s under the SLO" if s.request_rate is not None else \
         f"at concurrency {s.concurrency}"
+    runs = len(at_score(v, s))
+    if runs > 1:
+        where += f" (the median of {runs} runs there)"
     good = f", goodput {s.goodput:,.4g} output tok/s" if s.goodput is not None and log["objective"] != "goodput" else ""
-    return f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} {where}{good}{gain}."
+    # Trust at a glance: the line people copy says where its figure came from, as every step row does.
+    source = s.measurement.data_source
+    provenance = f"SIMULATED: {source}" if data_watermark([source]) else source
+    return (f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} {where}{good}{gain}. "
+            f"Data: {provenance}.")
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None,
