@@ -123,6 +123,9 @@ def main() -> int:
                         "three: at an SLO's edge one seed's capacity differs from the next by up to 25 %")
     parser.add_argument("--grid-knobs", help="only these of the knobs the tune touched span the grid (comma-separated "
                         "paths; default all): a smaller grid for the lab, where a point takes minutes")
+    parser.add_argument("--tune-run", help="a finished tune's run directory (its tune.json and state.json): its "
+                        "record is the tune's side and its wall time is read from its points, and only the grid "
+                        "runs (the tune's own options are then not used)")
     args = parser.parse_args()
 
     from toolkit.adapters.profile_store import ProfileStore
@@ -143,9 +146,13 @@ def main() -> int:
         if getattr(args, flag):
             slo += [f"--{flag.replace('_', '-')}", getattr(args, flag)]
     again = ["--max-repeats", args.max_repeats] if args.max_repeats else []
-    tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats), *again,
-                          "--objective", args.objective, *slo, "--tunes-dir", str(work / "tunes")], cwd=work)
-    (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
+    if args.tune_run:
+        tune_dir = Path(args.tune_run)
+        tune_s = _points_wall_s(json.loads((tune_dir / "state.json").read_text()))
+    else:
+        tune_s, _ = _toolkit(["tune", args.profile, *extra, *conc, "--repeats", str(args.repeats), *again,
+                              "--objective", args.objective, *slo, "--tunes-dir", str(work / "tunes")], cwd=work)
+        (tune_dir,) = [p for p in (work / "tunes").iterdir() if (p / "tune.json").is_file()]
     tune = json.loads((tune_dir / "tune.json").read_text())
     state = json.loads((tune_dir / "state.json").read_text())
     levels = state["concurrency"]
@@ -214,6 +221,11 @@ def main() -> int:
     }
     print(json.dumps(out, indent=1))
     return 0
+
+
+def _points_wall_s(state: dict[str, Any]) -> float:
+    """A finished run's wall time from its points' own durations (a reused tune was not timed here)."""
+    return round(sum(float(p.get("duration_s") or 0.0) for v in state["variants"] for p in v["points"]), 2)
 
 
 def _figure(entry: dict[str, Any], by: str) -> float:

@@ -45,3 +45,15 @@ def test_tune_finds_the_grids_best_with_a_fraction_of_its_runs(tmp_path: Path) -
     assert out["tune_best_of_grid_best_pct"] >= 95.0 and out["within_5_pct"]
     assert tune["probe_runs"] * 3 <= grid["probe_runs"] and out["at_most_a_third"]
     assert "engine model" in out["data_source"]
+    # A finished tune's run is reused as it is: the same tune side, and a grid over the knobs asked for only.
+    (tune_dir,) = [p for p in (tmp_path / "tunes").iterdir() if (p / "tune.json").is_file()]
+    again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tune.py"), "--tune-run", str(tune_dir),
+                            "--grid-knobs", "server.max_running_requests", "--confirm-top", "0",
+                            "--keep", str(tmp_path / "again")], capture_output=True, text=True, timeout=400)
+    assert again.returncode == 0, again.stderr
+    reused = json.loads(again.stdout)
+    assert not (tmp_path / "again" / "tunes").exists()
+    assert {k: reused["tune"][k] for k in ("best", "best_knobs", "probe_runs", "run")} == {
+        k: tune[k] for k in ("best", "best_knobs", "probe_runs", "run")}
+    assert list(reused["grid"]["axes"]) == ["server.max_running_requests"]
+    assert reused["grid"]["axes"]["server.max_running_requests"] == grid["axes"]["server.max_running_requests"]
