@@ -29,6 +29,7 @@ class RankedRow:
     data_source: str
     throughput_window: str = "steady"
     request_rate: float | None = None  # under an SLO: the capacity rate the figures were measured at
+    goodput_tok_per_s: float | None = None  # under an SLO: the output tok/s that rate carries (capacity.py)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def best_point(v: VariantState, by: str = "throughput") -> tuple[int, Measuremen
     return max(points, key=lambda cm: (cm[1].tokens_per_j or 0.0, cm[1].steady_output_tok_per_s)) if points else None
 
 
-def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: float | None = None) -> RankedRow:
+def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: float | None = None,
+         goodput: float | None = None) -> RankedRow:
     return RankedRow(
         rank=rank,
         variant_index=v.index,
@@ -81,6 +83,7 @@ def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: flo
         data_source=m.data_source,
         throughput_window=m.throughput_window,
         request_rate=rate,
+        goodput_tok_per_s=goodput,
     )
 
 
@@ -95,25 +98,26 @@ def rank_by_throughput(state: SweepState) -> list[RankedRow]:
     return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
 
 
-def _at_capacity(state: SweepState) -> list[tuple[VariantState, int, Measurement, float]]:
-    """Each variant's measurement at the highest rate that met the SLO (a run with a capacity search)."""
+def _at_capacity(state: SweepState) -> list[tuple[VariantState, int, Measurement, float, float]]:
+    """Each variant's measurement at the highest rate that met the SLO (a run with a capacity search), that rate
+    and the goodput it carries."""
     from toolkit.core.sweep import capacity
 
     out = []
     for v in state.planned():
         cap = capacity.result(state, v)
-        if cap.at_lo is not None and cap.lo is not None:
-            out.append((v, state.concurrency[0], cap.at_lo, cap.lo))
+        if cap.at_lo is not None and cap.lo is not None and cap.goodput is not None:
+            out.append((v, state.concurrency[0], cap.at_lo, cap.lo, cap.goodput))
     return out
 
 
 def rank_by_goodput(state: SweepState) -> list[RankedRow]:
-    """Variants by their goodput: output tok/s at the highest Poisson rate that met the SLO, highest first (ties:
-    the lower variant); variants whose search found no such rate are not ranked."""
+    """Variants by their goodput: the output tok/s the highest Poisson rate that met the SLO carries, highest first
+    (ties: the lower variant); variants whose search found no such rate are not ranked."""
     if state.capacity is None:
         return []
-    best = sorted(_at_capacity(state), key=lambda b: (-b[2].steady_output_tok_per_s, b[0].index))
-    return [_row(i, v, c, m, rate) for i, (v, c, m, rate) in enumerate(best, start=1)]
+    best = sorted(_at_capacity(state), key=lambda b: (-b[4], b[0].index))
+    return [_row(i, v, c, m, rate, good) for i, (v, c, m, rate, good) in enumerate(best, start=1)]
 
 
 def rank_by_efficiency(state: SweepState) -> list[RankedRow]:
@@ -122,7 +126,7 @@ def rank_by_efficiency(state: SweepState) -> list[RankedRow]:
     if state.capacity is not None:
         rows = [b for b in _at_capacity(state) if b[2].tokens_per_j is not None]
         rows.sort(key=lambda b: (-(b[2].tokens_per_j or 0.0), b[0].index))
-        return [_row(i, v, c, m, rate) for i, (v, c, m, rate) in enumerate(rows, start=1)]
+        return [_row(i, v, c, m, rate, good) for i, (v, c, m, rate, good) in enumerate(rows, start=1)]
     best: list[tuple[VariantState, int, Measurement]] = []
     for v in state.planned():
         found = best_point(v, "tokens_per_j")

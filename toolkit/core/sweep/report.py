@@ -111,6 +111,7 @@ def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
     out = ranking_rows(rows)
     for r, row in zip(rows, out, strict=True):
         row[3] = _f(r.request_rate, "g")
+        row[4] = _f(r.goodput_tok_per_s, ",.1f") + f" ({_f(r.steady_output_tok_per_s, ',.1f')} steady)"
     return out
 
 
@@ -123,7 +124,9 @@ def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
         slo = ", ".join(f"{k} {v:g}" for k, v in state.capacity["slo"].items())
         return [f"## {throughput_title}", "", _md_table(RANK_HEADER, ranking_rows(by_tp)),
                 "", f"## Ranked by goodput under the SLO ({slo})", "",
-                "Output tok/s at the highest Poisson request rate whose p99 latencies met every bound.", "",
+                "Goodput: the output tok/s carried by the highest Poisson request rate whose p99 latencies met "
+                "every bound (the rate x the workload's output tokens per request); beside it, the steady window's "
+                "throughput measured there.", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
                 "", "## Ranked by output tokens per joule at each capacity rate", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(by_tpj))]
@@ -222,7 +225,7 @@ def capacity_rows(state: SweepState, interval_of: Callable[[VariantState], Any] 
                      None)
         tried = " ".join(f"{r.rate:g}{'+' if r.met else '-'}" for r in cap.rates) or "-"
         ci = interval_of(v) if interval_of else None
-        good = "-" if m is None else f"{m.steady_output_tok_per_s:,.1f}" + (
+        good = "-" if cap.goodput is None else f"{cap.goodput:,.1f}" + (
             f" [{ci.low:,.1f}, {ci.high:,.1f}]" if ci else "")
         bracket = "-" if cap.lo is None else f"{cap.lo:g}" + (f" (missed at {cap.hi:g})" if cap.hi else "")
         rows.append([v.id, v.label or "(the base)", "-" if limit is None else f"{limit:g}", tried, bracket, good,

@@ -129,12 +129,12 @@ def score(v: VariantState, objective: str, state: SweepState | None = None) -> S
     if state is not None and state.capacity is not None:
         cap = capacity.result(state, v)
         m = cap.at_lo
-        if m is None:
+        if m is None or cap.goodput is None:
             return None
-        value = m.tokens_per_j if objective == "tokens-per-joule" else m.steady_output_tok_per_s
+        value = m.tokens_per_j if objective == "tokens-per-joule" else cap.goodput
         if value is None:
             return None
-        return Score(v.index, state.concurrency[0], float(value), m, cap.lo, cap.bracket, m.steady_output_tok_per_s)
+        return Score(v.index, state.concurrency[0], float(value), m, cap.lo, cap.bracket, cap.goodput)
     by = OBJECTIVES[objective]
     found = best_point(v, "tokens_per_j" if by == "tokens_per_j" else "throughput")
     if found is None:
@@ -144,8 +144,12 @@ def score(v: VariantState, objective: str, state: SweepState | None = None) -> S
     return Score(v.index, c, float(value), m)
 
 
-def _objective_value(m: Measurement, objective: str) -> float | None:
-    return m.tokens_per_j if objective == "tokens-per-joule" else m.steady_output_tok_per_s
+def _objective_value(m: Measurement, objective: str, state: SweepState | None = None) -> float | None:
+    if objective == "tokens-per-joule":
+        return m.tokens_per_j
+    if objective == "goodput" and state is not None and state.capacity is not None and m.request_rate is not None:
+        return capacity.goodput_tok_per_s(m, m.request_rate, capacity.CapacityParams.of(state.capacity).slo)
+    return m.steady_output_tok_per_s
 
 
 def at_score(v: VariantState, s: Score) -> list[Measurement]:
@@ -161,7 +165,7 @@ def noise_band(state: SweepState, log: Mapping[str, Any]) -> dict[str, Any] | No
     s = score(base, log["objective"], state)
     if s is None:
         return None
-    values = [v for m in at_score(base, s) for v in [_objective_value(m, log["objective"])] if v is not None]
+    values = [v for m in at_score(base, s) for v in [_objective_value(m, log["objective"], state)] if v is not None]
     median = statistics.median(values)
     spread_pct = (max(values) - min(values)) / median * 100 if median else 0.0
     rr = run_to_run(values)
@@ -194,6 +198,14 @@ def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState)
     if s is None:
         return None
     ms = at_score(v, s)
+    if objective == "goodput" and state.capacity is not None:
+        # A goodput is what its capacity rate carries: known to the search's bracket, not to a throughput's
+        # spread (every run at that rate carries the same requests). It may lie up to hi / lo above.
+        cap = capacity.result(state, v)
+        if cap.hi is None or cap.lo is None:
+            return Interval(s.value, s.value, s.value, "no rate above it missed the SLO")
+        return Interval(s.value, s.value, s.value * cap.hi / cap.lo,
+                        f"the capacity search's bracket: met at {cap.lo:g}, missed at {cap.hi:g} req/s")
     values = [x for m in ms for x in [_objective_value(m, objective)] if x is not None]
     within = []
     for m in ms:
@@ -206,8 +218,6 @@ def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState)
         within.append(w)
     rr = ((log.get("noise") or {}).get("run_to_run")) or None
     base = RunToRun(float(rr["cv"]), int(rr["df"])) if rr else None
-    # A goodput's interval is its throughput's at the capacity rate; the capacity's own resolution is the search's
-    # bracket, which the search narrows to the noise band (toolkit.core.sweep.capacity).
     return interval(values or [s.value], within, base=base, value=s.value)
 
 
@@ -272,8 +282,10 @@ def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
         "text": (
             f"measured {len(n['values'])} times {where}: "
             f"{', '.join(f'{v:,.4g}' for v in n['values'])} {unit(objective)} (median {n['median']:,.4g}, "
-            f"spread {n['spread_pct']:.2f} %); a change must gain more than {n['band_pct']:.2f} % and lie wholly "
-            f"above the incumbent's 95 % interval to count"
+            f"spread {n['spread_pct']:.2f} %); a change must gain more than {n['band_pct']:.2f} % and "
+            + ("meet the SLO where the incumbent missed it, its binding latency below the incumbent's by more than "
+               "their runs there allow, to count" if objective == "goodput" and state.capacity is not None else
+               "lie wholly above the incumbent's 95 % interval to count")
             + (f" (the base's: {ci.text()}, {ci.method})" if ci else "")
         ),
     }

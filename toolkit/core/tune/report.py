@@ -52,7 +52,9 @@ def step_bars(state: SweepState, step: Mapping[str, Any]) -> dict[str, Any] | No
     inc_score = score(inc, log["objective"], state) if inc else None
     if inc_score is None:
         return None
-    bars = [(inc_id, inc_score.value, "incumbent")]
+    # The incumbent as the step compared with it (measured again later, its figure may have moved since).
+    recorded = step["result"].get("incumbent_value")
+    bars = [(inc_id, float(recorded) if recorded is not None else inc_score.value, "incumbent")]
     inc_ci = step["result"].get("incumbent_interval")
     intervals: list[tuple[float, float] | None] = [(inc_ci["low"], inc_ci["high"]) if inc_ci else None]
     for cand in step.get("candidates", []):
@@ -136,7 +138,8 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
                   "from bench_serving's per-request results). Each variant's capacity is the highest Poisson "
                   "request rate that met it (bracketed, then narrowed to "
                   f"{cap['tolerance_pct']:g} % or the noise band, at most {cap['max_rounds']} rates); goodput is "
-                  "the output tok/s measured at that rate."]
+                  "the output tok/s that rate carries (the rate x the workload's output tokens per request), known "
+                  "to the search's bracket: its interval runs from the rate met to the rate missed."]
     stop = log.get("stop")
     parts += ["", best_line(state), "", f"Stopped: {stop['reason']}." if stop else "Not finished (resume it)."]
     if promoted:
@@ -173,7 +176,7 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     if state.capacity is not None:
         parts += ["", "## Capacity under the SLO, per variant", "",
                   _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
-                             "capacity req/s", "goodput tok/s [95 %]", "tok/J", "J/tok", "search"],
+                             "capacity req/s", "goodput tok/s [to the rate missed]", "tok/J", "J/tok", "search"],
                             capacity_rows(state, interval_of=lambda v: variant_interval(state, log, v)
                                           if log.get("objective") == "goodput" else None))]
         if plots_frontier:
