@@ -168,9 +168,10 @@ def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float]) -> 
     """The output tok/s a rate that met the SLO carries: the rate x the workload's output tokens per request
     (bench_serving's output over completed requests, the same requests for every variant: its seed).
 
-    Not the steady window's throughput at that rate: a Poisson run of a few hundred requests has no long plateau,
-    and the window found in it swings (in the lab 789 to 1,185 tok/s between runs at 17 to 18 req/s, where the
-    rate carried 1,100), which would rank variants by where a short window fell. Meeting a TTFT or end-to-end bound
+    Not the steady window's throughput at that rate: a Poisson run of a few hundred requests has no long plateau
+    (in the lab two runs at 17.29 req/s found one, at 1,096 and 1,185 tok/s; runs at 18.1 to 18.57 found none and
+    fell back to the whole run, drain included, at 789 to 803, where the rates carry 1,109 and 1,161 to 1,191),
+    which would rank variants by where a short window fell. Meeting a TTFT or end-to-end bound
     means the server kept up with the arrivals (a growing queue would break it), so what it served is what was
     offered. An SLO on ITL alone says nothing of a queue: then the served figure bounds it (the smaller)."""
     if not m.output_tok_per_s or not m.request_per_s:
