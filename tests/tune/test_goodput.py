@@ -356,3 +356,26 @@ def test_an_incumbent_whose_capacity_moves_at_its_edge_says_so_and_the_best_line
     line = report.best_line(state)
     assert f"at {rate:g} req/s under the SLO" in line
     assert "Data: SIMULATED: lab engine model" in line
+
+
+def test_a_met_rate_that_a_repeat_turns_into_a_miss_steps_down_once_not_by_every_miss_before() -> None:
+    """The engine model's glm5-baseline at ITL p99 100 ms: the search narrowed to 3.059 met, 3.166 missed; the
+    repeat at 3.059 missed too, so no rate had met. The next rate is one step below (3.059 / 1.25), not the square of
+    every miss before it (1.25 ** 64: 2e-06 req/s, a benchmark that would never end)."""
+    from toolkit.core.sweep.state import DONE, Point, VariantState
+
+    def run(rate: float, itl_p99_ms: float) -> Point:
+        return Point(concurrency=1024, request_rate=rate, status=DONE, measurement=Measurement(
+            steady_output_tok_per_s=rate * 64, request_rate=rate, latency_ms={"itl": {"p99": itl_p99_ms}}))
+
+    state = _capacity_state({"itl_p99_ms": 100.0})
+    missed = [9.55, 4.78, 3.825, 3.436, 3.257, 3.166]
+    v = VariantState(index=1, knobs=[], status=DONE,
+                     points=[run(r, 115.0) for r in missed] + [run(3.059, 80.0), run(3.059, 116.0)])
+    state.variants.append(v)
+    assert capacity.result(state, v).lo is None
+    assert capacity.next_rate(state, v) == capacity.round_rate(3.059 / 1.25)
+    # Bracketing down from the start still squares its steps: 10, 8 (/1.25), then /1.5625.
+    fresh_v = VariantState(index=2, knobs=[], status=DONE, points=[run(10.0, 130.0), run(8.0, 120.0)])
+    state.variants.append(fresh_v)
+    assert capacity.next_rate(state, fresh_v) == capacity.round_rate(8.0 / 1.25 ** 2)

@@ -31,6 +31,7 @@ first missed one are noise on a monotone curve, reported but not used.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Callable, Mapping
@@ -304,15 +305,28 @@ def next_rate(state: SweepState, v: VariantState) -> float | None:
     # from its bound suggests when that is further (a latency 8 x its bound is not 25 % away), at most x8.
     if cap.hi is None:
         top = max(rps, key=lambda r: r.rate)
-        ups = sum(1 for r in rps if r.met)
+        ups = _strides([r.rate for r in rps if r.met][::-1], first)
         ratio = slo_ratio(top.check)
         hint = min(1.0 / ratio, MAX_JUMP) if ratio else 1.0
         return round_rate(top.rate * max(first ** (2 ** (ups - 1)), hint))
     bottom = min(rps, key=lambda r: r.rate)
-    downs = sum(1 for r in rps if not r.met)
+    downs = _strides([r.rate for r in rps if not r.met], first)
     ratio = slo_ratio(bottom.check)
     hint = min(ratio, MAX_JUMP) if ratio else 1.0
-    return round_rate(bottom.rate / max(first ** (2 ** (downs - 1)), hint))
+    return max(round_rate(bottom.rate / max(first ** (2 ** (downs - 1)), hint)), params.min_rate)
+
+
+def _strides(rates: list[float], first: float) -> int:
+    """How many bracketing steps led to the outermost rate: the run of rates from it (given outermost first) each a
+    full step (at least `first`) from the next. Rates a narrowing tried close together are not strides: a met rate
+    that a repeat turned into a miss must not make the next step the square of every miss before it (it took the
+    search of 1.25 ** 64 down to 2e-06 req/s)."""
+    n = 1
+    for a, b in itertools.pairwise(rates):
+        if max(a, b) / min(a, b) < first * 0.99:
+            break
+        n += 1
+    return n
 
 
 def _inside(cap: Capacity) -> float:
