@@ -129,6 +129,7 @@ class RatePoint:
     measurement: Measurement | None  # the median-throughput one at this rate
     runs: int
     failed: int
+    first: Measurement | None = None  # the first run there (repeat 0: the profile's own workload)
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ class Capacity:
         return f"{g:,.4g} output tok/s at {self.lo:g} req/s (SLO met{hi}; {self.status})"
 
 
-def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float]) -> float:
+def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float], *, steady: float | None = None) -> float:
     """The output tok/s a rate that met the SLO carries: the rate x the workload's output tokens per request
     (bench_serving's output over completed requests, the same requests for every variant: its seed).
 
@@ -175,12 +176,13 @@ def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float]) -> 
     which would rank variants by where a short window fell. Meeting a TTFT or end-to-end bound
     means the server kept up with the arrivals (a growing queue would break it), so what it served is what was
     offered. An SLO on ITL alone says nothing of a queue: then the served figure bounds it (the smaller)."""
+    served = m.steady_output_tok_per_s if steady is None else steady
     if not m.output_tok_per_s or not m.request_per_s:
-        return m.steady_output_tok_per_s  # no whole-run figures (a recorded table): what was measured
+        return served  # no whole-run figures (a recorded table): what was measured
     offered = rate * m.output_tok_per_s / m.request_per_s
     if any(key.startswith(("ttft", "e2e")) for key in slo):
         return offered
-    return min(offered, m.steady_output_tok_per_s)
+    return min(offered, served)
 
 
 def _median_latency(ms: list[Measurement]) -> dict[str, dict[str, float]]:
@@ -204,10 +206,12 @@ def rate_points(v: VariantState, slo: Mapping[str, float]) -> list[RatePoint]:
     for rate, pts in sorted(by_rate.items()):
         done = [p.measurement for p in pts if p.status == DONE and p.measurement is not None]
         failed = sum(1 for p in pts if p.status == FAILED)
+        first = next((p.measurement for p in sorted(pts, key=lambda p: p.repeat)
+                      if p.status == DONE and p.measurement is not None), None)
         if done and len(done) >= failed:
             chk = check_slo(slo, _median_latency(done))
             mid = sorted(done, key=lambda m: m.steady_output_tok_per_s)[(len(done) - 1) // 2]
-            out.append(RatePoint(rate, chk.met, chk, mid, len(pts), failed))
+            out.append(RatePoint(rate, chk.met, chk, mid, len(pts), failed, first))
         else:
             out.append(RatePoint(rate, False, None, done[0] if done else None, len(pts), failed))
     return out
@@ -255,7 +259,10 @@ def result(state: SweepState, v: VariantState) -> Capacity:
     else:
         status = SEARCHING
     at_lo = lo_rp.measurement if lo_rp else None
-    good = None if at_lo is None or lo is None else goodput_tok_per_s(at_lo, lo, params.slo)
+    # The output tokens per request of the profile's own workload (the first run there): every variant's first run
+    # at any rate sends the same requests, so goodputs compare as their rates do; a repeat's workload is another.
+    good = None if at_lo is None or lo is None or lo_rp is None else goodput_tok_per_s(
+        lo_rp.first or at_lo, lo, params.slo, steady=at_lo.steady_output_tok_per_s)
     return Capacity(status, lo, hi, at_lo, hi_rp.measurement if hi_rp else None,
                     lo_rp.check if lo_rp else None, hi_rp.check if hi_rp else None, tuple(rps), cl, tuple(notes), good)
 

@@ -55,7 +55,7 @@ class PointRequest:
 BENCH_SEED = 1  # bench_serving's --seed default
 
 
-def workload_seed(spec: dict[str, Any], point: Point) -> int | None:
+def workload_seed(spec: dict[str, Any], point: Point, *, vary: bool = True) -> int | None:
     """The workload a run at a Poisson rate draws: the profile's seed for the first run at that rate, the next seed
     for each repeat there (None: the profile's own).
 
@@ -66,8 +66,10 @@ def workload_seed(spec: dict[str, Any], point: Point) -> int | None:
     that compared two variants on one seed kept whichever that seed favoured (93.5 % of the grid's best over seeds
     2 to 11). Each repeat at a rate is a new draw, the same draw for every variant's n-th run there, so a comparison
     at the edge is paired, workload for workload. Closed-loop repeats keep the seed: every request at once has no
-    arrivals to draw, and a throughput tune's noise band is the host's."""
-    if point.request_rate is None or point.repeat == 0:
+    arrivals to draw, and a throughput tune's noise band is the host's. `vary=False` keeps it too: a
+    tokens-per-joule tune holds every candidate at one rate and compares energy there, run for run on one workload
+    (tokens per joule follows the workload's lengths, which would spread unpaired repeats by 5 %)."""
+    if not vary or point.request_rate is None or point.repeat == 0:
         return None
     seed = (spec.get("bench") or {}).get("seed")
     return int(seed if seed is not None else BENCH_SEED) + point.repeat
@@ -163,7 +165,7 @@ def run_sweep(
                 attempt=point.attempts,
                 repeat=point.repeat,
                 request_rate=point.request_rate,
-                seed=workload_seed(spec, point),
+                seed=workload_seed(spec, point, vary=(state.tune or {}).get("objective") != "tokens-per-joule"),
             )
             t0 = clock()
             try:
