@@ -379,39 +379,3 @@ def test_a_met_rate_that_a_repeat_turns_into_a_miss_steps_down_once_not_by_every
     fresh_v = VariantState(index=2, knobs=[], status=DONE, points=[run(10.0, 130.0), run(8.0, 120.0)])
     state.variants.append(fresh_v)
     assert capacity.next_rate(state, fresh_v) == capacity.round_rate(8.0 / 1.25 ** 2)
-
-
-def test_each_repeat_at_a_rate_draws_the_next_workload_the_same_for_every_variant(profiles: ProfileStore) -> None:
-    """A repeat with the same seed sends the same requests at the same instants: it would measure the host's pace
-    and nothing of the workload. The n-th run at a rate gets seed (the profile's, else 1) + n, for every variant, so
-    runs at the edge are paired workload for workload; closed-loop runs keep the profile's seed."""
-    from toolkit.core.sweep.run import workload_seed
-    from toolkit.core.sweep.state import PLANNED, Point, VariantState
-
-    assert workload_seed({}, Point(concurrency=8, request_rate=None, repeat=2)) is None
-    assert workload_seed({}, Point(concurrency=8, request_rate=3.0, repeat=0)) is None
-    assert workload_seed({}, Point(concurrency=8, request_rate=3.0, repeat=2)) == 3
-    assert workload_seed({"bench": {"seed": 7}}, Point(concurrency=8, request_rate=3.0, repeat=1)) == 8
-
-    seen: list[tuple[str, float | None, int | None]] = []
-    engine = EngineModelRunner(base=BASE, profile_names=profiles.names(), num_prompts=128)
-
-    def run(request: PointRequest) -> Measurement:
-        seen.append((request.variant.id, request.request_rate, request.seed))
-        return engine(request)
-
-    state, spec = fresh(profiles, objective="goodput")
-    state.capacity = capacity.new_capacity(SLO, rate_start=2.0)
-    for index in (1, 2):
-        v = VariantState(index=index, knobs=[] if index == 1 else [("server.chunked_prefill_size", 2048)],
-                         status=PLANNED, points=[Point(concurrency=1024, request_rate=2.0, repeat=r) for r in range(3)])
-        state.variants.append(v)
-    capacity.measure_all(state, spec, run, save=lambda _s: None, clock=lambda: 0.0, budget=6)
-    assert [s for _v, _r, s in seen] == [None, 2, 3, None, 2, 3]
-    by_seed = {}
-    for v in state.variants:
-        ttfts = [p.measurement.latency_ms["ttft"]["p99"] for p in v.points[:3] if p.measurement]
-        assert len(set(ttfts)) == 3  # three workloads, not one measured three times
-        by_seed[v.id] = [p.measurement.output_tok_per_s / p.measurement.request_per_s for p in v.points[:3]
-                         if p.measurement and p.measurement.request_per_s]
-    assert by_seed["v01"] == pytest.approx(by_seed["v02"], rel=1e-3)  # the same requests for both variants, run for run

@@ -198,8 +198,6 @@ class ApplyProbeRunner:
         extra: dict[str, Any] = {"bench.max_concurrency": request.concurrency}
         if request.request_rate is not None:
             extra["bench.request_rate"] = request.request_rate  # a capacity search's Poisson rate
-        if request.seed is not None:
-            extra["bench.seed"] = request.seed  # a repeat at that rate draws the next workload
         limit = (request.spec.get("gpu") or {}).get("power_limit_w")
         default = (request.spec.get("target") or {}).get("gpu_power_limit_w")
         if ctx.power_limits and limit is None and default is not None:

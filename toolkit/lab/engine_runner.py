@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.core.probe.bench import RequestLatencies, latency_percentiles
 from toolkit.core.probe.gpu_rules import COMPUTE, KV_BOUND, SCHEDULER_CAPPED, WAITING
 from toolkit.core.probe.knobs import propose, run_target
-from toolkit.core.sweep.run import BENCH_SEED, PointRequest, VariantFailed
+from toolkit.core.sweep.run import PointRequest, VariantFailed
 from toolkit.core.sweep.state import Measurement
 from toolkit.core.sweep.variants import canonical
 from toolkit.lab.standin_server import engine_model as em
@@ -55,6 +55,7 @@ DATA_SOURCE = "lab engine model (simulated in-process: no server, no GPU)"
 MIXED = "mixed"
 DOMINANT_SHARE = 0.6  # the probe's dominant-state rule (toolkit/core/probe/timeline.py)
 DRAIN_QUEUED_SHARE = 0.25
+BENCH_SEED = 1  # bench_serving's --seed default
 PACE_SD = 0.004  # a host's pace from run to run; a loaded host's spread is larger (the lab in real time: 2 %)
 INTERVAL_S = 1.0  # the steady window's throughput per second: the run's own spread (toolkit.core.sweep.noise)
 
@@ -163,8 +164,7 @@ class EngineModelRunner:
         ratio = float(bench.get("random_range_ratio") or 0.0)
         # bench_serving seeds its random lengths and its arrivals with --seed (default 1): every run of every
         # variant sends the same requests, at any rate the same arrivals stretched in time.
-        seed = request.seed if request.seed is not None else (
-            int(bench["seed"]) if bench.get("seed") is not None else BENCH_SEED)
+        seed = int(bench["seed"]) if bench.get("seed") is not None else BENCH_SEED
         work = em.random_workload(n, int(bench.get("random_input_len") or 256),
                                   int(bench.get("random_output_len") or 128), ratio, seed=seed)
         eng.pace = pace(_run_seed(request))

@@ -48,31 +48,6 @@ class PointRequest:
     repeat: int = 0  # the n-th measurement of this variant at this level (a tune measures its base again)
     # The Poisson request rate (req/s) to offer, for a capacity search; None: the profile's own (closed loop).
     request_rate: float | None = None
-    # bench_serving's --seed for this run (its random lengths and arrivals); None: the profile's own.
-    seed: int | None = None
-
-
-BENCH_SEED = 1  # bench_serving's --seed default
-
-
-def workload_seed(spec: dict[str, Any], point: Point, *, vary: bool = True) -> int | None:
-    """The workload a run at a Poisson rate draws: the profile's seed for the first run at that rate, the next seed
-    for each repeat there (None: the profile's own).
-
-    A repeat with the same seed sends the same requests at the same instants again: it measures the host's pace and
-    nothing of the workload, yet at an SLO's edge it is the workload (a burst of long prompts, a quiet second) that
-    decides a p99, and the traffic a profile will serve is none of those draws. Over the engine model, same-seed
-    repeats agree to 1 %, while capacities at ITL p99 100 ms differ by up to 25 % from one seed to the next: a tune
-    that compared two variants on one seed kept whichever that seed favoured (93.5 % of the grid's best over seeds
-    2 to 11). Each repeat at a rate is a new draw, the same draw for every variant's n-th run there, so a comparison
-    at the edge is paired, workload for workload. Closed-loop repeats keep the seed: every request at once has no
-    arrivals to draw, and a throughput tune's noise band is the host's. `vary=False` keeps it too: a
-    tokens-per-joule tune holds every candidate at one rate and compares energy there, run for run on one workload
-    (tokens per joule follows the workload's lengths, which would spread unpaired repeats by 5 %)."""
-    if not vary or point.request_rate is None or point.repeat == 0:
-        return None
-    seed = (spec.get("bench") or {}).get("seed")
-    return int(seed if seed is not None else BENCH_SEED) + point.repeat
 
 
 RunVariant = Callable[[PointRequest], Measurement]
@@ -165,7 +140,6 @@ def run_sweep(
                 attempt=point.attempts,
                 repeat=point.repeat,
                 request_rate=point.request_rate,
-                seed=workload_seed(spec, point, vary=(state.tune or {}).get("objective") != "tokens-per-joule"),
             )
             t0 = clock()
             try:
