@@ -441,9 +441,17 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
             line = ax.axvline(slo[key], color="#c00000", linestyle="--", linewidth=1)
             handles.append(line)
             labels.append(f"SLO {name.split(' ')[1]} {slo[key]:g} ms")
-        ax.set_xscale("log")
+        lo, hi = ax.get_xlim()
+        # A log axis for latencies spanning decades (queueing); a narrow span (ITL 220 to 330 ms) stays linear, or
+        # it gets no decade tick and overlapping 2.2 x 10^2 labels. Plain numbers either way.
+        if lo > 0 and hi / lo > 10:
+            ax.set_xscale("log")
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:,.0f}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(name + "; filled: met, hollow: missed", fontsize=8)
-    axes[0].set_ylabel("output tok/s")
+    axes[0].set_ylabel("output tok/s the rate carries")
     axes[1].tick_params(labelleft=False)
     fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=7, frameon=False)
     bars = [s for s in series if s.get("j_per_tok") is not None]

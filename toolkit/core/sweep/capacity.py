@@ -177,12 +177,20 @@ def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float], *, 
     means the server kept up with the arrivals (a growing queue would break it), so what it served is what was
     offered. An SLO on ITL alone says nothing of a queue: then the served figure bounds it (the smaller)."""
     served = m.steady_output_tok_per_s if steady is None else steady
-    if not m.output_tok_per_s or not m.request_per_s:
+    offered = carried_tok_per_s(m, rate)
+    if offered is None:
         return served  # no whole-run figures (a recorded table): what was measured
-    offered = rate * m.output_tok_per_s / m.request_per_s
     if any(key.startswith(("ttft", "e2e")) for key in slo):
         return offered
     return min(offered, served)
+
+
+def carried_tok_per_s(m: Measurement, rate: float) -> float | None:
+    """The output tok/s a Poisson rate offers: the rate x the run's output tokens per completed request (None
+    without bench_serving's whole-run figures)."""
+    if not m.output_tok_per_s or not m.request_per_s:
+        return None
+    return rate * m.output_tok_per_s / m.request_per_s
 
 
 def _median_latency(ms: list[Measurement]) -> dict[str, dict[str, float]]:

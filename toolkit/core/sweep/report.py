@@ -246,7 +246,10 @@ def frontier_series(state: SweepState) -> list[dict[str, Any]]:
             m = r.measurement
             if m is None:
                 continue
-            pts.append({"tok_s": m.steady_output_tok_per_s, "ttft_ms": (m.latency_ms.get("ttft") or {}).get("p99"),
+            # What the rate carries (as goodput is read), not the short run's steady window, which jumps.
+            carried = capacity.carried_tok_per_s(m, r.rate)
+            tok_s = m.steady_output_tok_per_s if carried is None else carried
+            pts.append({"tok_s": tok_s, "ttft_ms": (m.latency_ms.get("ttft") or {}).get("p99"),
                         "itl_ms": (m.latency_ms.get("itl") or {}).get("p99"), "met": r.met, "rate": r.rate})
         if not pts:
             continue
