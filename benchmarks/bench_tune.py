@@ -126,6 +126,8 @@ def main() -> int:
     parser.add_argument("--tune-run", help="a finished tune's run directory (its tune.json and state.json): its "
                         "record is the tune's side and its wall time is read from its points, and only the grid "
                         "runs (the tune's own options are then not used)")
+    parser.add_argument("--grid-run", help="a finished sweep's run directory (its ranking.json and state.json) as the "
+                        "grid, read as it is (with --tune-run: nothing is measured, the comparison is made again)")
     args = parser.parse_args()
 
     from toolkit.adapters.profile_store import ProfileStore
@@ -161,9 +163,13 @@ def main() -> int:
     if args.grid_knobs:
         axes = {path: values for path, values in axes.items() if path in args.grid_knobs.split(",")}
     vary = [a for path, values in axes.items() for a in ("--vary", f"{path}={','.join(map(_fmt, values))}")]
-    grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra, *slo,
-                          "--sweeps-dir", str(work / "sweeps")], cwd=work)
-    (sweep_dir,) = [p for p in (work / "sweeps").iterdir() if (p / "ranking.json").is_file()]
+    if args.grid_run:
+        sweep_dir = Path(args.grid_run)
+        grid_s = _points_wall_s(json.loads((sweep_dir / "state.json").read_text()))
+    else:
+        grid_s, _ = _toolkit(["sweep", args.profile, *vary, "--concurrency", ",".join(map(str, levels)), *extra,
+                              *slo, "--sweeps-dir", str(work / "sweeps")], cwd=work)
+        (sweep_dir,) = [p for p in (work / "sweeps").iterdir() if (p / "ranking.json").is_file()]
     ranking = json.loads((sweep_dir / "ranking.json").read_text())
     grid_state = json.loads((sweep_dir / "state.json").read_text())
     grid_points = sum(1 for v in grid_state["variants"] for p in v["points"] if p["status"] != "pending")
@@ -229,8 +235,13 @@ def _points_wall_s(state: dict[str, Any]) -> float:
 
 
 def _figure(entry: dict[str, Any], by: str) -> float:
-    """A ranking entry's figure for the objective: tokens per joule, or output tok/s (at the SLO's edge)."""
-    return float(entry["tokens_per_j"] if by == "by_tokens_per_j" else entry["steady_output_tok_per_s"])
+    """A ranking entry's figure for the objective: tokens per joule, goodput (the output tok/s its capacity rate
+    carries, as the tune scores it), or steady output tok/s."""
+    if by == "by_tokens_per_j":
+        return float(entry["tokens_per_j"])
+    if by == "by_goodput" and entry.get("goodput_tok_per_s") is not None:
+        return float(entry["goodput_tok_per_s"])
+    return float(entry["steady_output_tok_per_s"])
 
 
 def grid_finalists(entries: list[dict[str, Any]], grid_state: dict[str, Any], by: str) -> list[dict[str, Any]]:

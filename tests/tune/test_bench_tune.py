@@ -57,3 +57,14 @@ def test_tune_finds_the_grids_best_with_a_fraction_of_its_runs(tmp_path: Path) -
         k: tune[k] for k in ("best", "best_knobs", "probe_runs", "run")}
     assert list(reused["grid"]["axes"]) == ["server.max_running_requests"]
     assert reused["grid"]["axes"]["server.max_running_requests"] == grid["axes"]["server.max_running_requests"]
+    # Both sides reused: nothing is measured and the comparison is made again, to the same figures.
+    (sweep_dir,) = [p for p in (tmp_path / "again" / "sweeps").iterdir() if (p / "ranking.json").is_file()]
+    replay = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tune.py"), "--tune-run", str(tune_dir),
+                             "--grid-run", str(sweep_dir), "--grid-knobs", "server.max_running_requests",
+                             "--confirm-top", "0", "--keep", str(tmp_path / "replay")],
+                            capture_output=True, text=True, timeout=120)
+    assert replay.returncode == 0, replay.stderr
+    replayed = json.loads(replay.stdout)
+    assert not (tmp_path / "replay" / "sweeps").exists()
+    assert replayed["grid"]["best"] == reused["grid"]["best"] and replayed["grid"]["run"] == str(sweep_dir)
+    assert replayed["tune_best_of_grid_best_pct"] == reused["tune_best_of_grid_best_pct"]
