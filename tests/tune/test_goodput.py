@@ -379,3 +379,16 @@ def test_a_met_rate_that_a_repeat_turns_into_a_miss_steps_down_once_not_by_every
     fresh_v = VariantState(index=2, knobs=[], status=DONE, points=[run(10.0, 130.0), run(8.0, 120.0)])
     state.variants.append(fresh_v)
     assert capacity.next_rate(state, fresh_v) == capacity.round_rate(8.0 / 1.25 ** 2)
+
+
+def test_goodput_is_what_the_rate_carries_not_where_a_short_window_fell() -> None:
+    """The lab's run at 18.1 req/s found no plateau and fell back to the whole run, drain included (793 tok/s),
+    where the rate carries 18.1 x 64.15 output tokens per request = 1,161: under a TTFT bound (the server kept up)
+    goodput is the latter; under an ITL bound alone (a queue may be growing unseen) the measured figure bounds it."""
+    m = Measurement(steady_output_tok_per_s=793.3, output_tok_per_s=793.3, request_per_s=12.367, request_rate=18.1,
+                    throughput_window="full")
+    assert capacity.goodput_tok_per_s(m, 18.1, {"ttft_p99_ms": 3000.0, "itl_p99_ms": 300.0}) == pytest.approx(
+        18.1 * 793.3 / 12.367)
+    assert capacity.goodput_tok_per_s(m, 18.1, {"itl_p99_ms": 300.0}) == 793.3
+    # No whole-run figures (a recorded table): what was measured.
+    assert capacity.goodput_tok_per_s(Measurement(steady_output_tok_per_s=500.0), 9.0, {"ttft_p99_ms": 1.0}) == 500.0
