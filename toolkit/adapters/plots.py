@@ -422,6 +422,8 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
     plt = _pyplot()
     # The report's width; the two latency panels share the throughput axis and the variants' legend goes below
     # all three, so no label runs into the next panel.
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     fig, axes = plt.subplots(1, 3, figsize=(_WIDTH_IN, 4.6), gridspec_kw={"width_ratios": [1.0, 1.0, 0.7]})
     axes[1].sharey(axes[0])
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -446,8 +448,6 @@ def frontier_png(series: list[dict[str, Any]], *, slo: dict[str, float], title: 
         # it gets no decade tick and overlapping 2.2 x 10^2 labels. Plain numbers either way.
         if lo > 0 and hi / lo > 10:
             ax.set_xscale("log")
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _p: f"{x:,.0f}"))
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(name + "; filled: met, hollow: missed", fontsize=8)

@@ -43,7 +43,11 @@ def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
 
 def spec_hash(resolved: ResolvedProfile) -> str:
     """sha256 (hex) of the canonical JSON (sorted keys, no spaces) of the resolved spec."""
-    text = json.dumps(canonical_spec(resolved), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _digest(canonical_spec(resolved))
+
+
+def _digest(spec: dict[str, object]) -> str:
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -56,7 +60,5 @@ SERVER_HASH_EXCLUDED = ("bench", "probe", "gpu")
 
 def server_hash(resolved: ResolvedProfile) -> str:
     """sha256 (hex) of the canonical spec without SERVER_HASH_EXCLUDED: which server a unit runs."""
-    spec = {k: v for k, v in canonical_spec(resolved).items() if k not in SERVER_HASH_EXCLUDED}
-    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return _digest({k: v for k, v in canonical_spec(resolved).items() if k not in SERVER_HASH_EXCLUDED})
 

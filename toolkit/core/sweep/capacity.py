@@ -129,7 +129,6 @@ class RatePoint:
     measurement: Measurement | None  # the median-throughput one at this rate
     runs: int
     failed: int
-    first: Measurement | None = None  # the first run there (repeat 0: the profile's own workload)
 
 
 @dataclass(frozen=True)
@@ -144,12 +143,7 @@ class Capacity:
     rates: tuple[RatePoint, ...] = ()
     closed_loop: Measurement | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-    goodput_tok_per_s: float | None = None  # goodput_tok_per_s(at_lo, lo, slo)
-
-    @property
-    def goodput(self) -> float | None:
-        return self.goodput_tok_per_s
+    goodput: float | None = None  # output tok/s: goodput_tok_per_s(at_lo, lo, slo)
 
     @property
     def bracket(self) -> float:
@@ -166,7 +160,7 @@ class Capacity:
         return f"{g:,.4g} output tok/s at {self.lo:g} req/s (SLO met{hi}; {self.status})"
 
 
-def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float], *, steady: float | None = None) -> float:
+def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float]) -> float:
     """The output tok/s a rate that met the SLO carries: the rate x the workload's output tokens per request
     (bench_serving's output over completed requests, the same requests for every variant: its seed).
 
@@ -176,13 +170,12 @@ def goodput_tok_per_s(m: Measurement, rate: float, slo: Mapping[str, float], *, 
     which would rank variants by where a short window fell. Meeting a TTFT or end-to-end bound
     means the server kept up with the arrivals (a growing queue would break it), so what it served is what was
     offered. An SLO on ITL alone says nothing of a queue: then the served figure bounds it (the smaller)."""
-    served = m.steady_output_tok_per_s if steady is None else steady
     offered = carried_tok_per_s(m, rate)
     if offered is None:
-        return served  # no whole-run figures (a recorded table): what was measured
+        return m.steady_output_tok_per_s  # no whole-run figures (a recorded table): what was measured
     if any(key.startswith(("ttft", "e2e")) for key in slo):
         return offered
-    return min(offered, served)
+    return min(offered, m.steady_output_tok_per_s)
 
 
 def carried_tok_per_s(m: Measurement, rate: float) -> float | None:
@@ -214,12 +207,10 @@ def rate_points(v: VariantState, slo: Mapping[str, float]) -> list[RatePoint]:
     for rate, pts in sorted(by_rate.items()):
         done = [p.measurement for p in pts if p.status == DONE and p.measurement is not None]
         failed = sum(1 for p in pts if p.status == FAILED)
-        first = next((p.measurement for p in sorted(pts, key=lambda p: p.repeat)
-                      if p.status == DONE and p.measurement is not None), None)
         if done and len(done) >= failed:
             chk = check_slo(slo, _median_latency(done))
             mid = sorted(done, key=lambda m: m.steady_output_tok_per_s)[(len(done) - 1) // 2]
-            out.append(RatePoint(rate, chk.met, chk, mid, len(pts), failed, first))
+            out.append(RatePoint(rate, chk.met, chk, mid, len(pts), failed))
         else:
             out.append(RatePoint(rate, False, None, done[0] if done else None, len(pts), failed))
     return out
@@ -267,10 +258,8 @@ def result(state: SweepState, v: VariantState) -> Capacity:
     else:
         status = SEARCHING
     at_lo = lo_rp.measurement if lo_rp else None
-    # The output tokens per request of the profile's own workload (the first run there): every variant's first run
-    # at any rate sends the same requests, so goodputs compare as their rates do; a repeat's workload is another.
-    good = None if at_lo is None or lo is None or lo_rp is None else goodput_tok_per_s(
-        lo_rp.first or at_lo, lo, params.slo, steady=at_lo.steady_output_tok_per_s)
+    # Every run sends the profile's workload (its bench.seed): goodputs compare as their rates do.
+    good = None if at_lo is None or lo is None else goodput_tok_per_s(at_lo, lo, params.slo)
     return Capacity(status, lo, hi, at_lo, hi_rp.measurement if hi_rp else None,
                     lo_rp.check if lo_rp else None, hi_rp.check if hi_rp else None, tuple(rps), cl, tuple(notes), good)
 

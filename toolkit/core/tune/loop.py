@@ -427,16 +427,11 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
         result.update(decision="no-gain", text=f"{what}; {incumbent.id} stays")
     if moved:
         result["text"] += f" ({moved['text']})"
-        log["incumbent_rate"] = inc.request_rate if inc else None
-    if result.get("decision") == "improved":
-        log["incumbent_rate"] = _incumbent_rate_now(state, log)
+    if result.get("decision") == "improved" and best is not None:
+        log["incumbent_rate"] = best[0].request_rate  # the new incumbent's capacity
+    elif moved and inc is not None:
+        log["incumbent_rate"] = inc.request_rate
     return result
-
-
-def _incumbent_rate_now(state: SweepState, log: Mapping[str, Any]) -> float | None:
-    """The incumbent's capacity rate now (None: closed loop or not measured)."""
-    s = score(state.variant(int(log["incumbent"])), log["objective"], state)
-    return None if s is None else s.request_rate
 
 
 def _incumbent_moved(state: SweepState, log: dict[str, Any], incumbent: VariantState,
