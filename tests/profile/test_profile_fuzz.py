@@ -270,6 +270,7 @@ FOUND = [
     ("glm5-baseline", lambda t: "? [a, b]\n: c\n" + t),
     ("glm5-baseline", lambda t: t.replace("schema_version: 1", "schema_version: \x08", 1)),
     ("glm5-baseline", lambda t: "\u200b" + t),  # the first comment becomes a key with an invisible character
+    ("glm5-baseline", lambda t: "\ud800" + t),  # a lone surrogate: libyaml's UTF-8 encoding raised, unlocated
 ]
 
 

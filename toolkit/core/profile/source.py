@@ -113,6 +113,19 @@ def parse_profile_text(name: str, file: str, text: str) -> ProfileSource:
             fix="remove it (pasted text carries such characters; `cat -A` or `grep -P '[\\x{2028}\\x{202e}]'` "
             "shows them)",
         )
+    lone = _SURROGATE.search(text)
+    if lone is not None:
+        # libyaml takes the text as UTF-8, which cannot hold a lone surrogate: refused here, located, rather
+        # than as a UnicodeEncodeError from inside the parser.
+        line = text.count("\n", 0, lone.start()) + 1
+        raise ToolkitError.of(
+            f"U+{ord(lone.group()):04X} (a lone surrogate: not a character, and no UTF-8 file can hold it) on this "
+            "line",
+            file=file,
+            line=line,
+            field=dotted(_path_of_line(text, line)) or None,
+            fix="re-save the file as UTF-8 (the text came from a broken encoding or a lossy copy)",
+        )
     _scan(file, text)
     try:
         node = yaml.compose(text, Loader=_LOADER)
@@ -297,6 +310,7 @@ def _yaml_error(file: str, text: str, err: yaml.YAMLError, where: Path) -> Toolk
 _YAML_BREAKS = "\r\x85\u2028\u2029"
 _HIDDEN = re.compile("[\x85\u2028\u2029\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
 _UNNAMED = {"\r": "CARRIAGE RETURN", "\x85": "NEXT LINE"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # What YAML may not hold at all (its "printable" set, YAML 1.1 section 5.1); the reader refuses the stream before
 # the parser sees any key, so the field of such a character is found on a copy without them (same lines).
 _UNPRINTABLE = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
