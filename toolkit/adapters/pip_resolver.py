@@ -166,6 +166,12 @@ def refusal_from_output(lines: list[str], sglang_version: str, python: str, *, i
             missing, detail = m.group(1), line.strip()
     if not missing:
         return None
+    # pip >= 23.1: "Collecting outlines_core==0.1.26 (from outlines==0.1.11->sglang==0.5.23)" names the version.
+    for line in lines:
+        m = re.match(rf"Collecting {re.escape(missing)} \(from ([^)\s]+?)(?:->|\))", line.strip())
+        if m and "==" in m.group(1) and normalize_name(m.group(1).split("==")[0].split("[")[0]) == normalize_name(
+                parent.split("[")[0]):
+            parent = m.group(1)
     return LockRefusal(sglang_version, python, missing, _with_version(parent, lines), index_url=index_url,
                        pip_version=pip_version, detail=detail)
 

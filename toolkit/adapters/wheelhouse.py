@@ -280,50 +280,64 @@ def fill_from_lock(entries: Sequence[LockEntry], python: str, *, index_url: str 
             files[e.name] = hit
         else:
             missing.append(e)
-    total, done = len(entries), len(files)
-    if on_progress is not None and done:
-        on_progress(done, total, "")
-    for e in missing:  # one at a time: progress per wheel, and a failure names its entry
-        with cache_lock.building(base / e.sha256s[0][:2] / e.sha256s[0]):
-            hit = _cached(e, base)  # another fill got it while this one waited
-            files[e.name] = hit if hit is not None else _download_entry(e, python, index_url, base)
-        done += 1
-        if on_progress is not None:
-            on_progress(done, total, e.name)
+    total = len(entries)
+    if on_progress is not None and files:
+        on_progress(len(files), total, "")
+    if missing:
+        # One fill at a time per cache: two applies would download the same files; the second finds them.
+        with cache_lock.building(base):
+            still = [e for e in missing if _cached(e, base) is None]
+            files.update({e.name: hit for e in missing if (hit := _cached(e, base)) is not None})
+            if still:
+                files.update(_download(still, python, index_url, base, done=len(files), total=total,
+                                       on_progress=on_progress))
     return LockFiles(files, tuple(e.name for e in missing),
                      sum(p.stat().st_size for p in files.values()))
 
 
-def _download_entry(entry: LockEntry, python: str, index_url: str, base: Path) -> Path:
+def _download(entries: Sequence[LockEntry], python: str, index_url: str, base: Path, *, done: int, total: int,
+              on_progress: Callable[[int, int, str], None] | None) -> dict[str, Path]:
+    """One `pip download --require-hashes --no-deps` of these entries, each file checked and moved into the cache
+    under its sha256 (pip checked the hashes; a cache keyed by them checks again before trusting a file)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix=".download-", dir=base) as tmp:
-        req = Path(tmp) / "requirement.txt"
-        req.write_text(f"{entry.requirement()} " + " ".join(f"--hash=sha256:{h}" for h in entry.sha256s) + "\n")
+        req = Path(tmp) / "requirements.txt"
+        req.write_text("".join(f"{e.requirement()} " + " ".join(f"--hash=sha256:{h}" for h in e.sha256s) + "\n"
+                               for e in entries))
         out = Path(tmp) / "out"
-        cmd = [sys.executable, "-m", "pip", "--isolated", *pip_resolver.ca_options(), "download", "-q",
+        cmd = [sys.executable, "-m", "pip", "--isolated", *pip_resolver.ca_options(), "download",
                "--require-hashes", "--no-deps", "--progress-bar", "off", "-d", str(out), "--index-url", index_url,
                *pip_resolver.target_options(python), "-r", str(req)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=pip_resolver.isolated_env())
-        got = sorted(out.glob("*.whl")) if out.is_dir() else []
-        if proc.returncode != 0 or len(got) != 1:
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-6:])
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=pip_resolver.isolated_env())
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for raw in proc.stdout:
+            line = raw.strip()
+            tail = [*tail[-7:], line]
+            if line.startswith("Saved ") and on_progress is not None:
+                done += 1
+                on_progress(min(done, total), total, line.rsplit("/", 1)[-1])
+        if proc.wait() != 0:
             raise ToolkitError.of(
-                f"pip download of {entry.requirement()} (CPython {python}) from {redact_url(index_url)} "
-                f"failed:\n{tail}",
-                field="wheelhouse", exit_code=EXIT_FAILED,
-                fix="check that this machine reaches the index; a changed file on the index (another sha256) "
-                "needs the lock made again (`toolkit profile lock`)")
-        digest = _sha256_file(got[0])
-        if digest not in entry.sha256s:  # pip checked it; a cache keyed by hash checks again before trusting it
-            raise ToolkitError.of(f"{got[0].name} has sha256 {digest}, not the lock's {entry.sha256s[0]}",
-                                  field="wheelhouse", exit_code=EXIT_FAILED,
-                                  fix="make the lock again (`toolkit profile lock`)")
-        final_dir = base / digest[:2] / digest
-        final_dir.mkdir(parents=True, exist_ok=True)
-        final = final_dir / got[0].name
-        os.replace(got[0], final)  # same filesystem (the temporary directory is inside the cache): atomic
-        return final
+                f"pip download of {len(entries)} locked wheel(s) for CPython {python} from {redact_url(index_url)} "
+                "failed:\n" + "\n".join(tail), field="wheelhouse", exit_code=EXIT_FAILED,
+                fix="check that this machine reaches the index; a file the index changed (another sha256) needs "
+                "the lock made again (`toolkit profile lock`)")
+        by_hash = {_sha256_file(p): p for p in out.glob("*.whl")}
+        placed: dict[str, Path] = {}
+        for e in entries:
+            digest = next((h for h in e.sha256s if h in by_hash), None)
+            if digest is None:
+                raise ToolkitError.of(f"pip downloaded no file with the lock's sha256 for {e.requirement()}",
+                                      field="wheelhouse", exit_code=EXIT_FAILED,
+                                      fix="make the lock again (`toolkit profile lock`)")
+            final = base / digest[:2] / digest / by_hash[digest].name
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(by_hash[digest], final)  # the temporary directory is inside the cache: one filesystem
+            placed[e.name] = final
+        return placed
 
 
 def stage_lock_files(files: LockFiles, dest: Path) -> Path:
