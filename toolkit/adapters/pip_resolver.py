@@ -147,10 +147,10 @@ def lock_from_report(report: dict[str, Any], sglang_version: str, python: str, *
 
 
 # pip 23-25: "ERROR: Could not find a version that satisfies the requirement X==Y (from torch) (from versions: ...)"
-_NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+?)(?: \(from ([^)]*)\))?"
-                        r"(?: \(from versions:|$)")
+_NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+?)"
+                        r"(?: \(from (?!versions:)([^)]*)\))?(?: \(from versions:|$)")
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
-_CHOSE = re.compile(r"(?:Downloading|Using cached|Obtaining) (?:\S+/)?([A-Za-z0-9_.]+)-([^-\s]+)-[^\s]*\.whl")
+_CHOSE = re.compile(r"(?:Downloading|Using cached|Obtaining|Processing) (?:\S+/)?([A-Za-z0-9_.]+)-([^-\s]+)-[^\s]*\.whl")
 
 
 def refusal_from_output(lines: list[str], sglang_version: str, python: str, *, index_url: str,
