@@ -44,17 +44,7 @@ def test_the_same_wheels_give_the_same_tar_bytes(tmp_path: Path) -> None:
         assert fh.getnames() == ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"]  # sorted, no .tmp
 
 
-def _pypi_reachable() -> bool:
-    import socket
-
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
-@pytest.mark.skipif(not _pypi_reachable(), reason="pypi.org:443 is unreachable from here (CI reaches it)")
+@pytest.mark.usefixtures("pypi")
 def test_a_lock_subset_fills_the_content_addressed_cache_once(tmp_path: Path) -> None:
     """Two small wheels of the committed 0.5.9 lock: downloaded by hash into files/sha256/, found there the second
     time (nothing downloaded), staged as exactly those files; a hash the index has no file for is refused."""

@@ -216,6 +216,6 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
     assert [line.split()[0] for line in out.splitlines()] == ["ok", "ok", "ok", "ok", "FAIL"]
     assert "glm5-tp8-0.5.23.yaml: engine.sglang_version: SGLang 0.5.23 cannot be locked for CPython 3.11: " \
            "https://pypi.org/simple has no nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)" in err
-    with pytest.raises(ToolkitError, match="cannot be locked for CPython 3.11"):
+    with pytest.raises(ToolkitError, match=r"cannot be locked for CPython 3\.11"):
         resolve_checked("glm5-tp8-0.5.23", str(tmp_path / "profiles"))
     resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11

@@ -6,7 +6,6 @@ installed); it is skipped, saying why, where the index cannot be reached. The pa
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -66,16 +65,8 @@ def test_pip_runs_without_this_machines_configuration(monkeypatch) -> None:
     assert "manylinux_2_27_x86_64" in cmd and "cp311" in cmd
 
 
-def _pypi_reachable() -> bool:
-    try:
-        socket.create_connection(("pypi.org", 443), timeout=5).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _pypi_reachable(), reason="pypi.org:443 is unreachable from here (CI reaches it)")
+@pytest.mark.usefixtures("pypi")
 def test_pips_resolver_adds_nothing_to_the_committed_0_5_9_lock(tmp_path: Path) -> None:
     """A closed lock: pip, resolving sglang==0.5.9 for CPython 3.11 from PyPI alone, wants exactly its lines."""
     committed = REPO / lock_path("0.5.9", "3.11")

@@ -150,7 +150,8 @@ def lock_from_report(report: dict[str, Any], sglang_version: str, python: str, *
 _NOT_FOUND = re.compile(r"Could not find a version that satisfies the requirement (\S+?)"
                         r"(?: \(from (?!versions:)([^)]*)\))?(?: \(from versions:|$)")
 _NO_MATCH = re.compile(r"No matching distribution found for (\S+)")
-_CHOSE = re.compile(r"(?:Downloading|Using cached|Obtaining|Processing) (?:\S+/)?([A-Za-z0-9_.]+)-([^-\s]+)-[^\s]*\.whl")
+_CHOSE = re.compile(r"(?:Downloading|Using cached|Obtaining|Processing) (?:\S+/)?([A-Za-z0-9_.]+)-([^-\s]+)-"
+                    r"[^\s]*\.whl")
 
 
 def refusal_from_output(lines: list[str], sglang_version: str, python: str, *, index_url: str,
