@@ -60,3 +60,7 @@ def test_lock_check_and_refusal_against_an_index(tmp_path: Path, capsys) -> None
     refusal = parse_refusal(refused.read_text(), str(refused))
     assert (refusal.missing, refusal.required_by) == ("missingdep==3.0", "sglang==0.0.2")
     assert not (profiles.parent / lock_path("0.0.2", "3.11")).exists()
+
+    _publish(index, "missingdep", "3.0")  # the index gets it: the lock replaces the refusal
+    assert main(["profile", "lock", "--sglang-version", "0.0.2", *common]) == 0
+    assert (profiles.parent / lock_path("0.0.2", "3.11")).is_file() and not refused.exists()
