@@ -204,6 +204,7 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
     """validate all names the refusal; apply's check (resolve_checked, run before any playbook) raises it."""
     import shutil
 
+    from toolkit.app.engine_lock import profile_locks
     from toolkit.app.profiles import resolve_checked
     from toolkit.cli.main import main
 
@@ -218,4 +219,5 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
            "https://pypi.org/simple has no nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)" in err
     with pytest.raises(ToolkitError, match=r"cannot be locked for CPython 3\.11"):
         resolve_checked("glm5-tp8-0.5.23", str(tmp_path / "profiles"))
-    resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11
+    checked = resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11 only
+    assert profile_locks(checked.resolved, tmp_path) == {"3.11": tmp_path / lock_path("0.5.9", "3.11")}

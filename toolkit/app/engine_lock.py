@@ -29,10 +29,12 @@ from toolkit.core.engine_lock import (
     lock_path,
     parse_lock,
     parse_refusal,
+    profile_lock_paths,
     python_tag,
     refusal_path,
 )
 from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.resolve import ResolvedProfile
 
 # What one release and Python came to.
 WRITTEN, UNCHANGED, REFUSED, CLOSED, DIFFERS = "written", "unchanged", "refused", "closed", "differs"
@@ -164,3 +166,14 @@ def lock_for(
     return lock_release(sglang_version, repo_root=store.dir.resolve().parent,
                         pythons=parse_pythons(pythons) if pythons else CONTAINER_PYTHONS,
                         index_url=index_url or PYPI_SIMPLE, check=check, on_start=on_start, on_line=on_line)
+
+
+def profile_locks(resolved: ResolvedProfile, repo_root: Path) -> dict[str, Path]:
+    """CPython -> the controller path of the lock a profile's venv is installed from, for each container CPython
+    whose lock is committed (a refused one is absent: the deploy refuses a container of that CPython). What
+    `sglang_venv_lock_src` is chosen from once the container's CPython is known."""
+    engine = resolved.spec.engine
+    if not engine.sglang_version:
+        return {}
+    paths = profile_lock_paths(engine.sglang_version, engine.requirements) or {}
+    return {py: repo_root / rel for py, rel in paths.items() if (repo_root / rel).is_file()}
