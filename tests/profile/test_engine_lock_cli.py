@@ -47,11 +47,16 @@ def test_lock_check_and_refusal_against_an_index(tmp_path: Path, capsys) -> None
     assert [(e.name, e.version) for e in lock.entries] == [("depa", "1.0"), ("depb", "2.1"), ("sglang", "0.0.1")]
     assert f"--index-url {index.as_uri()}" in lock_file.read_text()
     assert "written" in capsys.readouterr().out
+    # Another pip that finds the same engine leaves the file alone, header and all: git sees no change.
+    lock_file.write_text(lock_file.read_text().replace("# pip: ", "# pip: 1.0 was "))
+    before = lock_file.read_text()
+    assert main(["profile", "lock", "--sglang-version", "0.0.1", *common]) == 0
+    assert "unchanged" in capsys.readouterr().out and lock_file.read_text() == before
 
     _publish(index, "depb", "2.2")  # a newer depb: the committed lock is no longer what pip picks
     assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 1
     assert "~ depb==2.1 -> depb==2.2 (version)" in capsys.readouterr().out
-    assert parse_lock(lock_file.read_text(), "x") == lock  # --check wrote nothing
+    assert lock_file.read_text() == before  # --check wrote nothing
 
     assert main(["profile", "lock", "--sglang-version", "0.0.2", *common]) == 2
     err = capsys.readouterr().err

@@ -107,13 +107,21 @@ def _write(repo_root: Path, sglang_version: str, python: str, res: pip_resolver.
         assert res.refusal is not None
         text, path, other, status = format_refusal(res.refusal), refused_rel, lock_rel, REFUSED
     target = repo_root / path
-    if status == WRITTEN and target.is_file() and target.read_text(encoding="utf-8") == text:
-        status = UNCHANGED
+    if status == WRITTEN and target.is_file() and _same_engine(target, res.lock):
+        status = UNCHANGED  # another pip found the same engine: the file (and its header) stays, git sees nothing
     else:
         write_atomic(target, text)
     with contextlib.suppress(FileNotFoundError):
         (repo_root / other).unlink()
     return LockOutcome(sglang_version, python, status, path, res.lock, res.refusal, res.duration_s)
+
+
+def _same_engine(path: Path, lock: EngineLock | None) -> bool:
+    try:
+        committed = parse_lock(path.read_text(encoding="utf-8"), str(path))
+    except ToolkitError:
+        return False  # a broken file is replaced
+    return lock is not None and committed.entries == lock.entries and committed.index_url == lock.index_url
 
 
 def _compare(repo_root: Path, sglang_version: str, python: str, res: pip_resolver.Resolution) -> LockOutcome:
