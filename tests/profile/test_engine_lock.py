@@ -221,3 +221,18 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
         resolve_checked("glm5-tp8-0.5.23", str(tmp_path / "profiles"))
     checked = resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11 only
     assert profile_locks(checked.resolved, tmp_path) == {"3.11": tmp_path / lock_path("0.5.9", "3.11")}
+
+
+def test_an_old_requirements_txt_gets_one_error_whose_fix_is_to_delete_it(tmp_path: Path) -> None:
+    import shutil
+
+    from toolkit.app.profiles import check_profiles, open_store
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    base = tmp_path / "profiles" / "glm5-baseline.yaml"
+    base.write_text(base.read_text().replace("  sglang_version: 0.5.9\n", "  sglang_version: 0.5.9\n"
+                                             "  requirements: profiles/requirements/sglang-0.5.9.txt\n", 1))
+    problems = check_profiles(open_store(str(tmp_path / "profiles")), ["glm5-baseline"])["glm5-baseline"]
+    (error,) = [p for p in problems if p.severity == "error"]
+    assert error.field == "engine.requirements" and "is not an engine lock" in error.message
+    assert (error.fix or "").startswith("delete engine.requirements")

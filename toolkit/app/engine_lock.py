@@ -60,7 +60,10 @@ def parse_pythons(text: str) -> tuple[str, ...]:
     """`3.11,3.13` as a tuple, each checked."""
     out = tuple(p.strip() for p in text.split(",") if p.strip())
     for p in out:
-        python_tag(p)
+        try:
+            python_tag(p)
+        except ToolkitError as err:
+            raise ToolkitError.of(err.problems[0].message, field="--python", fix=err.problems[0].fix) from None
     if not out:
         raise ToolkitError.of("no CPython given", field="--python", fix="e.g. --python 3.11,3.13")
     return out
