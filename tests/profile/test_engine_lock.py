@@ -236,3 +236,10 @@ def test_an_old_requirements_txt_gets_one_error_whose_fix_is_to_delete_it(tmp_pa
     (error,) = [p for p in problems if p.severity == "error"]
     assert error.field == "engine.requirements" and "is not an engine lock" in error.message
     assert (error.fix or "").startswith("delete engine.requirements")
+
+
+def test_committed_refusals_parse_and_are_canonical() -> None:
+    for path in sorted((REPO / "profiles" / "requirements").glob("*.lock.refused")):
+        refusal = parse_refusal(path.read_text(), str(path))
+        assert str(path).endswith(refusal.path) and refusal.missing and refusal.required_by
+        assert format_refusal(refusal) == path.read_text(), f"{path} is not in the canonical format"
