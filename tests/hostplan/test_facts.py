@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from toolkit.core.hostplan.facts import kernel_series, normalize_bus_id
+from collections.abc import Callable
+
+from toolkit.core.hostplan.facts import HostFacts, kernel_series, normalize_bus_id
+
+FactsOf = Callable[..., HostFacts]
 
 
-def test_homelab_facts(facts_of):
+def test_homelab_facts(facts_of: FactsOf) -> None:
     f = facts_of("pve92-homelab")
     assert f.pve_version == "9.2.0"
     assert f.debian_suite == "trixie"
@@ -31,7 +35,7 @@ def test_homelab_facts(facts_of):
     assert "nvidia_gpus" not in f.unknown
 
 
-def test_minors_mapping_and_hostpci_through_a_mapping(facts_of):
+def test_minors_mapping_and_hostpci_through_a_mapping(facts_of: FactsOf) -> None:
     f = facts_of(
         "pve92-homelab",
         nvidia_gpus=("==> /proc/driver/nvidia/gpus/0000:01:00.0/information <==\n"
@@ -43,19 +47,20 @@ def test_minors_mapping_and_hostpci_through_a_mapping(facts_of):
         pci_mapping="gpu-b\n\tmap id=10de:2204,iommu-group=14,node=pve1,path=0000:02:00.0\n"
                     "\tmap id=10de:2204,node=pve2,path=0000:01:00.0\n",
     )
-    assert f.gpu("0000:01:00.0").minor == 1 and f.gpu("0000:02:00.0").minor == 0
-    assert f.gpu("0000:02:00.0").vms == (102,)
-    assert f.gpu("0000:01:00.0").vms == ()  # the snapshot's hostpci and pve2's mapping are not this host's now
+    by_bus = {g.bus_id: g for g in f.gpus}
+    assert by_bus["0000:01:00.0"].minor == 1 and by_bus["0000:02:00.0"].minor == 0
+    assert by_bus["0000:02:00.0"].vms == (102,)
+    assert by_bus["0000:01:00.0"].vms == ()  # the snapshot's hostpci and pve2's mapping are not this host's now
 
 
-def test_absent_commands_are_unknown(facts_of):
+def test_absent_commands_are_unknown(facts_of: FactsOf) -> None:
     f = facts_of("pve92-homelab", mokutil=(127, ""), efi_secure_boot=None, pvesm=None, root_mount=(1, ""))
     assert f.secure_boot is None
     assert {"mokutil", "efi_secure_boot", "pvesm", "root_mount"} <= set(f.unknown)
     assert all(s.shares_root is None for s in f.storages if s.type in ("zfspool", "dir"))
 
 
-def test_apt_driver_and_topology(facts_of):
+def test_apt_driver_and_topology(facts_of: FactsOf) -> None:
     f = facts_of(
         "pve92-homelab",
         driver_packages="nvidia-driver\t550.163.01-2\tii \nlibnvidia-ml1\t550.163.01-2\tii \n"
@@ -71,7 +76,7 @@ def test_apt_driver_and_topology(facts_of):
     assert f.p2p == (("0000:01:00.0", "0000:02:00.0", "NS"),)
 
 
-def test_helpers():
+def test_helpers() -> None:
     assert normalize_bus_id("00000000:0A:00.0") == "0000:0a:00.0"
     assert normalize_bus_id("01:00.0") == "0000:01:00.0"
     assert kernel_series("7.0.14-1-pve") == "7.0"
