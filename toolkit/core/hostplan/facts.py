@@ -562,8 +562,9 @@ def parse_env_proxy(text: str) -> list[tuple[str, str]]:
     return out
 
 
-# `test -e`: rc 1 is an answer (absent), not an unknown.
-_TESTS = ("alternate_install", "runfile_uninstaller")
+# rc 1 is an answer here (the file is absent: no marker, no .run install, no driver loaded, no PCI mapping,
+# no EFI Secure Boot variable), not an unknown.
+_ABSENT_IS_ANSWER = ("alternate_install", "runfile_uninstaller", "nvidia_version", "pci_mapping", "efi_secure_boot")
 
 
 def raw_from_json(data: Mapping[str, Any]) -> dict[str, Raw]:
@@ -573,7 +574,7 @@ def raw_from_json(data: Mapping[str, Any]) -> dict[str, Raw]:
 
 def parse_facts(host: str, raw: Mapping[str, Raw]) -> HostFacts:
     unknown = tuple(sorted(n for n in RAW_SOURCES if n not in raw
-                           or (raw[n].rc != 0 and not (n in _TESTS and raw[n].rc == 1))))
+                           or (raw[n].rc != 0 and not (n in _ABSENT_IS_ANSWER and raw[n].rc == 1))))
     root = (_ok(raw, "root_mount") or "").split()
     root_source, root_fstype = (root[0], root[1]) if len(root) >= 2 else (None, None)
     lspci = parse_lspci(_ok(raw, "lspci") or "")
@@ -597,6 +598,8 @@ def parse_facts(host: str, raw: Mapping[str, Raw]) -> HostFacts:
     def flag(name: str) -> bool | None:
         r = raw.get(name)
         return None if r is None or r.rc not in (0, 1) else r.rc == 0
+
+
 
     driver = Driver(loaded_version=loaded, apt_packages=tuple(_dpkg_rows(_ok(raw, "driver_packages"))),
                     alternate_install_marker=flag("alternate_install"), runfile=flag("runfile_uninstaller"))
