@@ -76,3 +76,13 @@ def test_sglang_cuda_generated_from_requirements(tmp_path: Path) -> None:
     assert got is not None and got.cuda == "12.8" and got.source.startswith("profiles/requirements/sglang-0.5.9")
     min_driver = m.min_driver("13.0")
     assert min_driver is not None and min_driver.min_driver == "580.65.06"
+
+
+def test_docs_table_is_current() -> None:
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(repo / "scripts" / "compat_matrix_doc.py"), "--check"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr

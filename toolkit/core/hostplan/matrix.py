@@ -255,3 +255,28 @@ def cuda_of_requirements(text: str, path: str, fallback: tuple[SglangCuda, ...])
         cuda = cited.cuda if cited else f"{major}.0"
         why = f"CUDA wheels pinned -cu{major}/[cu{major}]"
     return SglangCuda(version, cuda, f"{path} ({why}; generated)")
+
+
+def matrix_table(matrix: Matrix) -> list[str]:
+    """Every row with its source, as docs/provision.md shows it (scripts/compat_matrix_doc.py writes it there)."""
+    from toolkit.core.tables import markdown_table
+
+    def row_text(table: str, r: Any) -> str:
+        if table == "driver_kernel":
+            return f"driver {r.branch} on kernel {r.kernel_series}: {r.first_release}+ (fails: {r.last_failing or '-'})"
+        if table == "gpu_arch":
+            return (f"{r.arch} ({r.chip_prefix}*): {'/'.join(r.modules)} modules"
+                    + (f", last branch {r.last_branch}" if r.last_branch else "")
+                    + (f", from branch {r.first_branch}" if r.first_branch else ""))
+        if table == "cuda_driver":
+            return f"CUDA {r.cuda_major}: driver {r.min_driver}+"
+        if table == "sglang_cuda":
+            return f"SGLang {r.sglang}: CUDA {r.cuda}"
+        if table == "fabricmanager":
+            return (f"branch {r.branches}: `{r.package}`" + (f" (`{r.virtual}` only virtual)" if r.virtual else "")
+                    + f"; {', '.join(r.files)}")
+        if table == "pve_debian":
+            return f"PVE {r.pve_major}: Debian {r.debian_suite}, CUDA repository {r.cuda_repo}"
+        return f"unpinned pick: {r.release}"
+
+    return markdown_table(["table", "row", "source"], [(t, row_text(t, r), r.source) for t, r in matrix.rows()])

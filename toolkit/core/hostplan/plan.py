@@ -474,7 +474,10 @@ def _storage(plan: Plan, facts: HostFacts, needs: ProfileNeeds | None, variables
         plan.refusals.append(Refusal("storage", f"lxc_gpu_container_model_cache_storage: {cache_named} is no storage "
                                      "of this host", "name one `pvesm status` lists"))
         return chosen
-    if needs is not None and needs.model_size_gib and cache.avail_kib is not None:
+    # A cache in a host directory (lxc_gpu_container_model_cache_host_dir) is no volume of a storage: the
+    # container role checks that directory's filesystem itself.
+    if needs is not None and needs.model_size_gib and cache.avail_kib is not None \
+            and not variables.get("lxc_gpu_container_model_cache_host_dir"):
         want = needs.model_size_gib * CACHE_OVER_MODEL
         total_gib = (cache.total_kib or 0) / 1024 ** 2
         margin = max(FREE_MARGIN_FRACTION * total_gib, FREE_MARGIN_GIB)
