@@ -10,12 +10,14 @@ SGLang rows are generated from), not the section.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from doc_section import section_main  # noqa: E402
 
 from toolkit.adapters.compat_store import read_matrix  # noqa: E402
 from toolkit.core.hostplan.matrix import matrix_table  # noqa: E402
@@ -34,18 +36,7 @@ def rewrite(text: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/provision.md is not current")
-    args = ap.parse_args()
-    text = DOC.read_text(encoding="utf-8")
-    new = rewrite(text)
-    if args.check:
-        if new != text:
-            print(f"{DOC} is not current: run .venv/bin/python scripts/compat_matrix_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
-    return 0
+    return section_main(DOC, rewrite, __doc__.split("\n")[0], "scripts/compat_matrix_doc.py")
 
 
 if __name__ == "__main__":
