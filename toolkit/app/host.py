@@ -42,6 +42,7 @@ class HostPlan:
     host: InventoryHost
     containers: list[str]  # the inventory's GPU containers on this host
     notes: list[str]  # the inventory's own notes (what it substitutes), said before a run
+    container_vars: dict[str, Any] = field(default_factory=dict)  # the first container's variables (the plan's)
 
 
 def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
@@ -62,7 +63,7 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
         raise ToolkitError.of(f"{NOTES_VAR} must be a list of lines", file=str(path), field=NOTES_VAR,
                               fix=f"write {NOTES_VAR}: [\"one line\", ...]")
-    return HostPlan(path, hosts[host], containers, list(notes))
+    return HostPlan(path, hosts[host], containers, list(notes), dict(hosts[containers[0]].vars) if containers else {})
 
 
 FACTS_TASK = "Facts | read the host"
@@ -107,13 +108,12 @@ def profile_needs(profile: str) -> ProfileNeeds:
 
 
 def plan_variables(plan: HostPlan, extravars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The variables the plan reads: the host's, its first GPU container's (lxc_*), then -e on top; and where
-    each came from."""
-    hosts = read_inventory(plan.inventory)
+    """The variables the plan reads: the host's, then its first GPU container's (its lxc_* ones), -e on top; and
+    where each came from."""
     merged: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for name in [*plan.containers[:1], plan.host.name]:
-        for key, value in hosts[name].vars.items():
+    for name, values in [(plan.host.name, plan.host.vars), *((c, plan.container_vars) for c in plan.containers[:1])]:
+        for key, value in values.items():
             merged.setdefault(key, value)
             origins.setdefault(key, f"inventory: {name}")
     for key, value in extravars.items():
