@@ -12,15 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.adapters.ansible import InventoryHost, find_inventory, read_inventory, run_playbook
-from toolkit.app.apply import ApplyOutcome, ApplyRequest
 from toolkit.app.profiles import resolve_checked
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitError
 from toolkit.core.hostplan.facts import HostFacts, parse_facts, raw_from_json
 from toolkit.core.hostplan.plan import Plan, ProfileNeeds, make_plan
+
+if TYPE_CHECKING:  # apply's imports (the wheelhouse, deploy planning) cost `host plan` a second it never uses
+    from toolkit.app.apply import ApplyOutcome, ApplyRequest
 
 NOTES_VAR = "toolkit_notes"
 
@@ -241,6 +243,8 @@ def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[...,
     if outcome.exit_code == EXIT_OK and not req.check:
         deploy_start = time.monotonic()
         limit = ",".join(outcome.containers)
+        from toolkit.app.apply import ApplyRequest
+
         applied = deploy(ApplyRequest(profile=profile, inventory=str(plan.inventory), limit=limit))
         outcome.runs.append({"command": f"toolkit apply profile {profile} -i {plan.inventory} --limit {limit}",
                              "summary": applied.summary, "rc": applied.exit_code,
