@@ -233,28 +233,32 @@ def load_matrix(documents: Mapping[str, Any], where: Mapping[str, str] | None = 
 
 
 _CU = re.compile(r"(?:\[|-)cu(1\d)\b")
-_RUNTIME = re.compile(r"^nvidia-cuda-runtime-cu1\d==(\d+)\.(\d+)", re.M)
+# The runtime wheel carries the CUDA torch was built with: nvidia-cuda-runtime-cu12==12.8.90 up to CUDA 12, the
+# suffixless nvidia-cuda-runtime==13.0.96 from CUDA 13 on (torch 2.14's pins). Other -cuNN names can be a second
+# major's leftovers (0.5.23's lock has nvidia-cutlass-dsl-libs-cu12 beside six -cu13 wheels), so they only decide
+# when no runtime pin is there, and then only when they agree.
+_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu1\d)?==(\d+)\.(\d+)", re.M)
 _SGLANG = re.compile(r"^(?:#\s*sglang:\s*|sglang==)(\d[\w.]*)", re.M)
 
 
 def cuda_of_requirements(text: str, path: str, fallback: tuple[SglangCuda, ...]) -> SglangCuda | None:
-    """An SGLang release's CUDA from its requirements or lock file: the major from the CUDA wheels' pins
-    (`-cu12`/`[cu13]`), the minor from nvidia-cuda-runtime's pin when the file has one, else the cited row's."""
+    """An SGLang release's CUDA from its requirements or lock file: nvidia-cuda-runtime's pin where the file has
+    one, else the major all the CUDA wheels' pins agree on (`-cu12`/`[cu13]`) with the cited row's minor."""
     release = _SGLANG.search(text)
+    if not release:
+        return None
+    version = release.group(1)
+    runtime = _RUNTIME.search(text)
+    if runtime:
+        cuda = f"{runtime.group(1)}.{runtime.group(2)}"
+        return SglangCuda(version, cuda, f"{path} ({runtime.group(0).strip()}; generated)")
     majors = {m.group(1) for m in _CU.finditer(text)}
-    if not release or len(majors) != 1:
+    if len(majors) != 1:
         return None
     major = majors.pop()
-    runtime = _RUNTIME.search(text)
-    version = release.group(1)
-    if runtime and runtime.group(1) == major:
-        cuda = f"{runtime.group(1)}.{runtime.group(2)}"
-        why = f"nvidia-cuda-runtime-cu{major}=={runtime.group(1)}.{runtime.group(2)}"
-    else:
-        cited = next((r for r in fallback if _in_range(version, r.sglang) and r.cuda.split(".")[0] == major), None)
-        cuda = cited.cuda if cited else f"{major}.0"
-        why = f"CUDA wheels pinned -cu{major}/[cu{major}]"
-    return SglangCuda(version, cuda, f"{path} ({why}; generated)")
+    cited = next((r for r in fallback if _in_range(version, r.sglang) and r.cuda.split(".")[0] == major), None)
+    cuda = cited.cuda if cited else f"{major}.0"
+    return SglangCuda(version, cuda, f"{path} (CUDA wheels pinned -cu{major}/[cu{major}]; generated)")
 
 
 def matrix_table(matrix: Matrix) -> list[str]:
