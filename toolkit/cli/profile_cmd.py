@@ -193,6 +193,8 @@ SEVERITY_ORDER = ("error", "warning", "acknowledged", "info")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from toolkit.core.text import printable
+
     store = _store(args)
     names = store.names() if args.name == "all" else [args.name]
     if not names:
@@ -217,7 +219,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         elsewhere = sorted({shown[k] for k in keys if k in shown})
         if elsewhere:
             summary += f"; {sum(k in shown for k in keys)} shown under {', '.join(elsewhere)}"
-        print(f"{'FAIL' if name in bad else 'ok':4} {name}" + (f" ({summary})" if summary else ""), flush=True)
+        print(f"{'FAIL' if name in bad else 'ok':4} {printable(name)}" + (f" ({summary})" if summary else ""),
+              flush=True)
         own = sorted((p for p, k in zip(problems, keys, strict=True) if k not in shown),
                      key=lambda p: SEVERITY_ORDER.index(p.severity) if p.severity in SEVERITY_ORDER else 9)
         for p in own:

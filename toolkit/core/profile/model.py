@@ -55,6 +55,11 @@ _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 REPO_ID = rf"^{_REPO_PART}/{_REPO_PART}$"
 
 
+# A profile's name is its file's name without .yaml; a file name is at most 255 bytes (NAME_MAX).
+PROFILE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+MAX_PROFILE_NAME = 255 - len(".yaml")
+
+
 class Target(_Strict):
     """The hardware the profile is tuned for (per node)."""
 
@@ -110,6 +115,23 @@ class Engine(_Strict):
     patches: list[Patch] = Field(default_factory=list)
 
 
+class ModelConfig(_Strict):
+    """Facts of the model's own config.json (Hugging Face), pinned so the parallel layout is checked against the
+    model before a GPU host loads it: heads split over tp, experts over ep, layers over pp."""
+
+    num_attention_heads: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_hidden_layers: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    # DeepSeek-style configs (GLM-5 too) call the routed experts n_routed_experts, Qwen and Mixtral num_experts /
+    # num_local_experts: either is taken.
+    n_routed_experts: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_experts: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+
+    @property
+    def experts(self) -> int | None:
+        return self.n_routed_experts or self.num_experts
+
+
 class ModelSpec(_Strict):
     repo_id: str | None = Field(default=None, pattern=REPO_ID, description="a Hugging Face repo id, org/name")
     revision: str | None = None
@@ -121,6 +143,7 @@ class ModelSpec(_Strict):
     # The checkpoint's size on disk: the model cache's storage is checked against it before anything is
     # downloaded (or even provisioned, by `toolkit host reproduce`).
     size_gib: float | None = Field(default=None, gt=0, description="the checkpoint's size on disk, GiB")
+    config: ModelConfig | None = Field(default=None, description="facts from the model's config.json")
 
     @field_validator("repo_id")
     @classmethod
@@ -268,10 +291,12 @@ class ResultsEnvelope(BaseModel):
 class Profile(_Strict):
     schema_version: int
     name: str = Field(
-        pattern=r"^[a-z0-9][a-z0-9._-]*$", description="the file's name: lower-case letters, digits, '.', '_', '-'"
+        pattern=PROFILE_NAME, max_length=MAX_PROFILE_NAME,
+        description="the file's name: lower-case letters, digits, '.', '_', '-'"
     )
     description: str = ""
-    extends: str | None = None
+    extends: str | None = Field(default=None, pattern=PROFILE_NAME, max_length=MAX_PROFILE_NAME,
+                                description="the parent profile's name (its file name without .yaml)")
     target: Target = Field(default_factory=Target)
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)

@@ -33,6 +33,10 @@ MAX_DEPTH = 24
 # Values after alias expansion: a profile with a full results block has a few thousand.
 MAX_VALUES = 50_000
 
+# The longest whole number a field takes is 10 digits (2**32 - 1, a bench seed); YAML's integers go to int(),
+# which refuses more than 4,300 digits and is quadratic below that.
+MAX_INT_CHARS = 64
+
 # libyaml's parser when PyYAML was built with it (the wheels are): 20x faster than the pure-Python one,
 # and the same events, marks and errors.
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -387,6 +391,12 @@ class _Builder:
                 self.lines[child] = item.start_mark.line + 1
                 items.append(self.build(item, child))
             return items
+        if node.tag == _TAG + "int" and len(node.value) > MAX_INT_CHARS:
+            # int() refuses more than 4,300 digits (CVE-2020-10735) and no field takes more than 10: refused here,
+            # located, rather than as a ValueError from the constructor.
+            raise self.refuse(node, path, f"a whole number of {len(node.value):,} characters: no field takes a "
+                              f"number this large", "write the number the field takes (see its range), or quote "
+                              "it if it is text")
         if node.tag == _TAG + "int" and not _DECIMAL_INT.fullmatch(node.value):
             value = self.constructor.construct_object(node, deep=True)
             digits = node.value.lstrip("+-").lower()

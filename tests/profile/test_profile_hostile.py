@@ -1,0 +1,120 @@
+"""Hostile profiles by class (tests/profile/hostile_cases.py): each refused by `toolkit profile validate` with exit
+2 and a located error that says what is wrong, no traceback, nothing it must not show (the content of a file out
+of the profiles directory, a secret, a terminal control). And the work is bounded: under a 1 GiB address-space
+cap, no single validate of a hostile input takes over 1 s or 200 MB."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import hostile_cases  # type: ignore[import-not-found]
+import pytest
+
+from toolkit.cli.main import main
+
+CASES = hostile_cases.cases()
+
+
+@pytest.fixture(scope="module")
+def hostile_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return hostile_cases.build(tmp_path_factory.mktemp("hostile"))
+
+
+def test_the_base_the_cases_extend_is_valid(hostile_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "validate", "ok-base", "--profiles-dir", str(hostile_dir)]) == 0, capsys.readouterr()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[ascii(c.name[:40]) for c in CASES])
+def test_refused_located_and_nothing_shown_that_must_not_be(case: hostile_cases.Case, hostile_dir: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["profile", "validate", case.name, "--profiles-dir", str(hostile_dir)])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code == 2, text
+    assert case.says in text, text
+    assert "Traceback" not in text
+    for never in case.never:
+        assert never not in text
+    first = out.err.splitlines()[0]
+    assert first.startswith("error: ")
+    assert "\n  fix: " in out.err
+    if case.located:
+        assert str(hostile_dir) in first or "(the value is not shown" in first, first
+    # Every line of the output is one the toolkit wrote: no control character from the input reached it.
+    assert not any(c in text for c in "\x1b\r\x00\u202e"), ascii(text)
+    assert len(text) < 2000, "messages stay short whatever the input"
+    # The same through --json, which machines read.
+    assert main(["profile", "validate", case.name, "--profiles-dir", str(hostile_dir), "--json"]) == 2
+    data = capsys.readouterr().out
+    for never in case.never:
+        assert never not in data
+
+
+_CAPPED = textwrap.dedent("""
+    import contextlib, io, json, os, resource, sys, time
+    from toolkit.cli.main import main
+
+    folder, names = sys.argv[1], json.loads(sys.argv[2])
+
+    def validate(name):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            return main(["profile", "validate", name, "--profiles-dir", folder])
+
+    validate("ok-base")  # imports and the flag catalogue loaded once, as in any process
+    for name in names:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a process per case: its peak RSS is its own
+            os.close(read)
+            resource.setrlimit(resource.RLIMIT_AS, (1024**3, 1024**3))
+            start = time.perf_counter()
+            try:
+                code = validate(name)
+            except MemoryError:
+                code = "MemoryError"
+            wall_s = time.perf_counter() - start
+            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            os.write(write, json.dumps({"name": name, "code": code, "wall_s": wall_s, "peak_mib": peak_mib}).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            row = pipe.read()
+        os.waitpid(pid, 0)
+        print(row, flush=True)
+""")
+
+
+def test_every_hostile_case_is_refused_within_1_s_and_200_mb_under_a_1_gib_cap(hostile_dir: Path,
+                                                                                 reliability: Any) -> None:
+    names = [c.name for c in CASES]
+    proc = subprocess.run([sys.executable, "-c", _CAPPED, str(hostile_dir), json.dumps(names)], capture_output=True,
+                          text=True, check=False, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [r["name"] for r in rows] == names
+    for row in rows:
+        assert row["code"] == 2, row
+        assert row["wall_s"] < 1.0, row
+        assert row["peak_mib"] < 200, row
+    worst_s = max(rows, key=lambda r: r["wall_s"])
+    worst_mib = max(rows, key=lambda r: r["peak_mib"])
+    classes = sorted({c.klass for c in CASES})
+    reliability(
+        fault=f"hostile profiles by class: the {len(CASES)} of tests/profile/hostile_cases.py ({', '.join(classes)}: "
+        "over-long names and extends, numbers past int()'s digit limit, FIFOs, directories, link loops and "
+        "/dev/zero as profiles, a 40-deep and a 1.6 MB extends chain, a missing parent among 3,000 profiles, a "
+        "sparse 1 GiB patch, links out of the profiles directory, /etc/shadow as the key file, URL credentials, "
+        "a literal key, an escape sequence in a file name, patches that touch other files or are not unified "
+        "diffs, a layout that does not fit the model's heads or experts)",
+        user_saw="exit 2, one located error each with its fix, nothing from outside the profiles directory, no "
+        "secret and no terminal control in the output",
+        recorded=f"each validate in its own process under a 1 GiB RLIMIT_AS: slowest {worst_s['wall_s']:.3f} s "
+        f"({worst_s['name'][:30]!a}), highest peak RSS (the pages the forked process touched) "
+        f"{worst_mib['peak_mib']:.0f} MiB ({worst_mib['name'][:30]!a})",
+        next_run="nothing to undo: nothing was read past its cap and no host was contacted",
+    )
