@@ -26,7 +26,7 @@ from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
-from toolkit.core.profile.render import render_bench_argv
+from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
 
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
@@ -162,7 +162,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(req.runs_dir).resolve() / run_id
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
-    bench_argv = render_bench_argv(resolved, base_url=f"http://127.0.0.1:{inputs.port}",
+    bench_argv = render_bench_argv(resolved, base_url=client_url(inputs.host, inputs.port),
                                    output_file=f"{remote_run}/bench.jsonl",
                                    python=inputs.venv_path.rstrip("/") + "/bin/python")
     notes: list[str] = []

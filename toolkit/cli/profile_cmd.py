@@ -244,14 +244,14 @@ def _render_all(resolved: Any) -> dict[str, Any]:
     from toolkit.core.profile import render
 
     server = resolved.spec.server
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
     return {
         "argv": render.render_launch_argv(resolved),
         "env": render.render_env(resolved),
         "unit": render.render_systemd_unit(resolved),
         "config": render.render_sglang_config_yaml(resolved),
         "bench": render.render_bench_argv(
-            resolved, base_url=f"http://{host}:{server.port}", output_file=f"{resolved.name}.bench.jsonl"
+            resolved, base_url=render.client_url(server.host, server.port),
+            output_file=f"{resolved.name}.bench.jsonl",
         ),
     }
 
