@@ -49,6 +49,7 @@ def validate(
     later += _secrets(resolved)
     later += _confined(resolved)
     later += _whys(resolved)
+    later += _inherited_whys(resolved)
     later += _patches_upstream(resolved)
     for rule in matching_rules(resolved, rules):
         later.append(
@@ -90,6 +91,15 @@ def acknowledged(resolved: ResolvedProfile, problems: list[Problem], rule_ids: s
             continue
         fired.add(p.rule_id)
         where = resolved.origin(f"acknowledge.{p.rule_id}")
+        if where is not None and where.file not in (resolved.file, p.file):
+            # An acknowledgement covers the profile that states it: a parent's reason was given for the value the
+            # parent set, not for this profile setting it again.
+            out.append(Problem(f"{p.message} (acknowledged by {where.profile} for its own setting; this profile "
+                               "sets it again and states no acknowledgement of its own)", file=p.file, line=p.line,
+                               field=p.field, fix=f"{p.fix}; or acknowledge {p.rule_id} here, with this profile's "
+                               "reason" if p.fix else f"acknowledge {p.rule_id} here, with this profile's reason",
+                               severity=p.severity, rule_id=p.rule_id))
+            continue
         at = f" ({where.file}:{where.line})" if where and where.line else ""
         out.append(Problem(f"{p.message}; acknowledged{at}: {' '.join(reason.split())}", file=p.file, line=p.line,
                            field=p.field, fix=None, severity="acknowledged", rule_id=p.rule_id))
@@ -358,6 +368,33 @@ def _patches_upstream(resolved: ResolvedProfile) -> list[Problem]:
                     "remove the patch for this release (`toolkit profile migrate` drops it)",
                 )
             )
+    return out
+
+
+INHERITED_WHY_RULE = "why-inherited"
+
+
+def _inherited_whys(resolved: ResolvedProfile) -> list[Problem]:
+    """A knob this profile changes from its parent's value, whose only why is a parent's: that reason was given
+    for the parent's value, so the change has none (a warning; `validate --strict` fails on it)."""
+    from toolkit.core.profile.diff import changed_here, knobs, why_entry
+
+    if resolved.parent_data is None:
+        return []
+    out = []
+    for path in knobs(resolved):
+        if not changed_here(resolved, path):
+            continue
+        key, origin = why_entry(resolved, path)
+        if key is None or origin is None or origin.file == resolved.file:
+            continue
+        out.append(resolved.problem(
+            path,
+            f"changed here, but its only why is {origin.profile}'s (why.{key}), given for the parent's value",
+            f"add why.{path} to this profile saying why it changes the value",
+            severity="warning",
+            rule_id=INHERITED_WHY_RULE,
+        ))
     return out
 
 
