@@ -268,7 +268,8 @@ def _model_fit(resolved: ResolvedProfile) -> list[Problem]:
         out.append(resolved.problem("server.tp_size", f"tp_size {s.tp_size} and the model's {kv} KV heads "
                                     "(model.config.num_key_value_heads) do not split evenly: each rank needs whole "
                                     "KV heads, or each KV head whole ranks",
-                                    f"use a tp_size that divides {kv} or is a multiple of it",
+                                    f"use a tp_size that divides {kv} or is a multiple of it, e.g. "
+                                    f"{_divisor_near(kv, s.tp_size)}",
                                     rule_id="layout-fits-model"))
     experts = config.experts
     if experts is not None and s.ep_size > 1 and experts % s.ep_size:
