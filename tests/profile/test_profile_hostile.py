@@ -118,3 +118,30 @@ def test_every_hostile_case_is_refused_within_1_s_and_200_mb_under_a_1_gib_cap(h
         f"{worst_mib['peak_mib']:.0f} MiB ({worst_mib['name'][:30]!a})",
         next_run="nothing to undo: nothing was read past its cap and no host was contacted",
     )
+
+
+def test_validate_all_over_a_deep_chain_checks_and_merges_each_profile_once(tmp_path: Path, monkeypatch) -> None:
+    """16 profiles in one chain: validate all type-checks each file once and merges each parent once, not the
+    chain again for every profile (which grows with the square of the depth)."""
+    import importlib
+
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.app.profiles import check_profiles
+
+    resolve_module = importlib.import_module("toolkit.core.profile.resolve")
+
+    d = hostile_cases.build(tmp_path)
+    for i in range(15):
+        parent = f"link-{i + 1}" if i < 14 else "ok-base"
+        (d / f"link-{i}.yaml").write_text(f"schema_version: 1\nname: link-{i}\nextends: {parent}\n"
+                                          f"server:\n  max_running_requests: {64 + i}\n")
+    checked: list[str] = []
+    real = resolve_module.check_file
+    monkeypatch.setattr(resolve_module, "check_file", lambda source: checked.append(source.name) or real(source))
+    store = ProfileStore(d)
+    names = ["ok-base", *(f"link-{i}" for i in range(15))]
+    results = check_profiles(store, names)
+    assert all(not [p for p in results[n] if p.severity == "error"] for n in names)
+    assert sorted(checked) == sorted(names)
+    assert store.resolve("link-0").spec.server.max_running_requests == 64
+    assert store.resolve("link-13").chain == ["link-13", "link-14", "ok-base"]
