@@ -145,3 +145,57 @@ def test_validate_all_over_a_deep_chain_checks_and_merges_each_profile_once(tmp_
     assert sorted(checked) == sorted(names)
     assert store.resolve("link-0").spec.server.max_running_requests == 64
     assert store.resolve("link-13").chain == ["link-13", "link-14", "ok-base"]
+
+
+SECRET_PROFILE = """\
+schema_version: 1
+name: leaky
+extends: ok-base
+description: "pulls from https://deploy:s3cr3tpass@git.example.org/x \\e[2Kok   fine [red]x[/red]"
+env:
+  HF_TOKEN: hf_s3cr3tt0ken
+why:
+  server.tp_size:
+    reason: measured
+    link: https://deploy:s3cr3tpass@git.example.org/runs/1
+"""
+
+
+@pytest.mark.parametrize("argv", [
+    ["profile", "show", "leaky"],
+    ["profile", "show", "leaky", "--json"],
+    ["profile", "show", "leaky", "--resolved"],
+    ["profile", "show", "leaky", "--resolved", "--json"],
+    ["profile", "validate", "leaky"],
+    ["profile", "validate", "leaky", "--json"],
+    ["profile", "list"],
+    ["profile", "list", "--json"],
+    ["profile", "diff", "ok-base", "leaky"],
+    ["profile", "diff", "ok-base", "leaky", "--json"],
+])
+def test_no_secret_and_no_terminal_control_in_any_output(argv: list[str], tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A credential in a URL and the value of a secret-named variable are masked, and an escape sequence is shown
+    escaped, in every command that prints a profile (as text, as JSON, as a table)."""
+    d = tmp_path
+    (d / "ok-base.yaml").write_text(hostile_cases.BASE)
+    (d / "leaky.yaml").write_text(SECRET_PROFILE)
+    code = main([*argv, "--profiles-dir", str(d)])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert code in (0, 1, 2), text
+    assert "s3cr3tpass" not in text and "hf_s3cr3tt0ken" not in text, text
+    assert "\x1b" not in text
+    if argv[1] in ("show", "diff") and "--json" not in argv:
+        assert "***" in text  # masked, not dropped: the reader sees that something is there
+
+
+def test_render_masks_url_credentials_in_what_it_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path
+    (d / "ok-base.yaml").write_text(hostile_cases.BASE)
+    (d / "leaky.yaml").write_text("schema_version: 1\nname: leaky\nextends: ok-base\nenv:\n"
+                                  "  HTTPS_PROXY: http://bot:pw0rdpw0rd@10.0.0.2:9000\n")
+    for only in ([], ["--only", "env"], ["--only", "unit"], ["--json"]):
+        main(["profile", "render", "leaky", "--profiles-dir", str(d), *only])
+        text = capsys.readouterr().out
+        assert "pw0rdpw0rd" not in text and "10.0.0.2:9000" in text, text

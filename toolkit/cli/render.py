@@ -15,6 +15,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.text import safe
+
+
+def shown(text: str) -> str:
+    """Input-derived text for rich output: redacted, terminal controls escaped, and rich markup escaped (a name
+    holding "[red]" is shown as written, not as markup)."""
+    return escape(safe(text))
 
 
 class PlaybookProgress:

@@ -20,7 +20,11 @@ _NOT_SECRET_TAIL = frozenset({"file", "path", "dir", "secret_ref", "env", "ref",
 # scheme://user:password@ (and scheme://token@): the part before '@' is a credential.
 _URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/@\s:]*)(:[^/@\s]*)?@")
 # NAME: value or NAME=value where NAME looks secret, in YAML text, env lines and argv.
-_ASSIGNMENT = re.compile(r"(?im)^(\s*(?:-\s+)?['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)(['\"]?\s*[:=]\s*)(\S.*?)(\s*)$")
+_ASSIGNMENT = re.compile(
+    r"(?m)^([ \t]*(?:-[ \t]+|export[ \t]+)?['\"]?)"  # indent, a list dash or `export`, a quote
+    r"([A-Za-z_][A-Za-z0-9_.-]*)"  # the name
+    r"(['\"]?[ \t]*[:=][ \t]*)(\S[^\n]*?)([ \t\r]*)$"  # `: ` or `=`, the value, trailing blanks
+)
 
 
 def secret_name(name: str) -> bool:
@@ -86,14 +90,32 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     """`text` with every character that does not show or drives the terminal escaped (C0 and C1 controls, ESC,
     DEL, bidirectional and zero-width format characters, line and paragraph separators, lone surrogates), so
     what is printed is what the input holds and nothing else. `keep_newlines`: a "\\n" stays a line break (a
-    message of several lines the toolkit itself wrote)."""
+    message of several lines the toolkit itself wrote, or a file shown as it is; a tab stays too)."""
     if text.isprintable() and text.isascii():
         return text
-    return "".join(char if _shows(char) or (char == "\n" and keep_newlines) else _escape(char) for char in text)
+    return "".join(char if _shows(char) or (char in "\n\t" and keep_newlines) else _escape(char) for char in text)
 
 
 def _shows(char: str) -> bool:
     return char == " " or (char.isprintable() and unicodedata.category(char) not in ("Cf", "Zl", "Zp", "Cs"))
+
+
+# A secret reference names where the key is, not the key: it is shown (a literal key in its place is masked).
+_REFERENCE = re.compile(r"^(env|vault|file):[^\s]+$")
+
+
+def redact_data(data: object, key: str = "") -> object:
+    """Plain data (a profile's, a report's) with every value of a secret-named key masked (a secret reference
+    kept) and credentials cut out of every URL."""
+    if isinstance(data, dict):
+        return {k: redact_data(v, str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [redact_data(v, key) for v in data]
+    if isinstance(data, str):
+        if key and secret_name(key) and not _REFERENCE.match(data):
+            return MASK
+        return redact_url(data)
+    return data
 
 
 def safe(text: str, *, keep_newlines: bool = False) -> str:

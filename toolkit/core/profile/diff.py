@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolkit.core.profile.resolve import Origin, ResolvedProfile
+from toolkit.core.text import redact_data
 
 # Sections that are not knobs: prose and the toolkit's own block.
 NOT_KNOBS = ("name", "description", "extends", "why", "acknowledge", "results", "schema_version")
@@ -134,6 +135,8 @@ def diff_profiles(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
             kind = "removed"
         else:
             kind = "changed"
+        # A diff shows that a secret changed, never the secret (a reference to one is shown).
+        old, new = redact_data(old, path.rsplit(".", 1)[-1]), redact_data(new, path.rsplit(".", 1)[-1])
         # The reason for the change is b's (for its value); a's reason was for the old value, never this change's.
         changes.append(KnobChange(path, kind, old, new, why_for(b, path)))
     return ProfileDiff(a.name, b.name, changes)
@@ -151,6 +154,7 @@ def knob_lines(resolved: ResolvedProfile) -> str:
         if value is None or value == [] or value == {}:
             continue
         why = why_for(resolved, path)
+        value = redact_data(value, path.rsplit(".", 1)[-1])
         out.append(f"{path} = {_show(value)}" + (f"    # why: {why}" if why else ""))
     return "\n".join(out) + "\n"
 
