@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import errno
 import fcntl
 import os
 import re
@@ -16,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from toolkit.adapters.files import write_atomic
+from toolkit.adapters.files import os_fix, os_reason, read_capped, write_atomic
 from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import Profile
@@ -87,60 +86,6 @@ def profile_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
-
-
-def read_capped(path: str | Path, cap: int, *, what: str = "file") -> bytes:
-    """At most `cap` + 1 bytes of a regular file (the caller refuses more): never blocks on a FIFO or a device,
-    never reads a sparse or endless file whole. Anything that is not a readable regular file is a located
-    ToolkitError."""
-    p = Path(path)
-    shown = printable(str(p))
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except FileNotFoundError:
-        raise ToolkitError.of(f"{shown} does not exist", file=shown, fix="check the name or path") from None
-    except OSError as err:
-        raise ToolkitError.of(f"cannot read the {what}: {_os_reason(err)}", file=shown,
-                              fix=_os_fix(err)) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "not a regular file")
-            raise ToolkitError.of(f"the {what} is {kind}, not a regular file", file=shown,
-                                  fix=f"point at a regular {what} (a directory, a pipe or a device is never read)")
-        chunks: list[bytes] = []
-        left = cap + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1024 * 1024))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError as err:
-        raise ToolkitError.of(f"cannot read the {what}: {_os_reason(err)}", file=shown, fix=_os_fix(err)) from None
-    finally:
-        os.close(fd)
-
-
-def _os_reason(err: OSError) -> str:
-    return {errno.ELOOP: "too many levels of symbolic links (a link loop)",
-            errno.ENAMETOOLONG: "the path is longer than the file system allows"}.get(
-        err.errno or 0, err.strerror or str(err))
-
-
-def _os_fix(err: OSError) -> str:
-    if err.errno in (errno.EACCES, errno.EPERM):
-        return "make the file readable by the user running toolkit (chmod/chown), or run as that user"
-    if err.errno == errno.ELOOP:
-        return "point the symbolic link at a file (it leads back to itself)"
-    if err.errno == errno.ENAMETOOLONG:
-        return "use a shorter name (a file name is at most 255 bytes)"
-    if err.errno == errno.EISDIR:
-        return "point at a file, not a directory"
-    return "check the path and its permissions"
 
 
 def _is_file(path: Path) -> bool:
@@ -216,7 +161,7 @@ class ProfileStore:
         except FileNotFoundError:
             raise self._not_found(name) from None
         except OSError as err:
-            raise ToolkitError.of(f"cannot read the profile: {_os_reason(err)}", file=shown, fix=_os_fix(err)) from None
+            raise ToolkitError.of(f"cannot read the profile: {os_reason(err)}", file=shown, fix=os_fix(err)) from None
         if stat.S_ISLNK(st.st_mode):
             try:
                 real = path.resolve(strict=True)
@@ -224,7 +169,7 @@ class ProfileStore:
                 raise ToolkitError.of("the profile is a symbolic link to a file that does not exist", file=shown,
                                       fix="remove the link or point it at a profile in the same directory") from None
             except (OSError, RuntimeError) as err:
-                reason = _os_reason(err) if isinstance(err, OSError) else "a symbolic link loop"
+                reason = os_reason(err) if isinstance(err, OSError) else "a symbolic link loop"
                 raise ToolkitError.of(f"cannot read the profile: {reason}", file=shown,
                                       fix="point the symbolic link at a profile file (it leads back to itself)"
                                       ) from None
