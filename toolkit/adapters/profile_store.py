@@ -106,6 +106,7 @@ def read_text(path: str | Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=printable(str(p)),
+                              line=raw.count(b"\n", 0, err.start) + 1,
                               fix="save the file as UTF-8") from None
 
 
@@ -134,6 +135,7 @@ class ProfileStore:
             raise ToolkitError.of(
                 f"{shown!r} is not a profile name" + (f": longer than {MAX_NAME_CHARS} characters, more than a "
                                                       "file name may be" if len(name) > MAX_NAME_CHARS else ""),
+                file=f"{printable(str(self.dir))}/{shown}.yaml",
                 fix="a profile name is its file name without .yaml: lower-case letters, digits, '.', '_', '-', at "
                 f"most {MAX_NAME_CHARS} characters",
             )
