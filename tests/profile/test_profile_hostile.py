@@ -199,3 +199,49 @@ def test_render_masks_url_credentials_in_what_it_shows(tmp_path: Path, capsys: p
         main(["profile", "render", "leaky", "--profiles-dir", str(d), *only])
         text = capsys.readouterr().out
         assert "pw0rdpw0rd" not in text and "10.0.0.2:9000" in text, text
+
+
+GIT_DIFF = f"""From 1234 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] a fix
+---
+ {hostile_cases.TARGET} | 2 +-
+ 1 file changed, 1 insertion(+), 1 deletion(-)
+
+diff --git a/{hostile_cases.TARGET} b/{hostile_cases.TARGET}
+index 1111111..2222222 100644
+--- a/{hostile_cases.TARGET}
++++ b/{hostile_cases.TARGET}
+@@ -1,3 +1,3 @@ def run():
+ a
+-old
++new
+ b
+\\ No newline at end of file
+--
+2.39.0
+"""
+
+
+@pytest.mark.parametrize(("name", "body", "warns"), [
+    ("model-cache", "model:\n  local_path: /models/GLM-5-NVFP4\n", None),
+    ("hf-home", "model:\n  local_path: /data/hf/glm5\nenv:\n  HF_HOME: /data/hf\n", None),
+    ("elsewhere", "model:\n  local_path: /data/glm5\n", "model-path-root"),
+    ("key-file", "server:\n  api_key_secret: file:/etc/sglang/api-key\n", None),
+    ("key-home", "server:\n  api_key_secret: file:/home/ops/sglang.key\n", "secret-file-root"),
+    ("ipv6", "server:\n  host: '::1'\n", None),
+    ("git-patch", hostile_cases._patch_entry("git-patch", "git-patch.patch"), None),
+    ("n" * 250, "", None),
+])
+def test_what_is_fine_stays_accepted(name: str, body: str, warns: str | None, tmp_path: Path) -> None:
+    """No over-refusal: the confinement and the patch check accept what is in its place."""
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.app.profiles import check_profiles
+
+    d = tmp_path / "profiles"
+    (d / "patches").mkdir(parents=True)
+    (d / "ok-base.yaml").write_text(hostile_cases.BASE)
+    (d / "patches" / "git-patch.patch").write_text(GIT_DIFF)
+    (d / f"{name}.yaml").write_text(f"schema_version: 1\nname: {name}\nextends: ok-base\n{body}")
+    problems = check_profiles(ProfileStore(d), [name])[name]
+    assert not [p for p in problems if p.severity == "error"], problems
+    assert [p.rule_id for p in problems if p.severity == "warning"] == ([warns] if warns else [])

@@ -312,7 +312,7 @@ def _secrets(resolved: ResolvedProfile) -> list[Problem]:
 SECRET_FILE_ROOTS = ("/etc/sglang/", "/run/secrets/", "/run/credentials/")
 # Where no secret and no model is read from: the system's own files (/etc/shadow, /proc/self/environ, keys).
 SYSTEM_PREFIXES = ("/etc/", "/proc/", "/sys/", "/dev/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/",
-                   "/var/", "/root/", "/run/", "/snap/", "/opt/")
+                   "/root/", "/run/", "/var/lib/", "/var/log/", "/var/run/", "/var/spool/", "/var/mail/")
 # The container's model cache (lxc_gpu_container mounts the host's model storage at /models): a model.local_path
 # is read there, or under the profile's env.HF_HOME.
 MODEL_ROOTS = ("/models/",)
@@ -320,6 +320,11 @@ MODEL_ROOTS = ("/models/",)
 
 def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path.startswith(root) and path != root for root in roots)
+
+
+def system_path(path: str) -> bool:
+    """Whether `path` is, or is inside, a location of the system (never a secret or a model)."""
+    return path == "/" or (path.rstrip("/") + "/").startswith(SYSTEM_PREFIXES)
 
 
 def _confined(resolved: ResolvedProfile) -> list[Problem]:
@@ -330,7 +335,7 @@ def _confined(resolved: ResolvedProfile) -> list[Problem]:
     scheme, _, path = ref.partition(":")
     if scheme == "file" and path.startswith("/") and ".." not in path.split("/") \
             and not _under(path, SECRET_FILE_ROOTS):
-        system = _under(path + "/", SYSTEM_PREFIXES) or path in ("/etc", "/root", "/proc")
+        system = system_path(path)
         out.append(resolved.problem(
             "server.api_key_secret",
             f"the key file {path} is " + ("a file of the system, never a secret source" if system else
@@ -344,13 +349,18 @@ def _confined(resolved: ResolvedProfile) -> list[Problem]:
     if local and local.startswith("/") and ".." not in local.split("/"):
         hf_home = resolved.spec.env.get("HF_HOME")
         roots = MODEL_ROOTS + ((hf_home.rstrip("/") + "/",) if hf_home and hf_home.startswith("/")
-                               and not _under(hf_home + "/", SYSTEM_PREFIXES) else ())
+                               and not system_path(hf_home) else ())
         if not _under(local, roots):
+            system = system_path(local)
             out.append(resolved.problem(
                 "model.local_path",
-                f"{local} is outside the model cache ({', '.join(roots)}): the server would read whatever is there",
-                "put the checkpoint under /models/ (the container's model-cache mount), e.g. /models/GLM-5-NVFP4",
-                rule_id="model-path-root",
+                f"{local} is " + ("a directory of the system, never a model" if system else
+                                  f"outside the model cache ({', '.join(roots)})")
+                + ": the server would load whatever is there",
+                "put the checkpoint under /models/ (the container's model-cache mount), e.g. /models/GLM-5-NVFP4, "
+                "or under the profile's env.HF_HOME",
+                "error" if system else "warning",
+                "model-path-root",
             ))
     return out
 
