@@ -245,3 +245,41 @@ def test_what_is_fine_stays_accepted(name: str, body: str, warns: str | None, tm
     problems = check_profiles(ProfileStore(d), [name])[name]
     assert not [p for p in problems if p.severity == "error"], problems
     assert [p.rule_id for p in problems if p.severity == "warning"] == ([warns] if warns else [])
+
+
+def test_an_unreadable_profile_is_a_located_error_not_a_traceback(tmp_path: Path) -> None:
+    """EACCES: as a user who may not read the file (root reads everything, so the check runs as nobody)."""
+    import os
+
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.errors import ToolkitError
+
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "locked.yaml").write_text(hostile_cases.BASE.replace("ok-base", "locked"))
+    (d / "locked.yaml").chmod(0)
+    os.chmod(tmp_path, 0o755)
+    os.chmod(tmp_path.parent, 0o755)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            if os.geteuid() == 0:
+                os.setgid(65534)
+                os.setuid(65534)
+            ProfileStore(d).source("locked")
+            message = "read"
+        except ToolkitError as err:
+            (problem,) = err.problems
+            message = f"{problem.file}|{problem.message}|{problem.fix}"
+        except BaseException as err:  # reported to the parent, which fails the test
+            message = f"raised {type(err).__name__}: {err}"
+        os.write(write, message.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        message = pipe.read()
+    os.waitpid(pid, 0)
+    file, what, fix = message.split("|")
+    assert file.endswith("locked.yaml") and "Permission denied" in what and "readable" in fix, message
