@@ -155,6 +155,12 @@ def cases() -> list[Case]:
         Case("deep-0", "bounded", "more than 16 profiles deep", _deep),
         Case("heavy-0", "bounded", "more than a chain may", _heavy),
         Case("extends-missing-in-crowd", "bounded", "profiles there (`toolkit profile list`)", _crowd),
+        Case("many-unknown-keys", "bounded", "more problems of this file are not shown",
+             _child("many-unknown-keys", "server:\n" + "".join(f"  k{i}: 1\n" for i in range(5000)))),
+        Case("many-extra-args", "bounded", "at most 256 items",
+             _child("many-extra-args", "server:\n  extra_args:\n" + "".join(f"    - --x{i}\n" for i in range(5000)))),
+        Case("many-values", "bounded", "more than 20,000 values",
+             _child("many-values", "why:\n" + "".join(f"  server.k{i}: {{reason: r}}\n" for i in range(12000)))),
         Case("sparse-patch", "bounded", "more than a patch may be", _patch_case("sparse-patch", None)),
         # Nothing leaves its place, nothing is echoed
         Case("link-out", "confined", "symbolic link out of the profiles directory", _outside,

@@ -47,7 +47,7 @@ def test_refused_located_and_nothing_shown_that_must_not_be(case: hostile_cases.
         assert str(hostile_dir) in first or "(the value is not shown" in first, first
     # Every line of the output is one the toolkit wrote: no control character from the input reached it.
     assert not any(c in text for c in "\x1b\r\x00\u202e"), ascii(text)
-    assert len(text) < 2000, "messages stay short whatever the input"
+    assert len(text) < 20_000, "the output is bounded whatever the input (20 problems a file at most)"
     # The same through --json, which machines read.
     assert main(["profile", "validate", case.name, "--profiles-dir", str(hostile_dir), "--json"]) == 2
     data = capsys.readouterr().out
@@ -107,7 +107,8 @@ def test_every_hostile_case_is_refused_within_1_s_and_200_mb_under_a_1_gib_cap(h
     reliability(
         fault=f"hostile profiles by class: the {len(CASES)} of tests/profile/hostile_cases.py ({', '.join(classes)}: "
         "over-long names and extends, numbers past int()'s digit limit, FIFOs, directories, link loops and "
-        "/dev/zero as profiles, a 40-deep and a 1.6 MB extends chain, a missing parent among 3,000 profiles, a "
+        "/dev/zero as profiles, 5,000 unknown keys, 5,000 extra_args, 36,000 values in one file, a 40-deep and a "
+        "1.6 MB extends chain, a missing parent among 3,000 profiles, a "
         "sparse 1 GiB patch, links out of the profiles directory, /etc/shadow as the key file, URL credentials, "
         "a literal key, an escape sequence in a file name, patches that touch other files or are not unified "
         "diffs, a layout that does not fit the model's heads or experts)",

@@ -55,6 +55,9 @@ _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 REPO_ID = rf"^{_REPO_PART}/{_REPO_PART}$"
 
 
+# Entries of a list or mapping of a profile (extra_args, env, why, acknowledge, patches, concurrency levels): a
+# profile has tens; each entry is checked and may be reported, so their number bounds the work and the output.
+MAX_ITEMS = 256
 # A profile's name is its file's name without .yaml; a file name is at most 255 bytes (NAME_MAX).
 PROFILE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
 MAX_PROFILE_NAME = 255 - len(".yaml")
@@ -112,7 +115,7 @@ class Engine(_Strict):
     sglang_version: str | None = Field(default=None, pattern=RELEASE_PATTERN)
     requirements: str | None = Field(default=None, description="requirements lock for the venv, repo-relative")
     venv_path: str = "/opt/sglang/venv"
-    patches: list[Patch] = Field(default_factory=list)
+    patches: list[Patch] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class ModelConfig(_Strict):
@@ -197,7 +200,7 @@ class Server(_Strict):
         default=False,
         description="serve a non-loopback host without an API key (needs why.server.allow_unauthenticated)",
     )
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class SteadyState(_Strict):
@@ -235,7 +238,7 @@ class Bench(_Strict):
     # Requests per second; 0 would send nothing and the run would never end. "inf" sends them all at once.
     request_rate: Annotated[float, Field(gt=0)] | Literal["inf"] = "inf"
     max_concurrency: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    concurrency_levels: list[Annotated[int, Field(le=MAX_COUNT)]] = Field(default_factory=list)
+    concurrency_levels: list[Annotated[int, Field(le=MAX_COUNT)]] = Field(default_factory=list, max_length=MAX_ITEMS)
     warmup_requests: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     seed: int | None = Field(default=None, ge=0, le=MAX_BENCH_SEED)
     tokenizer: str | None = Field(default=None, description="None: model.repo_id")
@@ -301,14 +304,14 @@ class Profile(_Strict):
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
-    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
-    why: dict[str, Why] = Field(default_factory=dict)
+    why: dict[str, Why] = Field(default_factory=dict, max_length=MAX_ITEMS)
     # Rules this profile knows it breaks, each with the reason (rule id -> reason), as ansible-lint's skip list:
     # a warning acknowledged here is reported as acknowledged and no longer fails `validate --strict`.
-    acknowledge: dict[str, str] = Field(default_factory=dict)
+    acknowledge: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     results: ResultsEnvelope | None = None
 
     @field_validator("acknowledge")

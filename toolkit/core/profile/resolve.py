@@ -152,7 +152,22 @@ def check_file(source: ProfileSource) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
-        raise ToolkitError([_pydantic_problem(source, loc, errors) for loc, errors in _by_field(err, data)]) from None
+        fields = _by_field(err, data)
+        problems = [_pydantic_problem(source, loc, errors) for loc, errors in fields[:MAX_PROBLEMS]]
+        raise ToolkitError(problems + _more(source.file, len(fields) - MAX_PROBLEMS)) from None
+
+
+# Problems of one file reported in full; past them, one line says how many more (each costs a lookup, a "did
+# you mean" and a line of output: a file of 20,000 unknown keys would otherwise take seconds and megabytes).
+MAX_PROBLEMS = 20
+
+
+def _more(file: str, count: int) -> list[Problem]:
+    if count <= 0:
+        return []
+    return [Problem(f"{count:,} more problems of this file are not shown", file=file, line=1,
+                    fix="fix the ones shown first (a profile has a few dozen keys: so many problems are usually one "
+                    "mistake repeated)")]
 
 
 def _by_field(err: ValidationError, data: Any) -> list[tuple[Path, list[Any]]]:
@@ -476,7 +491,8 @@ def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | N
         spec = Profile.model_validate(merged)
     except ValidationError as err:  # a combination only the merge creates
         problems = []
-        for loc, errors in _by_field(err, merged):
+        fields = _by_field(err, merged)
+        for loc, errors in fields[:MAX_PROBLEMS]:
             where = origins.get(dotted(loc))
             problems.append(
                 Problem(
@@ -487,7 +503,7 @@ def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | N
                     fix="correct the value in the file that sets it",
                 )
             )
-        raise ToolkitError(problems) from None
+        raise ToolkitError(problems + _more(own.file, len(fields) - MAX_PROBLEMS)) from None
     version = spec.engine.sglang_version
     return ResolvedProfile(
         name=own.name,
