@@ -284,3 +284,22 @@ def test_an_unreadable_profile_is_a_located_error_not_a_traceback(tmp_path: Path
     os.waitpid(pid, 0)
     file, what, fix = message.split("|")
     assert file.endswith("locked.yaml") and "Permission denied" in what and "readable" in fix, message
+
+
+def test_the_one_redaction_helper() -> None:
+    """URL credentials and the values of secret-named assignments and flags, masked wherever they are shown or
+    stored (a stored benchmark command too); what only looks alike stays."""
+    from toolkit.core.probe.bench import redact_argv
+    from toolkit.core.text import printable, redact
+
+    assert redact("see https://ci:tok3n@git.example.org/x and ssh://git@h/r") == \
+        "see https://***@git.example.org/x and ssh://***@h/r"
+    assert redact("env:\n  HF_TOKEN: hf_x\n  NCCL_DEBUG: WARN\nexport DB_PASSWORD=x\n") == \
+        "env:\n  HF_TOKEN: ***\n  NCCL_DEBUG: WARN\nexport DB_PASSWORD=***\n"
+    # A lower-case key (an acknowledged rule id) and a path to a key are no secret.
+    assert redact("  public-bind-without-api-key: because\n  API_KEY_FILE: /etc/k\n") == \
+        "  public-bind-without-api-key: because\n  API_KEY_FILE: /etc/k\n"
+    assert redact_argv(["python", "--base-url", "http://u:pw@10.0.0.1:8000", "--api-key", "k"]) == \
+        ["python", "--base-url", "http://***@10.0.0.1:8000", "--api-key", "***"]
+    assert printable("a\x1b[2Kb\r\n\u202ec") == "a\\x1b[2Kb\\x0d\\x0a\\u202ec"
+    assert printable("ok\n\tline", keep_newlines=True) == "ok\n\tline"

@@ -13,8 +13,7 @@ import unicodedata
 MASK = "***"
 
 # Words that make a name secret (API_KEY, HF_TOKEN, DB_PASSWORD, --admin-api-key), split at '-' and '_'.
-SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials",
-                          "auth", "pat"})
+SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"})
 # Words that end a secret-looking name but make it no secret: a path to one, or a reference to it.
 _NOT_SECRET_TAIL = frozenset({"file", "path", "dir", "secret_ref", "env", "ref", "id"})
 # scheme://user:password@ (and scheme://token@): the part before '@' is a credential.
@@ -72,11 +71,6 @@ def shorten(text: str) -> str:
     if len(text) > MAX_MESSAGE_CHARS:
         text = f"{text[:MAX_MESSAGE_CHARS - 40]}... ({len(text):,} characters in all)"
     return text
-
-
-def redact_value(name: str, value: str) -> str:
-    """A value to show, given the name it is stored under: masked whole when the name is secret."""
-    return MASK if secret_name(name) else redact_url(value)
 
 
 def _escape(char: str) -> str:

@@ -274,7 +274,7 @@ def shown_value(value: Any, loc: Path = ()) -> str:
     MAX_SHOWN_CHARS (its length said)."""
     if isinstance(value, dict | list):
         return type(value).__name__
-    if loc and (secret_field(loc)):
+    if loc and secret_field(loc):
         return f"{type(value).__name__}, not shown: a secret field"
     text = repr(value) if not isinstance(value, int) or len(str(value)) < 100 else f"a {len(str(value))}-digit number"
     if len(text) > MAX_SHOWN_CHARS:
