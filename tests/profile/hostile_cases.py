@@ -125,6 +125,12 @@ def _patch_case(name: str, text: str | None) -> Callable[[Path], None]:
     return write
 
 
+def _patch_loop(d: Path) -> None:
+    (d / "patches").mkdir(exist_ok=True)
+    os.symlink("loop.patch", d / "patches" / "loop.patch")
+    _child("patch-link-loop", _patch_entry("patch-link-loop", "loop.patch"))(d)
+
+
 _HUNK = "@@ -1,1 +1,1 @@\n-old\n+new\n"
 _SECTION = f"--- a/{TARGET}\n+++ b/{TARGET}\n{_HUNK}"
 
@@ -194,6 +200,7 @@ def cases() -> list[Case]:
         Case("patch-ed-script", "patch", "ed script", _patch_case("patch-ed-script", _SECTION + "1d\n")),
         Case("patch-creates-file", "patch", "creates or deletes",
              _patch_case("patch-creates-file", f"--- /dev/null\n+++ b/{TARGET}\n@@ -0,0 +1,1 @@\n+x\n")),
+        Case("patch-link-loop", "patch", "symbolic link loop", _patch_loop),
         Case("patch-long-path", "patch", "does not exist",
              _child("patch-long-path", _patch_entry("long", "p" * 5000 + ".patch"))),
         # Rules that know the model

@@ -217,7 +217,12 @@ class ProfileStore:
                   for i, p in enumerate(engine.patches)]
         confined: dict[str, Path] = {}
         for field, rel, commit in named:
-            path = (root / rel).resolve()
+            try:
+                path = (root / rel).resolve()
+            except (OSError, RuntimeError):  # a link loop (pathlib raises RuntimeError for one)
+                out.append(resolved.problem(field, f"{rel} is a symbolic link loop",
+                                            "point the link at a file under the profiles directory"))
+                continue
             if not path.is_relative_to(self.dir.resolve()):
                 out.append(resolved.problem(
                     field,

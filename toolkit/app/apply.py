@@ -10,6 +10,7 @@ inventory names the lab's (toolkit.lab.deploy_overlay); a production inventory n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -111,7 +112,10 @@ def _key_file(name: str, roots: tuple[str, ...]) -> str:
         reason = os_reason(err) if isinstance(err, OSError) else "a symbolic link loop"
         raise ToolkitError.of(f"cannot read the API key file {name}: {reason}", field="server.api_key_secret",
                               fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
-    allowed = [Path(root).resolve() for root in roots]
+    allowed = []
+    for root in roots:
+        with contextlib.suppress(OSError, RuntimeError):  # a root that is a link loop allows nothing
+            allowed.append(Path(root).resolve())
     if not any(real.is_relative_to(root) and real != root for root in allowed):
         raise ToolkitError.of(
             f"the API key file {name} is {real}, outside the secret roots ({', '.join(roots)}): it is not read",

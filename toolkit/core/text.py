@@ -87,6 +87,8 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     message of several lines the toolkit itself wrote, or a file shown as it is; a tab stays too)."""
     if text.isprintable() and text.isascii():
         return text
+    if keep_newlines:  # a CRLF file's line ends are line ends
+        text = text.replace("\r\n", "\n")
     return "".join(char if _shows(char) or (char in "\n\t" and keep_newlines) else _escape(char) for char in text)
 
 
