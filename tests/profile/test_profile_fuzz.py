@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 from hypothesis import HealthCheck, event, given, settings
@@ -29,6 +30,7 @@ from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import RESULTS_MARKER
 from toolkit.core.profile.render import (
+    client_url,
     render_bench_argv,
     render_env,
     render_launch_argv,
@@ -59,6 +61,7 @@ RAW_VALUES = [
     '"\\ud800"', '"a\\u2028b"', '"{{ lookup(\'pipe\', \'id\') }}"', '"--tp-size=2"', "/", "../../etc/passwd",
     "file:key", "vault:a b", "env:X", "sk-abcdefghijklmnopqrstuvwxyz", "a:b", "'-x'", "|\n  block\n  text",
     "[" * 30 + "]" * 30, "'", '"', "]", ":", "- a", "? k", "<<: *a",
+    "9" * 5000, "a" * 300, "'::1'", "'100%n'", "http://user:s3cr3t@10.0.0.1:5000", "file:/etc/shadow", "3",
 ]  # fmt: skip
 
 # Whole lines to insert: merge keys, anchors, bombs, duplicate keys, tabs, directives, a second document.
@@ -68,6 +71,8 @@ RAW_LINES = [
     "--- !!set", "!!omap",
     "? [a, b]\n: c", "1: x", "true: x", "null: x", "results: []", RESULTS_MARKER, "why: {server.nope: {reason: x}}",
     "env: {NÇCL: x}",
+    "extends: " + "a" * 300, "extends: ok\\e[2K", "model: {config: {num_attention_heads: 64, num_key_value_heads: 8}}",
+    "server: {tp_size: 3}", "env: {HF_TOKEN: '12345'}",
 ]  # fmt: skip
 
 UNICODE = st.sampled_from(["\u202e", "\u200b", "\ufeff", "\u2028", "\u2029", "\x85", "\x1b", "\x00", "\t", "é",
@@ -111,6 +116,13 @@ def _check_renders(resolved: Any) -> None:
         assert "{{" not in text and "{%" not in text, text
     json.dumps([argv, env, bench])
     unit.encode("utf-8")
+    # No setting of the unit holds a lone % (systemd would read a specifier), Description= included.
+    for line in unit.splitlines():
+        if not line.startswith("#"):
+            assert "%" not in line.replace("%%", ""), line
+    # The client URL of the bind parses back to the host and port (an IPv6 literal bracketed).
+    url = urlsplit(client_url(resolved.spec.server.host, resolved.spec.server.port))
+    assert url.port == resolved.spec.server.port and url.hostname
 
 
 def _assert_located(problems: dict[str, list[Problem]], texts: dict[str, str]) -> None:
@@ -271,6 +283,11 @@ FOUND = [
     ("glm5-baseline", lambda t: t.replace("schema_version: 1", "schema_version: \x08", 1)),
     ("glm5-baseline", lambda t: "\u200b" + t),  # the first comment becomes a key with an invisible character
     ("glm5-baseline", lambda t: "\ud800" + t),  # a lone surrogate: libyaml's UTF-8 encoding raised, unlocated
+    # Round 3: a number past int()'s 4,300 digits raised ValueError from the YAML constructor; an extends past the
+    # file system's name limit; tp 3 over GLM-5's 64 heads (a warning about idle GPUs only, before model.config).
+    ("glm5-baseline", lambda t: t.replace("tp_size: 8", "tp_size: " + "9" * 5000, 1)),
+    ("glm5-ep8", lambda t: t.replace("extends: glm5-tp8", "extends: " + "a" * 300, 1)),
+    ("glm5-tp4-pp2", lambda t: t.replace("tp_size: 4", "tp_size: 3", 1)),
 ]
 
 

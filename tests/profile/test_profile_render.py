@@ -186,3 +186,40 @@ def test_systemd_analyze_verify_accepts_the_units(shipped, tmp_path: Path, write
             if path.name in line or "ExecStart" in line or "Unbalanced" in line or "Invalid" in line
         ]
         assert complaints == [] and proc.returncode == 0, proc.stderr + unit
+
+
+def test_percent_is_escaped_in_every_setting_of_the_unit_not_only_exec_start(write_profiles, base_yaml) -> None:
+    """systemd expands %n, %h, ... in Description= as in ExecStart=: a served name `glm-%n` must show as written."""
+    store = write_profiles({"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\nmodel:\n"
+                            "  served_model_name: glm-100%n\nserver:\n  api_key_secret: vault:k\n"})
+    unit = render_systemd_unit(store.resolve("c"))
+    settings = [line for line in unit.splitlines() if "=" in line and not line.startswith("#")]
+    description = next(line for line in settings if line.startswith("Description="))
+    assert description == "Description=SGLang serving glm-100%%n (toolkit profile c)"
+    # No setting holds a lone % (one systemd would read as a specifier).
+    for line in settings:
+        assert not re.search(r"(?<!%)%(?!%)", line.replace("%%", "")), line
+
+
+@pytest.mark.parametrize(("host", "url"), [
+    ("127.0.0.1", "http://127.0.0.1:8000"),
+    ("0.0.0.0", "http://127.0.0.1:8000"),
+    ("::", "http://[::1]:8000"),
+    ("::1", "http://[::1]:8000"),
+    ("fd00:0:0::7", "http://[fd00::7]:8000"),
+    ("fe80::1%eth0", "http://[fe80::1%25eth0]:8000"),
+    ("gpu-node-1.lan", "http://gpu-node-1.lan:8000"),
+])
+def test_client_url_brackets_ipv6_literals_and_reaches_a_wildcard_bind_on_loopback(host: str, url: str) -> None:
+    from toolkit.core.profile.render import client_url
+
+    assert client_url(host, 8000) == url
+
+
+def test_the_rendered_bench_of_an_ipv6_bind_targets_a_bracketed_url(write_profiles, base_yaml) -> None:
+    from toolkit.cli.profile_cmd import _render_all
+
+    store = write_profiles({"base": base_yaml, "c": "schema_version: 1\nname: c\nextends: base\nserver:\n"
+                            "  host: '::1'\n  port: 8000\n"})
+    bench = _render_all(store.resolve("c"))["bench"]
+    assert bench[bench.index("--base-url") + 1] == "http://[::1]:8000"

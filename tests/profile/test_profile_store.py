@@ -91,15 +91,21 @@ def test_named_files_that_link_out_of_the_profiles_tree_are_refused(tmp_path: Pa
 
 
 def test_a_huge_profile_is_refused_after_reading_its_limit_only(tmp_path: Path) -> None:
-    """/dev/zero never ends: the reader stops one byte past the loader's limit and says so."""
+    """A sparse file of a GiB: the reader stops one byte past the loader's limit and says so; /dev/zero (it never
+    ends) is no regular file and is not read at all, and a link to it from a profiles directory leads out of it."""
     from toolkit.core.profile.source import MAX_PROFILE_BYTES
 
+    sparse = tmp_path / "sparse.yaml"
+    with sparse.open("wb") as handle:
+        handle.truncate(1024**3)
     with pytest.raises(ToolkitError) as err:
-        read_source("/dev/zero", "huge")
+        read_source(sparse, "sparse")
     (p,) = err.value.problems
     assert f"{MAX_PROFILE_BYTES + 1:,} bytes or more" in p.message and p.line == 1 and "keep_last" in p.fix
+    with pytest.raises(ToolkitError, match="a device, not a regular file"):
+        read_source("/dev/zero", "huge")
     (tmp_path / "huge.yaml").symlink_to("/dev/zero")
-    with pytest.raises(ToolkitError, match="not a regular file"):
+    with pytest.raises(ToolkitError, match="symbolic link out of the profiles directory"):
         ProfileStore(tmp_path).source("huge")
 
 

@@ -1,4 +1,5 @@
-"""Files the toolkit writes on this machine: the one atomic writer, and its one file mode policy.
+"""Files the toolkit writes on this machine: the one atomic writer, and its one file mode policy; and the one
+capped reader of files it is handed (profiles, patches, key files, catalogues).
 
 Atomic: a reader (or a crash) sees the old file or the new one, never a mix. The new bytes go to a temporary
 file in the same directory (same filesystem, so the rename is atomic), are flushed to disk, then `os.replace`d
@@ -15,11 +16,16 @@ executable says so with `mode` (0600, 0755), which then holds for an existing fi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 from typing import Any
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.text import printable
 
 _CHUNK_BYTES = 64 * 1024
 
@@ -82,3 +88,57 @@ def _umask() -> int:
 def write_json(path: str | Path, data: Any, *, mode: int | None = None) -> None:
     """`data` as indented JSON with sorted keys (a rewrite diffs cleanly), atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", mode=mode)
+
+
+def read_capped(path: str | Path, cap: int, *, what: str = "file") -> bytes:
+    """At most `cap` + 1 bytes of a regular file (the caller refuses more): never blocks on a FIFO or a device,
+    never reads a sparse or endless file whole. Anything that is not a readable regular file is a located
+    ToolkitError."""
+    p = Path(path)
+    shown = printable(str(p))
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        raise ToolkitError.of(f"{shown} does not exist", file=shown, fix="check the name or path") from None
+    except OSError as err:
+        raise ToolkitError.of(f"cannot read the {what}: {os_reason(err)}", file=shown,
+                              fix=os_fix(err)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a directory" if stat.S_ISDIR(mode) else "a named pipe (FIFO)" if stat.S_ISFIFO(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "not a regular file")
+            raise ToolkitError.of(f"the {what} is {kind}, not a regular file", file=shown,
+                                  fix=f"point at a regular {what} (a directory, a pipe or a device is never read)")
+        chunks: list[bytes] = []
+        left = cap + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1024 * 1024))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise ToolkitError.of(f"cannot read the {what}: {os_reason(err)}", file=shown, fix=os_fix(err)) from None
+    finally:
+        os.close(fd)
+
+
+def os_reason(err: OSError) -> str:
+    return {errno.ELOOP: "too many levels of symbolic links (a link loop)",
+            errno.ENAMETOOLONG: "the path is longer than the file system allows"}.get(
+        err.errno or 0, err.strerror or str(err))
+
+
+def os_fix(err: OSError) -> str:
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "make the file readable by the user running toolkit (chmod/chown), or run as that user"
+    if err.errno == errno.ELOOP:
+        return "point the symbolic link at a file (it leads back to itself)"
+    if err.errno == errno.ENAMETOOLONG:
+        return "use a shorter name (a file name is at most 255 bytes)"
+    if err.errno == errno.EISDIR:
+        return "point at a file, not a directory"
+    return "check the path and its permissions"

@@ -7,21 +7,27 @@ handed to the pure toolkit.core.profile functions.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import fcntl
 import os
 import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from toolkit.adapters.files import write_atomic
+from toolkit.adapters.files import os_fix, os_reason, read_capped, write_atomic
 from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import Profile
-from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, check_file, resolve
+from toolkit.core.profile.patchfile import MAX_PATCH_BYTES, OTHER_FILE, patch_problem
+from toolkit.core.profile.resolve import ProfileNotFound, ResolvedProfile, ResolveMemo, check_file, resolve
 from toolkit.core.profile.source import MAX_PROFILE_BYTES, ProfileSource, parse_profile_text, too_large
+from toolkit.core.text import printable
 
 PROFILES_ENV = "TOOLKIT_PROFILES_DIR"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+# A file name is at most 255 bytes (NAME_MAX of every Linux file system); `<name>.yaml` must fit.
+MAX_NAME_CHARS = 255 - len(".yaml")
 
 
 def _shipped_profiles() -> Path:
@@ -82,21 +88,26 @@ def profile_lock(path: Path) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file, False for a name too long or a link loop rather than an OSError."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def read_text(path: str | Path) -> str:
     """One profile file's text, as UTF-8; a clear error naming the file otherwise."""
     p = Path(path)
+    raw = read_capped(p, MAX_PROFILE_BYTES, what="profile")
+    if len(raw) > MAX_PROFILE_BYTES:
+        raise too_large(printable(str(p)), len(raw))
     try:
-        with p.open("rb") as handle:  # never more than the loader takes: a huge file (or /dev/zero) stops here
-            raw = handle.read(MAX_PROFILE_BYTES + 1)
-        if len(raw) > MAX_PROFILE_BYTES:
-            raise too_large(str(p), len(raw))
         return raw.decode("utf-8")
-    except FileNotFoundError:
-        raise ToolkitError.of(f"{p} does not exist", file=str(p), fix="check the name or path") from None
     except UnicodeDecodeError as err:
-        raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=str(p), fix="save the file as UTF-8") from None
-    except OSError as err:
-        raise ToolkitError.of(f"cannot read: {err.strerror}", file=str(p), fix="check permissions") from None
+        raise ToolkitError.of(f"not UTF-8 text (byte {err.start})", file=printable(str(p)),
+                              line=raw.count(b"\n", 0, err.start) + 1,
+                              fix="save the file as UTF-8") from None
 
 
 def read_source(path: str | Path, name: str | None = None) -> ProfileSource:
@@ -112,29 +123,71 @@ class ProfileStore:
         self.dir = Path(directory) if directory is not None else find_profiles_dir(None)
         self._cache: dict[str, ProfileSource] = {}
         self._texts: dict[str, str] = {}  # read once; parsed (and re-read) only when asked
+        self._memo = ResolveMemo()  # each parent checked and merged once (validate all over a deep chain)
+        self._patches: dict[tuple[str, str, object], str | None] = {}
 
     def names(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.yaml") if not p.name.startswith("."))
 
     def path(self, name: str) -> Path:
-        if not _NAME.match(name):
+        if len(name) > MAX_NAME_CHARS or not _NAME.match(name):
+            shown = printable(name if len(name) <= 80 else name[:60] + f"... ({len(name):,} characters)")
             raise ToolkitError.of(
-                f"{name!r} is not a profile name",
-                fix="a profile name is its file name without .yaml: lower-case letters, digits, '.', '_', '-'",
+                f"{shown!r} is not a profile name" + (f": longer than {MAX_NAME_CHARS} characters, more than a "
+                                                      "file name may be" if len(name) > MAX_NAME_CHARS else ""),
+                file=f"{printable(str(self.dir))}/{shown}.yaml",
+                fix="a profile name is its file name without .yaml: lower-case letters, digits, '.', '_', '-', at "
+                f"most {MAX_NAME_CHARS} characters",
             )
         return self.dir / f"{name}.yaml"
+
+    def _not_found(self, name: str) -> ProfileNotFound:
+        """A missing profile, with a few close names (a directory may hold thousands: never all of them)."""
+        names = self.names()
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        if close:
+            hint = "did you mean " + " or ".join(close) + "?"
+        elif len(names) <= 5:
+            hint = f"use one of: {', '.join(names) or 'none'}"
+        else:
+            hint = f"use one of the {len(names):,} profiles there (`toolkit profile list`), e.g. {', '.join(names[:3])}"
+        return ProfileNotFound([Problem(f"no profile {name!r} in {printable(str(self.dir))}", fix=hint)])
+
+    def confined_path(self, name: str) -> Path:
+        """The file of `name`, refused unless it is inside the profiles directory once every symbolic link is
+        followed: a link out of it is never opened, so its content is never parsed or shown."""
+        path = self.path(name)
+        shown = printable(str(path))
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise self._not_found(name) from None
+        except OSError as err:
+            raise ToolkitError.of(f"cannot read the profile: {os_reason(err)}", file=shown, fix=os_fix(err)) from None
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                real = path.resolve(strict=True)
+            except FileNotFoundError:
+                raise ToolkitError.of("the profile is a symbolic link to a file that does not exist", file=shown,
+                                      fix="remove the link or point it at a profile in the same directory") from None
+            except (OSError, RuntimeError) as err:
+                reason = os_reason(err) if isinstance(err, OSError) else "a symbolic link loop"
+                raise ToolkitError.of(f"cannot read the profile: {reason}", file=shown,
+                                      fix="point the symbolic link at a profile file (it leads back to itself)"
+                                      ) from None
+            if not real.is_relative_to(self.dir.resolve()):
+                raise ToolkitError.of(
+                    "the profile is a symbolic link out of the profiles directory: it is not read",
+                    file=shown,
+                    fix=f"copy the profile into {printable(str(self.dir))}, or link only to files inside it",
+                )
+            return real
+        return path
 
     def text(self, name: str) -> str:
         """The file's text, read once per store (the source, the results block and a rewrite all use it)."""
         if name not in self._texts:
-            path = self.path(name)
-            if path.exists() and not path.is_file():
-                raise ToolkitError.of(f"{path} is not a regular file", file=str(path),
-                                      fix="a profile is a YAML file (not a device, a pipe or a directory)")
-            if not path.is_file():
-                known = ", ".join(self.names()) or "none"
-                raise ProfileNotFound.of(f"no profile {name!r} in {self.dir}", fix=f"use one of: {known}")
-            self._texts[name] = read_text(path)
+            self._texts[name] = read_text(self.confined_path(name))
         return self._texts[name]
 
     def source(self, name: str) -> ProfileSource:
@@ -149,7 +202,7 @@ class ProfileStore:
 
     def resolve(self, name: str) -> ResolvedProfile:
         """The merged profile with its pinned release's flag catalogue attached (rendering follows it)."""
-        return resolve(name, self.source, load_catalogue)
+        return resolve(name, self.source, load_catalogue, self._memo)
 
     def file_problems(self, resolved: ResolvedProfile) -> list[Problem]:
         """Files a profile names (patches, requirements lock), relative to the repository holding the
@@ -166,14 +219,19 @@ class ProfileStore:
                   for i, p in enumerate(engine.patches)]
         confined: dict[str, Path] = {}
         for field, rel, commit in named:
-            path = (root / rel).resolve()
+            try:
+                path = (root / rel).resolve()
+            except (OSError, RuntimeError):  # a link loop (pathlib raises RuntimeError for one)
+                out.append(resolved.problem(field, f"{rel} is a symbolic link loop",
+                                            "point the link at a file under the profiles directory"))
+                continue
             if not path.is_relative_to(self.dir.resolve()):
                 out.append(resolved.problem(
                     field,
                     f"{rel} resolves to {path}, outside the profiles' tree {self.dir.resolve()}",
                     "keep the file itself under the profiles directory (a symbolic link out of it is refused)",
                 ))
-            elif not path.is_file():
+            elif not _is_file(path):
                 out.append(resolved.problem(
                     field,
                     f"{rel} does not exist (looked in {root})",
@@ -185,25 +243,41 @@ class ProfileStore:
             patch_file = confined.get(f"engine.patches.{i}.patch")
             if patch_file is None:
                 continue
-            touched = {
-                line[6:].split("\t")[0].strip()
-                for line in patch_file.read_text(encoding="utf-8", errors="replace").splitlines()
-                if line.startswith("+++ b/")
-            }
-            if touched != {patch.target}:
-                out.append(
-                    resolved.problem(
-                        f"engine.patches.{i}.target",
-                        f"{patch.patch} changes {sorted(touched) or 'no file'}, not {patch.target}",
-                        "make target the one file the patch changes (a/ b/ paths relative to site-packages)",
-                    )
-                )
+            problem = self._patch_problem(patch_file, patch.target)
+            if problem is not None:
+                out.append(resolved.problem(
+                    f"engine.patches.{i}.target" if problem.endswith(OTHER_FILE) else f"engine.patches.{i}.patch",
+                    f"{patch.patch}: {problem}",
+                    f"make the patch a unified diff of a/{patch.target} to b/{patch.target} alone (`git diff` of "
+                    "that one file; one patch entry per file), as the deploy applies it to that file only",
+                ))
         return out
+
+    def _patch_problem(self, path: Path, target: str) -> str | None:
+        """The patch check of one file, read once per store (capped: a sparse GiB is not read) however many
+        profiles of a chain name it."""
+        try:
+            st = path.stat()
+        except OSError:
+            st = None
+        # The file's identity and version: rewritten, it is checked again.
+        key = (str(path), target, (st.st_ino, st.st_size, st.st_mtime_ns) if st else None)
+        if key not in self._patches:
+            try:
+                raw = read_capped(path, MAX_PATCH_BYTES, what="patch")
+            except ToolkitError as err:
+                self._patches[key] = err.problems[0].message
+            else:
+                self._patches[key] = (
+                    f"the patch is {len(raw):,} bytes or more, more than a patch may be ({MAX_PATCH_BYTES:,})"
+                    if len(raw) > MAX_PATCH_BYTES else patch_problem(raw.decode("utf-8", errors="replace"), target))
+        return self._patches[key]
 
     def forget(self, name: str) -> None:
         """Read the file afresh next time (another writer may have changed it: after taking its lock)."""
         self._cache.pop(name, None)
         self._texts.pop(name, None)
+        self._memo = ResolveMemo()  # its children's merges hold its old values
 
     def write_text(self, name: str, text: str) -> None:
         """Replace a profile's text atomically (the results writer keeps the author's part intact)."""

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from toolkit.adapters import cache_lock
-from toolkit.adapters.files import write_atomic
+from toolkit.adapters.files import read_capped, write_atomic
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ToolkitError
 from toolkit.core.profile.catalogue import (
     SERVER_ARGS,
@@ -37,6 +37,10 @@ from toolkit.core.profile.catalogue import (
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "sglang_flags"
 WHEELS_ENV = "TOOLKIT_SGLANG_WHEELS_DIR"
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(\.post\d+)?$")
+
+
+# A release's catalogue is about 100 KiB; a file far larger is damaged (and not read whole).
+MAX_CATALOGUE_BYTES = 8 * 1024 * 1024
 
 
 def catalogue_path(version: str) -> Path:
@@ -56,7 +60,10 @@ def load_catalogue(version: str | None) -> Catalogue | None:
     if not path.is_file():
         return None
     try:
-        return Catalogue.from_json(json.loads(path.read_text(encoding="utf-8")))
+        raw = read_capped(path, MAX_CATALOGUE_BYTES, what="flag catalogue")
+        if len(raw) > MAX_CATALOGUE_BYTES:
+            raise ValueError(f"{len(raw):,} bytes or more, more than a catalogue may be ({MAX_CATALOGUE_BYTES:,})")
+        return Catalogue.from_json(json.loads(raw.decode("utf-8")))
     except (ValueError, KeyError, TypeError) as err:
         raise ToolkitError.of(
             f"flag catalogue is damaged: {err}",

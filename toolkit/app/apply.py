@@ -10,6 +10,7 @@ inventory names the lab's (toolkit.lab.deploy_overlay); a production inventory n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
+from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
 from toolkit.app import plugins
@@ -26,8 +28,9 @@ from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
-from toolkit.core.profile.render import render_bench_argv
+from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.validate import SECRET_FILE_ROOTS, SYSTEM_PREFIXES
 
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
 OVERLAY_VAR = "toolkit_overlay"  # an inventory variable: the deploy overlay that amends every plan for it
@@ -96,7 +99,57 @@ class ApplyOutcome:
         return EXIT_FAILED if s["rc"] != 0 or s["unreachable"] or s["failed_hosts"] else EXIT_OK
 
 
-def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
+# An API key is a line of text; a larger key file is not read (nor a device that never ends).
+MAX_KEY_FILE_BYTES = 64 * 1024
+
+
+def _key_file(name: str, roots: tuple[str, ...]) -> str:
+    """The key in `name`, read only where the roots allow once every symbolic link is followed (a link from
+    /etc/sglang/ to /etc/shadow is refused), capped in size."""
+    try:
+        real = Path(name).resolve(strict=True)
+    except (OSError, RuntimeError) as err:
+        reason = os_reason(err) if isinstance(err, OSError) else "a symbolic link loop"
+        raise ToolkitError.of(f"cannot read the API key file {name}: {reason}", field="server.api_key_secret",
+                              fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
+    allowed = []
+    for root in roots:
+        with contextlib.suppress(OSError, RuntimeError):  # a root that is a link loop allows nothing
+            allowed.append(Path(root).resolve())
+    if not any(real.is_relative_to(root) and real != root for root in allowed):
+        raise ToolkitError.of(
+            f"the API key file {name} is {real}, outside the secret roots ({', '.join(roots)}): it is not read",
+            field="server.api_key_secret",
+            fix="keep the key in a file of its own under /etc/sglang/, or declare its directory in the inventory's "
+            "toolkit_secret_roots (a list of absolute directories)",
+        )
+    try:
+        raw = read_capped(real, MAX_KEY_FILE_BYTES, what="API key file")
+    except ToolkitError as err:
+        for problem in err.problems:
+            problem.field = "server.api_key_secret"
+        raise
+    if len(raw) > MAX_KEY_FILE_BYTES:
+        raise ToolkitError.of(f"the API key file {name} is {len(raw):,} bytes or more: not a key",
+                              field="server.api_key_secret", fix="the file holds the key alone, on one line")
+    return raw.decode("utf-8", errors="replace").strip()
+
+
+def secret_roots(hosts: dict[str, InventoryHost]) -> tuple[str, ...]:
+    """Where a `file:` key may be read from: the toolkit's own roots and those the inventory declares
+    (toolkit_secret_roots on the hosts), each an absolute directory that is no system location."""
+    roots = list(SECRET_FILE_ROOTS)
+    for host in hosts.values():
+        declared = host.vars.get("toolkit_secret_roots") or []
+        for root in declared if isinstance(declared, list) else [declared]:
+            text = str(root).rstrip("/") + "/"
+            if text.startswith("/") and ".." not in text.split("/") and text not in roots \
+                    and not any(text.startswith(p) or p.startswith(text) for p in SYSTEM_PREFIXES):
+                roots.append(text)
+    return tuple(roots)
+
+
+def _api_key(ref: str | None, roots: tuple[str, ...] = SECRET_FILE_ROOTS) -> tuple[dict[str, str], dict[str, str]]:
     """(secrets, extravars) for the API key reference. The key itself only ever travels as a secret."""
     if not ref:
         return {}, {}
@@ -111,11 +164,7 @@ def _api_key(ref: str | None) -> tuple[dict[str, str], dict[str, str]]:
             )
         return {"sglang_service_api_key": value}, {}
     if kind == "file":
-        try:
-            return {"sglang_service_api_key": Path(name).read_text().strip()}, {}
-        except OSError as err:
-            raise ToolkitError.of(f"cannot read the API key file {name}: {err.strerror}", field="server.api_key_secret",
-                                  fix="create it (mode 0600) before `toolkit apply`, or point file: at it") from None
+        return {"sglang_service_api_key": _key_file(name, roots)}, {}
     if kind == "vault":
         # Ansible resolves the vaulted variable on the host side; the value never passes through here.
         return {}, {"sglang_service_api_key": "{{ " + name + " }}"}
@@ -162,7 +211,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(req.runs_dir).resolve() / run_id
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
-    bench_argv = render_bench_argv(resolved, base_url=f"http://127.0.0.1:{inputs.port}",
+    bench_argv = render_bench_argv(resolved, base_url=client_url(inputs.host, inputs.port),
                                    output_file=f"{remote_run}/bench.jsonl",
                                    python=inputs.venv_path.rstrip("/") + "/bin/python")
     notes: list[str] = []
@@ -206,7 +255,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     extravars.update(amendment.extravars)
     extravars.update(_power_limit(resolved, inventory, hosts))
     extravars["deploy_probe"] = bool(req.probe)
-    secrets, key_vars = _api_key(inputs.api_key_secret)
+    secrets, key_vars = _api_key(inputs.api_key_secret, secret_roots(hosts))
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]

@@ -97,12 +97,11 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path, argv: list[str]) 
 
     from toolkit.app.profiles import open_store
     from toolkit.core.probe.knobs import run_target
-    from toolkit.core.profile.render import render_bench_argv
+    from toolkit.core.profile.render import client_url, render_bench_argv
 
     store = open_store()
     resolved = store.resolve(name)
     spec = resolved.spec
-    host = "127.0.0.1" if spec.server.host in ("0.0.0.0", "::") else spec.server.host
     return _Plan(
         argv=argv or render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl),
                                        python=sys.executable),
@@ -111,7 +110,7 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path, argv: list[str]) 
         steady_state=spec.probe.steady_state.model_dump(),
         # Next steps name only variants that exist beside this profile, and the knobs' current values.
         target=run_target(resolved.name, spec.model_dump(mode="json"), set(store.names())),
-        server_url=f"http://{host}:{spec.server.port}",
+        server_url=client_url(spec.server.host, spec.server.port),
         server_scrape_hz=float(spec.probe.server_scrape_hz),
     )
 

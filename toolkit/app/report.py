@@ -15,6 +15,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.diff import diff_profiles
 from toolkit.core.results.compare import is_stale, latest
 from toolkit.core.results.report import ReportData, page_context, plot_data, render_markdown, watermark_of
+from toolkit.core.text import redact
 
 
 @dataclass
@@ -120,15 +121,16 @@ def report(req: ReportRequest) -> ReportOutcome:
             write_atomic(png, p.png)
             written.append(png)
             paths[p.key] = png.name
-        write_atomic(req.markdown, render_markdown(data, paths))
+        write_atomic(req.markdown, redact(render_markdown(data, paths)))
         written.append(req.markdown)
     html = None
     if req.html is not None or req.stdout == "html":
         from toolkit.adapters.documents import render_page
 
-        html = render_page("report.html.j2", page_context(data))
+        html = redact(render_page("report.html.j2", page_context(data)))
         if req.html is not None:
             write_atomic(req.html, html)
             written.append(req.html)
-    text = html if req.stdout == "html" else render_markdown(data) if req.stdout == "markdown" else None
+    # A report quotes the profile (its knobs, its changes, its command): no credential of a URL, no secret value.
+    text = html if req.stdout == "html" else redact(render_markdown(data)) if req.stdout == "markdown" else None
     return ReportOutcome(data, text, written)

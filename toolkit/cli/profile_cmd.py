@@ -146,27 +146,35 @@ def cmd_list(args: argparse.Namespace) -> int:
         except ToolkitError as err:
             rows.append({"name": name, "error": err.problems[0].message if err.problems else str(err)})
     if args.json:
-        _print_json(rows)
+        from toolkit.core.text import redact_data
+
+        _print_json(redact_data(rows))
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("profile", "extends", "sglang", "description", title=f"profiles in {store.dir}")
+    from toolkit.cli.render import shown
+
+    table = Table("profile", "extends", "sglang", "description", title=shown(f"profiles in {store.dir}"))
     for row in rows:
         if "error" in row:
-            table.add_row(row["name"], "", "", f"[red]unreadable: {row['error']}[/red]")
+            table.add_row(shown(row["name"]), "", "", f"[red]unreadable: {shown(row['error'])}[/red]")
         else:
-            table.add_row(row["name"], row["extends"] or "", row["sglang_version"] or "(inherited)", row["description"])
+            table.add_row(shown(row["name"]), shown(str(row["extends"] or "")),
+                          shown(str(row["sglang_version"] or "(inherited)")), shown(row["description"]))
     Console().print(table)
     return EXIT_OK
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from toolkit.core.text import redact_data, safe
+
     store = _store(args)
     if not args.resolved and not args.json:
         # The file as written, even when it does not load: an invalid profile must be readable to be fixed. It is
         # marked invalid on stderr (stdout stays the file's bytes) and the exit code says so.
-        text = store.text(args.name)
+        # As written, less what must not be shown: secrets masked, terminal controls escaped.
+        text = safe(store.text(args.name), keep_newlines=True)
         try:
             store.load(args.name)
         except ToolkitError as err:
@@ -179,10 +187,11 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.resolved:
         profile, _ = store.load(args.name)
-        _print_json(profile.model_dump(mode="json", exclude_unset=True))
+        _print_json(redact_data(profile.model_dump(mode="json", exclude_unset=True)))
         return EXIT_OK
     resolved = store.resolve(args.name)
-    data = resolved.spec.model_dump(mode="json")
+    data = redact_data(resolved.spec.model_dump(mode="json"))
+    assert isinstance(data, dict)
     if args.json:
         _print_json(
             {
@@ -201,7 +210,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for path, value in flatten({k: v for k, v in data.items() if k not in ("why", "results")}).items():
         origin = resolved.origins.get(path)
         where = f"    # {origin.profile}:{origin.line}" if origin else "    # default"
-        print(f"{path} = {json.dumps(value)}{where}")
+        print(safe(f"{path} = {json.dumps(value)}{where}"))
     return EXIT_OK
 
 
@@ -209,6 +218,8 @@ SEVERITY_ORDER = ("error", "warning", "acknowledged", "info")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from toolkit.core.text import printable
+
     store = _store(args)
     names = store.names() if args.name == "all" else [args.name]
     if not names:
@@ -233,7 +244,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         elsewhere = sorted({shown[k] for k in keys if k in shown})
         if elsewhere:
             summary += f"; {sum(k in shown for k in keys)} shown under {', '.join(elsewhere)}"
-        print(f"{'FAIL' if name in bad else 'ok':4} {name}" + (f" ({summary})" if summary else ""), flush=True)
+        print(f"{'FAIL' if name in bad else 'ok':4} {printable(name)}" + (f" ({summary})" if summary else ""),
+              flush=True)
         own = sorted((p for p, k in zip(problems, keys, strict=True) if k not in shown),
                      key=lambda p: SEVERITY_ORDER.index(p.severity) if p.severity in SEVERITY_ORDER else 9)
         for p in own:
@@ -257,14 +269,14 @@ def _render_all(resolved: Any) -> dict[str, Any]:
     from toolkit.core.profile import render
 
     server = resolved.spec.server
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
     return {
         "argv": render.render_launch_argv(resolved),
         "env": render.render_env(resolved),
         "unit": render.render_systemd_unit(resolved),
         "config": render.render_sglang_config_yaml(resolved),
         "bench": render.render_bench_argv(
-            resolved, base_url=f"http://{host}:{server.port}", output_file=f"{resolved.name}.bench.jsonl"
+            resolved, base_url=render.client_url(server.host, server.port),
+            output_file=f"{resolved.name}.bench.jsonl",
         ),
     }
 
@@ -272,36 +284,42 @@ def _render_all(resolved: Any) -> dict[str, Any]:
 def cmd_render(args: argparse.Namespace) -> int:
     import shlex
 
+    from toolkit.core.text import redact_data, safe
+
     store = _store(args)
     resolved = store.resolve(args.name)
     _refuse_errors(store, args.name)
     out = _render_all(resolved)
     if args.json:
-        _print_json(out if args.only is None else out[args.only])
+        _print_json(redact_data(out if args.only is None else out[args.only]))
         return EXIT_OK
+
+    def emit(text: str) -> None:  # what is shown, not what runs: no secret, no terminal control
+        sys.stdout.write(safe(text, keep_newlines=True))
+
     if args.only in ("argv", "bench"):
-        print(shlex.join(out[args.only]))
+        emit(shlex.join(out[args.only]) + "\n")
         return EXIT_OK
     if args.only == "env":
         for key, value in out["env"].items():
-            print(f"{key}={shlex.quote(value)}")
+            emit(f"{key}={shlex.quote(value)}\n")
         return EXIT_OK
     if args.only in ("unit", "config"):
-        sys.stdout.write(out[args.only])
+        emit(out[args.only])
         return EXIT_OK
-    print(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})")
-    print(" \\\n    ".join(_flag_lines(out["argv"])))
-    print("\n# environment")
+    emit(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})\n")
+    emit(" \\\n    ".join(_flag_lines(out["argv"])) + "\n")
+    emit("\n# environment\n")
     for key, value in out["env"].items():
-        print(f"{key}={shlex.quote(value)}")
+        emit(f"{key}={shlex.quote(value)}\n")
     if not out["env"]:
-        print("(none)")
-    print("\n# systemd unit")
-    sys.stdout.write(out["unit"])
-    print("\n# SGLang --config YAML")
-    sys.stdout.write(out["config"])
-    print("\n# benchmark (bench_serving)")
-    print(shlex.join(out["bench"]))
+        emit("(none)\n")
+    emit("\n# systemd unit\n")
+    emit(out["unit"])
+    emit("\n# SGLang --config YAML\n")
+    emit(out["config"])
+    emit("\n# benchmark (bench_serving)\n")
+    emit(shlex.join(out["bench"]) + "\n")
     return EXIT_OK
 
 
@@ -332,22 +350,24 @@ def _refuse_errors(store: Any, name: str) -> None:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from toolkit.core.results.profile_diff import profile_diff
+    from toolkit.core.text import redact_data, safe
 
     store = _store(args)
     result = profile_diff(store.resolve(args.a), store.resolve(args.b))
     if args.json:
-        _print_json(result.to_json())
+        _print_json(redact_data(result.to_json()))
     else:
-        sys.stdout.write(result.render())
+        sys.stdout.write(safe(result.render(), keep_newlines=True))
     return 1 if args.exit_code and result.changes else EXIT_OK
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:
     """git runs this on old and new versions of a profile; it never fails (see toolkit.app.profiles.textconv)."""
     from toolkit.app.profiles import textconv
+    from toolkit.core.text import safe
 
     stdin = sys.stdin.read() if args.file == "-" else None
-    sys.stdout.write(textconv(args.file, getattr(args, "profiles_dir", None), text=stdin))
+    sys.stdout.write(safe(textconv(args.file, getattr(args, "profiles_dir", None), text=stdin), keep_newlines=True))
     return EXIT_OK
 
 

@@ -15,6 +15,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.text import safe
+
+
+def shown(text: str, *, keep_newlines: bool = False) -> str:
+    """Input-derived text for rich output: redacted, terminal controls escaped, and rich markup escaped (a name
+    holding "[red]" is shown as written, not as markup)."""
+    return escape(safe(text, keep_newlines=keep_newlines))
 
 
 class PlaybookProgress:
@@ -40,21 +47,22 @@ class PlaybookProgress:
             self._status.__exit__(exc_type, exc, tb)
 
     def on_event(self, event: PlaybookEvent) -> None:
-        # Names and messages are printed as text, never as markup: log lines hold brackets ("[lab stand-in] ...").
+        # Names and messages are printed as text, never as markup (log lines hold brackets: "[lab stand-in] ..."),
+        # and never as terminal control or a secret (shown).
         if event.kind == "play_start":
             self._play = event.message or event.play
-            self.console.print(f"[bold]{escape(self._play)}[/]")
+            self.console.print(f"[bold]{shown(self._play)}[/]")
         elif event.kind == "task_start":
             self.tasks_done += 1
             if self._status is not None:
-                self._status.update(f"{self.title}: [cyan]{escape(event.task)}[/] (task {self.tasks_done})")
+                self._status.update(f"{self.title}: [cyan]{shown(event.task)}[/] (task {self.tasks_done})")
         elif event.kind == "changed" and self.show_changes:
-            self.console.print(f"  [yellow]changed[/] {escape(event.host)}: {escape(event.task)}")
+            self.console.print(f"  [yellow]changed[/] {shown(event.host)}: {shown(event.task)}")
         elif event.kind == "failed" and not event.ignore_errors:
-            self.console.print(f"  [red]failed[/] {escape(event.host)}: {escape(event.task)}\n"
-                               f"    {escape(event.message)}")
+            self.console.print(f"  [red]failed[/] {shown(event.host)}: {shown(event.task)}\n"
+                               f"    {shown(event.message, keep_newlines=True)}")
         elif event.kind == "unreachable":
-            self.console.print(f"  [red]unreachable[/] {escape(event.host)}: {escape(event.message)}")
+            self.console.print(f"  [red]unreachable[/] {shown(event.host)}: {shown(event.message, keep_newlines=True)}")
 
 
 def summary_table(result: PlaybookResult, title: str) -> Table:
@@ -157,7 +165,7 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
     console.print(table)
     for f in summary["failures"]:
         # Log lines hold brackets ("[lab stand-in] ..."): print them as text, never as rich markup.
-        console.print(f"[red]{escape(f['host'])}: {escape(f['task'])}[/]\n{escape(f['message'])}")
+        console.print(f"[red]{shown(f['host'])}: {shown(f['task'])}[/]\n{shown(f['message'], keep_newlines=True)}")
     if summary["unreachable"]:
         console.print(f"[red]unreachable: {', '.join(summary['unreachable'])}[/] (the other hosts were deployed)")
     for host, info in (summary.get("probe") or {}).items():

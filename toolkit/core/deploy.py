@@ -19,6 +19,7 @@ from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.render import (
     API_KEY_ENV,
     DEFAULT_HF_HOME,
+    client_url,
     render_env,
     render_launch_argv,
     render_systemd_unit,
@@ -211,7 +212,7 @@ def build_extravars(
 ) -> dict[str, Any]:
     """The extravars of playbooks/deploy.yml. Keys carry the role prefix they belong to. What a role can derive
     or an inventory can set (the model fetch, the health timeout) is not passed: extravars beat the inventory."""
-    base_url = f"http://{'127.0.0.1' if inputs.host in ('0.0.0.0', '::') else inputs.host}:{inputs.port}"
+    base_url = client_url(inputs.host, inputs.port)
     requirements = [f"sglang=={inputs.sglang_version}", *SERVING_REQUIREMENTS]
     return {
         "deploy_profile_name": inputs.profile_name,

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolkit.core.text import printable, redact, safe, shorten
+
 # Exit codes the commands promise (documented in the README).
 EXIT_OK = 0
 EXIT_FAILED = 1  # the work ran and failed (a task failed, a benchmark failed)
@@ -26,15 +28,26 @@ class Problem:
     severity: str = "error"  # "error" or "warning"
     rule_id: str | None = None
 
+    def __post_init__(self) -> None:
+        # Redacted where it is made, so no output of it (text, --json, a report, a log) carries a credential.
+        # Shortened too: a message quotes input, which may be a file's worth.
+        self.message = shorten(redact(self.message))
+        if self.fix is not None:
+            self.fix = shorten(redact(self.fix))
+
     def render(self) -> str:
+        """One problem as lines of text. Everything in it may come from input (a file name, a value): it is
+        redacted and escaped, and a line break of the message is indented, so no input draws a line of its own
+        (a forged `ok` or `fix:` line) or drives the terminal."""
         where = ""
         if self.file:
-            where = self.file + (f":{self.line}" if self.line else "") + ": "
-        what = f"{self.field}: " if self.field else ""
-        rule = f" [{self.rule_id}]" if self.rule_id else ""
-        text = f"{self.severity}: {where}{what}{self.message}{rule}"
+            where = printable(redact(self.file)) + (f":{self.line}" if self.line else "") + ": "
+        what = f"{printable(redact(self.field))}: " if self.field else ""
+        rule = f" [{printable(self.rule_id)}]" if self.rule_id else ""
+        message = safe(self.message, keep_newlines=True).replace("\n", "\n    ")
+        text = f"{self.severity}: {where}{what}{message}{rule}"
         if self.fix:
-            text += f"\n  fix: {self.fix}"
+            text += "\n  fix: " + safe(self.fix, keep_newlines=True).replace("\n", "\n    ")
         return text
 
 

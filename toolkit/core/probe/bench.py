@@ -8,23 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.core.probe.numbers import percentile
+from toolkit.core.text import redact_url, secret_name
 
 # bench_serving's progress bar (tqdm, on stderr): "100%|##########| 160/160 [00:09<00:00, 16.2it/s]".
 _TQDM_COUNT = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
-# A flag is secret-looking when one of its words (split at - and _) is one of these: --api-key, --hf-token,
-# --admin-api-key, --password. Whole words, so --tokenizer and --max-total-tokens stay readable.
-SECRET_FLAG_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd"})
-
-
-def _secret_flag(flag: str) -> bool:
-    words = flag.lstrip("-").lower().replace("_", "-").split("-")
-    return any(w in SECRET_FLAG_WORDS for w in words)
-
-
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command as it may be stored: values of flags that look like secrets are replaced."""
+    """The command as it may be stored: values of flags whose name says secret (--api-key, --hf-token, whole
+    words, so --tokenizer and --max-total-tokens stay readable) are replaced, and credentials in URLs cut out
+    (toolkit.core.text, the one redaction helper)."""
     out: list[str] = []
     hide_next = False
     for a in argv:
@@ -32,7 +25,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             out.append("***")
             hide_next = False
             continue
-        if a.startswith("-") and _secret_flag(a.partition("=")[0]):
+        if a.startswith("-") and secret_name(a.partition("=")[0]):
             flag, eq, _ = a.partition("=")
             if eq:
                 out.append(flag + "=***")
@@ -40,7 +33,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 out.append(a)
                 hide_next = True
             continue
-        out.append(a)
+        out.append(redact_url(a))
     return out
 
 

@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.resolve import Origin, ResolvedProfile
+from toolkit.core.text import redact_data
 
 # Sections that are not knobs: prose and the toolkit's own block.
 NOT_KNOBS = ("name", "description", "extends", "why", "acknowledge", "results", "schema_version")
@@ -23,7 +24,7 @@ class KnobChange:
     kind: str  # "changed", "added", "removed"
     old: Any
     new: Any
-    why: str | None  # the reason (and link) for the new value, else for the old one
+    why: str | None  # the reason (and link) b gives for its value, from the profile that set it
 
     def render(self) -> str:
         if self.kind == "changed":
@@ -80,13 +81,45 @@ def knobs(resolved: ResolvedProfile) -> dict[str, Any]:
     return flatten(resolved.spec.model_dump(mode="json", exclude=set(NOT_KNOBS)))
 
 
-def why_for(resolved: ResolvedProfile, path: str) -> str | None:
+def why_entry(resolved: ResolvedProfile, path: str) -> tuple[str | None, Origin | None]:
+    """(the `why` key that explains `path`: the path itself or its nearest section, where that why was set)."""
     parts = path.split(".")
     for cut in range(len(parts), 0, -1):
-        why = resolved.spec.why.get(".".join(parts[:cut]))
-        if why is not None:
-            return " ".join(why.reason.split()) + (f" ({why.link})" if why.link else "")
-    return None
+        key = ".".join(parts[:cut])
+        if key in resolved.spec.why:
+            return key, resolved.origins.get(f"why.{key}")
+    return None, None
+
+
+def _lookup(data: Any, path: str) -> tuple[bool, Any]:
+    node = data
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False, None
+        node = node[part]
+    return True, node
+
+
+def changed_here(resolved: ResolvedProfile, path: str) -> bool:
+    """Whether this profile's own file sets `path` to other than what its parent resolves it to."""
+    origin = resolved.origins.get(path)
+    if resolved.parent_data is None or origin is None or origin.file != resolved.file:
+        return False
+    return _lookup(resolved.data, path) != _lookup(resolved.parent_data, path)
+
+
+def why_for(resolved: ResolvedProfile, path: str) -> str | None:
+    """The reason (and link) for `path`'s value, from the profile that set the value (or from this profile): a
+    parent's reason is for the parent's value, never the reason for a value a child set."""
+    key, origin = why_entry(resolved, path)
+    if key is None:
+        return None
+    value_origin = resolved.origins.get(path)
+    if origin is not None and value_origin is not None and origin.profile not in (value_origin.profile,
+                                                                                  resolved.name):
+        return None
+    why = resolved.spec.why[key]
+    return " ".join(why.reason.split()) + (f" ({why.link})" if why.link else "")
 
 
 def diff_profiles(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
@@ -102,7 +135,10 @@ def diff_profiles(a: ResolvedProfile, b: ResolvedProfile) -> ProfileDiff:
             kind = "removed"
         else:
             kind = "changed"
-        changes.append(KnobChange(path, kind, old, new, why_for(b, path) or why_for(a, path)))
+        # A diff shows that a secret changed, never the secret (a reference to one is shown).
+        old, new = redact_data(old, path.rsplit(".", 1)[-1]), redact_data(new, path.rsplit(".", 1)[-1])
+        # The reason for the change is b's (for its value); a's reason was for the old value, never this change's.
+        changes.append(KnobChange(path, kind, old, new, why_for(b, path)))
     return ProfileDiff(a.name, b.name, changes)
 
 
@@ -118,6 +154,7 @@ def knob_lines(resolved: ResolvedProfile) -> str:
         if value is None or value == [] or value == {}:
             continue
         why = why_for(resolved, path)
+        value = redact_data(value, path.rsplit(".", 1)[-1])
         out.append(f"{path} = {_show(value)}" + (f"    # why: {why}" if why else ""))
     return "\n".join(out) + "\n"
 

@@ -17,13 +17,14 @@ HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extend
 # Knobs that only tell validation what the author means and render nothing: they do not change what runs,
 # and recorded results must not go stale when they are added.
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
-# how much room the weights need, not which weights; bench.slo is what a tune holds the measurements to, not what
+# how much room the weights need, not which weights (model.config: facts of those weights, checked
+# against the layout); bench.slo is what a tune holds the measurements to, not what
 # runs; the target's power-limit range only bounds validation. A patch's `upstream` names the release that
 # carries the change itself: what the pinned release runs is the same.
 HASH_EXCLUDED_KNOBS: dict[str, Any] = {
     "server": {"allow_unauthenticated"},
     "probe": {"server_scrape_hz"},
-    "model": {"size_gib"},
+    "model": {"size_gib", "config"},
     "bench": {"slo"},
     "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"},
     "engine": {"patches": {"__all__": {"upstream"}}},

@@ -55,6 +55,14 @@ _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 REPO_ID = rf"^{_REPO_PART}/{_REPO_PART}$"
 
 
+# Entries of a list or mapping of a profile (extra_args, env, why, acknowledge, patches, concurrency levels): a
+# profile has tens; each entry is checked and may be reported, so their number bounds the work and the output.
+MAX_ITEMS = 256
+# A profile's name is its file's name without .yaml; a file name is at most 255 bytes (NAME_MAX).
+PROFILE_NAME = r"^[a-z0-9][a-z0-9._-]*$"
+MAX_PROFILE_NAME = 255 - len(".yaml")
+
+
 class Target(_Strict):
     """The hardware the profile is tuned for (per node)."""
 
@@ -110,7 +118,24 @@ class Engine(_Strict):
         default=None, description="a set of engine locks other than the release's own, named by one of them, "
         "repo-relative (.../NAME-cp311.lock: its siblings are .../NAME-cp313.lock)")
     venv_path: str = "/opt/sglang/venv"
-    patches: list[Patch] = Field(default_factory=list)
+    patches: list[Patch] = Field(default_factory=list, max_length=MAX_ITEMS)
+
+
+class ModelConfig(_Strict):
+    """Facts of the model's own config.json (Hugging Face), pinned so the parallel layout is checked against the
+    model before a GPU host loads it: heads split over tp, experts over ep, layers over pp."""
+
+    num_attention_heads: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_hidden_layers: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    # DeepSeek-style configs (GLM-5 too) call the routed experts n_routed_experts, Qwen and Mixtral num_experts /
+    # num_local_experts: either is taken.
+    n_routed_experts: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+    num_experts: int | None = Field(default=None, ge=1, le=MAX_COUNT, description="config.json's value")
+
+    @property
+    def experts(self) -> int | None:
+        return self.n_routed_experts or self.num_experts
 
 
 class ModelSpec(_Strict):
@@ -124,6 +149,7 @@ class ModelSpec(_Strict):
     # The checkpoint's size on disk: the model cache's storage is checked against it before anything is
     # downloaded (or even provisioned, by `toolkit host reproduce`).
     size_gib: float | None = Field(default=None, gt=0, description="the checkpoint's size on disk, GiB")
+    config: ModelConfig | None = Field(default=None, description="facts from the model's config.json")
 
     @field_validator("repo_id")
     @classmethod
@@ -177,7 +203,7 @@ class Server(_Strict):
         default=False,
         description="serve a non-loopback host without an API key (needs why.server.allow_unauthenticated)",
     )
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
 class SteadyState(_Strict):
@@ -215,7 +241,7 @@ class Bench(_Strict):
     # Requests per second; 0 would send nothing and the run would never end. "inf" sends them all at once.
     request_rate: Annotated[float, Field(gt=0)] | Literal["inf"] = "inf"
     max_concurrency: int | None = Field(default=None, ge=1, le=MAX_COUNT)
-    concurrency_levels: list[Annotated[int, Field(le=MAX_COUNT)]] = Field(default_factory=list)
+    concurrency_levels: list[Annotated[int, Field(le=MAX_COUNT)]] = Field(default_factory=list, max_length=MAX_ITEMS)
     warmup_requests: int | None = Field(default=None, ge=0, le=MAX_COUNT)
     seed: int | None = Field(default=None, ge=0, le=MAX_BENCH_SEED)
     tokenizer: str | None = Field(default=None, description="None: model.repo_id")
@@ -271,22 +297,24 @@ class ResultsEnvelope(BaseModel):
 class Profile(_Strict):
     schema_version: int
     name: str = Field(
-        pattern=r"^[a-z0-9][a-z0-9._-]*$", description="the file's name: lower-case letters, digits, '.', '_', '-'"
+        pattern=PROFILE_NAME, max_length=MAX_PROFILE_NAME,
+        description="the file's name: lower-case letters, digits, '.', '_', '-'"
     )
     description: str = ""
-    extends: str | None = None
+    extends: str | None = Field(default=None, pattern=PROFILE_NAME, max_length=MAX_PROFILE_NAME,
+                                description="the parent profile's name (its file name without .yaml)")
     target: Target = Field(default_factory=Target)
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
-    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict)
+    env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)
     probe: Probe = Field(default_factory=Probe)
-    why: dict[str, Why] = Field(default_factory=dict)
+    why: dict[str, Why] = Field(default_factory=dict, max_length=MAX_ITEMS)
     # Rules this profile knows it breaks, each with the reason (rule id -> reason), as ansible-lint's skip list:
     # a warning acknowledged here is reported as acknowledged and no longer fails `validate --strict`.
-    acknowledge: dict[str, str] = Field(default_factory=dict)
+    acknowledge: dict[str, str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     results: ResultsEnvelope | None = None
 
     @field_validator("acknowledge")

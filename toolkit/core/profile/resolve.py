@@ -6,6 +6,7 @@ toolkit.adapters.profile_store.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -19,6 +20,7 @@ from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.model import Profile
 from toolkit.core.profile.source import Path, ProfileSource, dotted
+from toolkit.core.text import secret_name
 
 Loader = Callable[[str], ProfileSource]
 
@@ -53,6 +55,10 @@ class ResolvedProfile:
     # The pinned release's flag catalogue (the store attaches it): rendering spells each knob as that release
     # does. None: no catalogue known, each knob renders its first (0.5.9) spelling and validate() says so.
     catalogue: Catalogue | None = field(default=None, repr=False)
+    # The parent's merged data and where each of its values was set (None: no parent): what this profile
+    # changes, and whose why a knob has.
+    parent_data: dict[str, Any] | None = field(default=None, repr=False)
+    parent_origins: dict[str, Origin] = field(default_factory=dict, repr=False)
 
     # Section shortcuts, so callers write resolved.server.tp_size.
     @property
@@ -146,7 +152,22 @@ def check_file(source: ProfileSource) -> Profile:
     try:
         return Profile.model_validate(data)
     except ValidationError as err:
-        raise ToolkitError([_pydantic_problem(source, loc, errors) for loc, errors in _by_field(err, data)]) from None
+        fields = _by_field(err, data)
+        problems = [_pydantic_problem(source, loc, errors) for loc, errors in fields[:MAX_PROBLEMS]]
+        raise ToolkitError(problems + _more(source.file, len(fields) - MAX_PROBLEMS)) from None
+
+
+# Problems of one file reported in full; past them, one line says how many more (each costs a lookup, a "did
+# you mean" and a line of output: a file of 20,000 unknown keys would otherwise take seconds and megabytes).
+MAX_PROBLEMS = 20
+
+
+def _more(file: str, count: int) -> list[Problem]:
+    if count <= 0:
+        return []
+    return [Problem(f"{count:,} more problems of this file are not shown", file=file, line=1,
+                    fix="fix the ones shown first (a profile has a few dozen keys: so many problems are usually one "
+                    "mistake repeated)")]
 
 
 def _by_field(err: ValidationError, data: Any) -> list[tuple[Path, list[Any]]]:
@@ -210,7 +231,7 @@ def _pydantic_problem(source: ProfileSource, loc: Path, errors: list[Any]) -> Pr
             fix="rename it: systemd and shells take no other names",
         )
     return Problem(
-        value_message(errors),
+        value_message(errors, loc),
         file=source.file,
         line=source.line_of(loc),
         field=dotted(loc),
@@ -218,8 +239,9 @@ def _pydantic_problem(source: ProfileSource, loc: Path, errors: list[Any]) -> Pr
     )
 
 
-def value_message(errors: list[Any]) -> str:
-    """One message for the errors of one value: what pydantic says, what YAML made of the text, and what it got."""
+def value_message(errors: list[Any], loc: Path = ()) -> str:
+    """One message for the errors of one value: what pydantic says, what YAML made of the text, and what it got
+    (cut short when long; never the value of a secret field at `loc`)."""
     got = errors[0].get("input")
     parts: list[str] = []
     for e in errors:
@@ -240,8 +262,31 @@ def value_message(errors: list[Any]) -> str:
         message += "; a quoted number is text (write it without quotes)"
     elif "finite_number" in kinds:
         message += "; .nan and .inf are no values here"
-    shown = repr(got) if not isinstance(got, dict | list) else type(got).__name__
-    return f"{message} (got {shown})"
+    return f"{message} (got {shown_value(got, loc)})"
+
+
+# What an error shows of a value: enough to recognise it, never a whole file's worth.
+MAX_SHOWN_CHARS = 80
+
+
+def shown_value(value: Any, loc: Path = ()) -> str:
+    """A value as an error shows it: its type for a collection, masked for a secret field, else its repr cut to
+    MAX_SHOWN_CHARS (its length said)."""
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    if loc and secret_field(loc):
+        return f"{type(value).__name__}, not shown: a secret field"
+    text = repr(value) if not isinstance(value, int) or len(str(value)) < 100 else f"a {len(str(value))}-digit number"
+    if len(text) > MAX_SHOWN_CHARS:
+        text = f"{text[:MAX_SHOWN_CHARS - 20]}... ({len(text):,} characters)"
+    return text
+
+
+def secret_field(loc: Path) -> bool:
+    """A field whose value is a secret or may be one: the API key reference (a literal key is the mistake it is
+    checked for) and any environment variable whose name says secret."""
+    dotted_loc = dotted(loc)
+    return dotted_loc == "server.api_key_secret" or (len(loc) >= 2 and loc[0] == "env" and secret_name(str(loc[1])))
 
 
 _NUMBER_TYPES = {"int_type", "float_type", "int_parsing", "float_parsing", "int_from_float"}
@@ -323,37 +368,70 @@ def _describe(annotation: Any, metadata: Any = ()) -> str:
     return text + (f" {' and '.join(bounds)}" if bounds else "")
 
 
-def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | None] | None = None) -> ResolvedProfile:
-    """Load `name` and its parents, merge them child-over-parent and validate the result's types.
-    `catalogues(version)` gives the pinned release's flag catalogue to attach (rendering follows it)."""
+# A chain is a few profiles deep (the shipped ones: 3); each link is a file of at most MAX_PROFILE_BYTES, so
+# without these a chain of files each within its own cap would take unbounded memory and time.
+MAX_EXTENDS_DEPTH = 16
+MAX_CHAIN_BYTES = 1024 * 1024
+
+
+@dataclass
+class _Merged:
+    """A profile's inheritable data merged over its parents' (what a child of it starts from)."""
+
+    data: dict[str, Any]
+    origins: dict[str, Origin]
+
+
+@dataclass
+class ResolveMemo:
+    """What resolving one profile learns about its parents, kept for the next profile of the same store: each
+    file is type-checked once and each parent's merge is done once, so resolving every profile of a deep chain
+    costs the chain, not its square. Only valid while the files do not change (the store drops it then)."""
+
+    checked: set[str] = field(default_factory=set)
+    merged: dict[str, _Merged] = field(default_factory=dict)
+
+
+def _chain_error(child: ProfileSource, message: str, fix: str) -> ToolkitError:
+    return ToolkitError.of(message, file=child.file, line=child.line_of(("extends",)), field="extends", fix=fix)
+
+
+def load_chain(name: str, loader: Loader, memo: ResolveMemo | None = None) -> list[ProfileSource]:
+    """`name` and its parents, child first: each file type-checked, its name its file's, no cycle, and the chain
+    within MAX_EXTENDS_DEPTH links and MAX_CHAIN_BYTES of text."""
+    memo = memo if memo is not None else ResolveMemo()
     chain: list[ProfileSource] = []
     seen: list[str] = []
+    total_bytes = 0
     current: str | None = name
     child: ProfileSource | None = None
     while current is not None:
         if current in seen:
             assert child is not None
             cycle = " -> ".join([*seen, current])
-            raise ToolkitError.of(
-                f"extends forms a cycle: {cycle}",
-                file=child.file,
-                line=child.line_of(("extends",)),
-                field="extends",
-                fix=f"make one profile in {cycle} stand on its own (remove its extends:)",
-            )
+            raise _chain_error(child, f"extends forms a cycle: {cycle}",
+                               f"make one profile in {cycle} stand on its own (remove its extends:)")
+        if child is not None and len(chain) >= MAX_EXTENDS_DEPTH:
+            raise _chain_error(child, f"the extends chain is more than {MAX_EXTENDS_DEPTH} profiles deep "
+                               f"({' -> '.join(seen[:3])} -> ... -> {seen[-1]})",
+                               "extend a profile nearer the base: a chain is a few profiles (base, hardware, variant)")
         try:
             source = loader(current)
         except ProfileNotFound as err:
             if child is None:
                 raise
-            raise ToolkitError.of(
-                f"parent profile {current!r} not found",
-                file=child.file,
-                line=child.line_of(("extends",)),
-                field="extends",
-                fix=f"create profiles/{current}.yaml or extend an existing profile ({err.problems[0].message})",
-            ) from None
-        check_file(source)
+            raise _chain_error(child, f"parent profile {current!r} not found",
+                               f"create profiles/{current}.yaml or extend an existing profile "
+                               f"({err.problems[0].message}; {err.problems[0].fix})") from None
+        total_bytes += len(source.text.encode("utf-8", "surrogatepass"))
+        if child is not None and total_bytes > MAX_CHAIN_BYTES:
+            raise _chain_error(child, f"the extends chain from {name} holds {total_bytes:,} bytes or more of "
+                               f"profiles, more than a chain may ({MAX_CHAIN_BYTES:,})",
+                               "a chain is a few profiles of a few KiB: trim the parents' results blocks "
+                               "(results.keep_last) or shorten the chain")
+        if current not in memo.checked:
+            check_file(source)
+            memo.checked.add(current)
         declared = source.data.get("name")
         if declared != source.name:
             raise ToolkitError.of(
@@ -367,16 +445,41 @@ def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | N
         chain.append(source)
         parent = source.data.get("extends")
         child, current = source, parent if isinstance(parent, str) else None
+    return chain
 
-    merged: dict[str, Any] = {}
-    origins: dict[str, Origin] = {}
-    for source in reversed(chain):
+
+def _merge_chain(chain: list[ProfileSource], memo: ResolveMemo) -> tuple[_Merged, _Merged | None]:
+    """(the inheritable merge of the whole chain, that of the parent's chain or None), each parent's merge done
+    once per memo."""
+    start = len(chain)
+    for i, source in enumerate(chain):
+        if source.name in memo.merged:
+            start = i
+            break
+    acc = memo.merged[chain[start].name] if start < len(chain) else _Merged({}, {})
+    for source in reversed(chain[:start]):
         inheritable = {k: v for k, v in source.data.items() if k not in OWN_KEYS}
-        merged = deep_merge(merged, inheritable)
+        origins = dict(acc.origins)
         _drop_removed(origins, inheritable, ())
         for path, line in source.lines.items():
             if path and path[0] not in OWN_KEYS:
                 origins[dotted(path)] = Origin(source.name, source.file, line)
+        acc = _Merged(deep_merge(acc.data, inheritable), origins)
+        memo.merged[source.name] = acc
+    parent = memo.merged.get(chain[1].name) if len(chain) > 1 else None
+    return acc, parent
+
+
+def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | None] | None = None,
+            memo: ResolveMemo | None = None) -> ResolvedProfile:
+    """Load `name` and its parents, merge them child-over-parent and validate the result's types.
+    `catalogues(version)` gives the pinned release's flag catalogue to attach (rendering follows it). `memo`:
+    what resolving earlier profiles of the same files learnt (each parent checked and merged once)."""
+    memo = memo if memo is not None else ResolveMemo()
+    chain = load_chain(name, loader, memo)
+    whole, parent = _merge_chain(chain, memo)
+    merged = copy.deepcopy(whole.data)  # the memo's data is shared with other profiles: callers get their own
+    origins = dict(whole.origins)
     own = chain[0]
     for key in OWN_KEYS:
         if key in own.data and own.data[key] is not None:
@@ -388,18 +491,19 @@ def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | N
         spec = Profile.model_validate(merged)
     except ValidationError as err:  # a combination only the merge creates
         problems = []
-        for loc, errors in _by_field(err, merged):
+        fields = _by_field(err, merged)
+        for loc, errors in fields[:MAX_PROBLEMS]:
             where = origins.get(dotted(loc))
             problems.append(
                 Problem(
-                    f"after merging extends: {value_message(errors)}",
+                    f"after merging extends: {value_message(errors, loc)}",
                     file=where.file if where else own.file,
                     line=where.line if where else None,
                     field=dotted(loc),
                     fix="correct the value in the file that sets it",
                 )
             )
-        raise ToolkitError(problems) from None
+        raise ToolkitError(problems + _more(own.file, len(fields) - MAX_PROBLEMS)) from None
     version = spec.engine.sglang_version
     return ResolvedProfile(
         name=own.name,
@@ -410,6 +514,8 @@ def resolve(name: str, loader: Loader, catalogues: Callable[[str], Catalogue | N
         origins=origins,
         source=own,
         catalogue=catalogues(version) if catalogues is not None and version else None,
+        parent_data=copy.deepcopy(parent.data) if parent is not None else None,
+        parent_origins=dict(parent.origins) if parent is not None else {},
     )
 
 

@@ -485,7 +485,7 @@ def secret_ref_problem(value: str) -> str | None:
     if scheme not in SECRET_SCHEMES or not sep or not name:
         if _LITERAL_KEY.match(value):
             return "it must be a reference to a secret, not the key itself"
-        return f"{value!r} is not a secret reference"
+        return "it is not a secret reference (the value is not shown: it may be the key)"
     if scheme == "env" and not _IDENTIFIER.fullmatch(name):
         return f"{name!r} is not an environment variable name"
     if scheme == "vault" and not _IDENTIFIER.fullmatch(name):

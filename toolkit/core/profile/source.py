@@ -30,8 +30,13 @@ Path = tuple[str | int, ...]
 MAX_PROFILE_BYTES = 512 * 1024
 # The deepest path of a profile is results.entries.N.power.per_gpu.N.mean_w (7 levels).
 MAX_DEPTH = 24
-# Values after alias expansion: a profile with a full results block has a few thousand.
-MAX_VALUES = 50_000
+# Values after alias expansion: a profile with a full results block has a few thousand (the shipped ones fewer
+# than 1,500); composing 50,000 took a second on a loaded host, so the bound is lower.
+MAX_VALUES = 20_000
+
+# The longest whole number a field takes is 10 digits (2**32 - 1, a bench seed); YAML's integers go to int(),
+# which refuses more than 4,300 digits and is quadratic below that.
+MAX_INT_CHARS = 64
 
 # libyaml's parser when PyYAML was built with it (the wheels are): 20x faster than the pure-Python one,
 # and the same events, marks and errors.
@@ -178,6 +183,7 @@ def _scan(file: str, text: str, spans: list[tuple[int, Path]] | None = None) -> 
     stack: list[_Frame] = []
     sizes: dict[str, int] = {}
     values = 0
+    aliased = False
 
     def path() -> Path:
         if not stack:
@@ -227,16 +233,21 @@ def _scan(file: str, text: str, spans: list[tuple[int, Path]] | None = None) -> 
                             "refer to a finished anchor, or write the value out",
                         )
                     values += sizes.get(event.anchor or "", 1)
+                    aliased = True
                 else:
                     values += 1
                     if event.anchor:
                         sizes[event.anchor] = 1
                 if values > MAX_VALUES:
-                    raise refuse(
-                        f"the aliases expand to more than {MAX_VALUES:,} values",
-                        event,
-                        "write the values out or use fewer aliases (an alias stands for every value of its anchor)",
-                    )
+                    if aliased:
+                        raise refuse(
+                            f"the aliases expand to more than {MAX_VALUES:,} values",
+                            event,
+                            "write the values out or use fewer aliases (an alias stands for every value of its anchor)",
+                        )
+                    raise refuse(f"the file holds more than {MAX_VALUES:,} values", event,
+                                 "a profile holds a few hundred values: move data elsewhere; a long results history "
+                                 "shrinks with a lower results.keep_last")
                 added(event)
             elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
                 if stack and not stack[-1].mapping:
@@ -387,6 +398,12 @@ class _Builder:
                 self.lines[child] = item.start_mark.line + 1
                 items.append(self.build(item, child))
             return items
+        if node.tag == _TAG + "int" and len(node.value) > MAX_INT_CHARS:
+            # int() refuses more than 4,300 digits (CVE-2020-10735) and no field takes more than 10: refused here,
+            # located, rather than as a ValueError from the constructor.
+            raise self.refuse(node, path, f"a whole number of {len(node.value):,} characters: no field takes a "
+                              f"number this large", "write the number the field takes (see its range), or quote "
+                              "it if it is text")
         if node.tag == _TAG + "int" and not _DECIMAL_INT.fullmatch(node.value):
             value = self.constructor.construct_object(node, deep=True)
             digits = node.value.lstrip("+-").lower()

@@ -44,9 +44,12 @@ def validate(
     later: list[Problem] = []
     later += _required(resolved)
     later += _parallelism(resolved)
+    later += _model_fit(resolved)
     later += _power_limit(resolved)
     later += _secrets(resolved)
+    later += _confined(resolved)
     later += _whys(resolved)
+    later += _inherited_whys(resolved)
     later += _patches_upstream(resolved)
     for rule in matching_rules(resolved, rules):
         later.append(
@@ -88,6 +91,15 @@ def acknowledged(resolved: ResolvedProfile, problems: list[Problem], rule_ids: s
             continue
         fired.add(p.rule_id)
         where = resolved.origin(f"acknowledge.{p.rule_id}")
+        if where is not None and where.file not in (resolved.file, p.file):
+            # An acknowledgement covers the profile that states it: a parent's reason was given for the value the
+            # parent set, not for this profile setting it again.
+            out.append(Problem(f"{p.message} (acknowledged by {where.profile} for its own setting; this profile "
+                               "sets it again and states no acknowledgement of its own)", file=p.file, line=p.line,
+                               field=p.field, fix=f"{p.fix}; or acknowledge {p.rule_id} here, with this profile's "
+                               "reason" if p.fix else f"acknowledge {p.rule_id} here, with this profile's reason",
+                               severity=p.severity, rule_id=p.rule_id))
+            continue
         at = f" ({where.file}:{where.line})" if where and where.line else ""
         out.append(Problem(f"{p.message}; acknowledged{at}: {' '.join(reason.split())}", file=p.file, line=p.line,
                            field=p.field, fix=None, severity="acknowledged", rule_id=p.rule_id))
@@ -238,6 +250,47 @@ def _parallelism(resolved: ResolvedProfile) -> list[Problem]:
     return out
 
 
+def _model_fit(resolved: ResolvedProfile) -> list[Problem]:
+    """The parallel layout against the model's own config (model.config): SGLang splits the attention heads over
+    the tp ranks (each KV head to whole ranks, or replicated over them), the routed experts over the ep ranks and
+    the layers over the pp stages; a layout that does not divide fails as the weights load, on the GPU host."""
+    config, s = resolved.spec.model.config, resolved.spec.server
+    if config is None:
+        return []
+    out = []
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    if heads is not None and heads % s.tp_size:
+        out.append(resolved.problem("server.tp_size", f"tp_size {s.tp_size} does not divide the model's {heads} "
+                                    "attention heads (model.config.num_attention_heads)",
+                                    f"use a tp_size that divides {heads}, e.g. {_divisor_near(heads, s.tp_size)}",
+                                    rule_id="layout-fits-model"))
+    elif kv is not None and (kv % s.tp_size if kv >= s.tp_size else s.tp_size % kv):
+        out.append(resolved.problem("server.tp_size", f"tp_size {s.tp_size} and the model's {kv} KV heads "
+                                    "(model.config.num_key_value_heads) do not split evenly: each rank needs whole "
+                                    "KV heads, or each KV head whole ranks",
+                                    f"use a tp_size that divides {kv} or is a multiple of it, e.g. "
+                                    f"{_divisor_near(kv, s.tp_size)}",
+                                    rule_id="layout-fits-model"))
+    experts = config.experts
+    if experts is not None and s.ep_size > 1 and experts % s.ep_size:
+        out.append(resolved.problem("server.ep_size", f"ep_size {s.ep_size} does not divide the model's {experts} "
+                                    "routed experts (model.config.n_routed_experts / num_experts)",
+                                    f"use an ep_size that divides {experts}, e.g. {_divisor_near(experts, s.ep_size)}",
+                                    rule_id="layout-fits-model"))
+    layers = config.num_hidden_layers
+    if layers is not None and layers % s.pp_size:
+        out.append(resolved.problem("server.pp_size", f"pp_size {s.pp_size} does not divide the model's {layers} "
+                                    "layers (model.config.num_hidden_layers)",
+                                    f"use a pp_size that divides {layers}, e.g. {_divisor_near(layers, s.pp_size)}",
+                                    rule_id="layout-fits-model"))
+    return out
+
+
+def _divisor_near(n: int, wanted: int) -> int:
+    """The divisor of `n` nearest `wanted` (the smaller one on a tie)."""
+    return min((d for d in range(1, min(n, 4 * wanted) + 1) if n % d == 0), key=lambda d: (abs(d - wanted), d))
+
+
 def _secrets(resolved: ResolvedProfile) -> list[Problem]:
     """Secrets by name in env (the reference itself: rules.py, secret-reference; in extra_args: _extra_args)."""
     out = []
@@ -250,6 +303,65 @@ def _secrets(resolved: ResolvedProfile) -> list[Problem]:
                     "remove it; give secrets by reference (server.api_key_secret)",
                 )
             )
+    return out
+
+
+# Where the API key file may be (`file:` references): the deploy's own directory and the secret mounts of systemd
+# (LoadCredential) and container runtimes. The inventory may declare more roots (toolkit_secret_roots), which
+# `toolkit apply` honours; a system location is never one.
+SECRET_FILE_ROOTS = ("/etc/sglang/", "/run/secrets/", "/run/credentials/")
+# Where no secret and no model is read from: the system's own files (/etc/shadow, /proc/self/environ, keys).
+SYSTEM_PREFIXES = ("/etc/", "/proc/", "/sys/", "/dev/", "/boot/", "/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/",
+                   "/root/", "/run/", "/var/lib/", "/var/log/", "/var/run/", "/var/spool/", "/var/mail/")
+# The container's model cache (lxc_gpu_container mounts the host's model storage at /models): a model.local_path
+# is read there, or under the profile's env.HF_HOME.
+MODEL_ROOTS = ("/models/",)
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path.startswith(root) and path != root for root in roots)
+
+
+def system_path(path: str) -> bool:
+    """Whether `path` is, or is inside, a location of the system (never a secret or a model)."""
+    return path == "/" or (path.rstrip("/") + "/").startswith(SYSTEM_PREFIXES)
+
+
+def _confined(resolved: ResolvedProfile) -> list[Problem]:
+    """Paths on the hosts a profile reads from stay in their place: the API key file under a secret root (never a
+    system file), the model's local path under the model cache."""
+    out = []
+    ref = resolved.spec.server.api_key_secret or ""
+    scheme, _, path = ref.partition(":")
+    if scheme == "file" and path.startswith("/") and ".." not in path.split("/") \
+            and not _under(path, SECRET_FILE_ROOTS):
+        system = system_path(path)
+        out.append(resolved.problem(
+            "server.api_key_secret",
+            f"the key file {path} is " + ("a file of the system, never a secret source" if system else
+                                          f"outside the secret roots ({', '.join(SECRET_FILE_ROOTS)})"),
+            f"keep the key in a file of its own under {SECRET_FILE_ROOTS[0]} (mode 0600)"
+            + ("" if system else ", or declare its directory in the inventory's toolkit_secret_roots"),
+            "error" if system else "warning",
+            "secret-file-root",
+        ))
+    local = resolved.spec.model.local_path
+    if local and local.startswith("/") and ".." not in local.split("/"):
+        hf_home = resolved.spec.env.get("HF_HOME")
+        roots = MODEL_ROOTS + ((hf_home.rstrip("/") + "/",) if hf_home and hf_home.startswith("/")
+                               and not system_path(hf_home) else ())
+        if not _under(local, roots):
+            system = system_path(local)
+            out.append(resolved.problem(
+                "model.local_path",
+                f"{local} is " + ("a directory of the system, never a model" if system else
+                                  f"outside the model cache ({', '.join(roots)})")
+                + ": the server would load whatever is there",
+                "put the checkpoint under /models/ (the container's model-cache mount), e.g. /models/GLM-5-NVFP4, "
+                "or under the profile's env.HF_HOME",
+                "error" if system else "warning",
+                "model-path-root",
+            ))
     return out
 
 
@@ -267,6 +379,33 @@ def _patches_upstream(resolved: ResolvedProfile) -> list[Problem]:
                     "remove the patch for this release (`toolkit profile migrate` drops it)",
                 )
             )
+    return out
+
+
+INHERITED_WHY_RULE = "why-inherited"
+
+
+def _inherited_whys(resolved: ResolvedProfile) -> list[Problem]:
+    """A knob this profile changes from its parent's value, whose only why is a parent's: that reason was given
+    for the parent's value, so the change has none (a warning; `validate --strict` fails on it)."""
+    from toolkit.core.profile.diff import changed_here, knobs, why_entry
+
+    if resolved.parent_data is None:
+        return []
+    out = []
+    for path in knobs(resolved):
+        if not changed_here(resolved, path):
+            continue
+        key, origin = why_entry(resolved, path)
+        if key is None or origin is None or origin.file == resolved.file:
+            continue
+        out.append(resolved.problem(
+            path,
+            f"changed here, but its only why is {origin.profile}'s (why.{key}), given for the parent's value",
+            f"add why.{path} to this profile saying why it changes the value",
+            severity="warning",
+            rule_id=INHERITED_WHY_RULE,
+        ))
     return out
 
 
