@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.profile.hostile_cases import link_locks
 from toolkit.adapters.profile_store import ProfileStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -23,6 +24,8 @@ def write_profiles(tmp_path: Path):
     """Write {name: yaml text} into a fresh profiles dir and return its store."""
 
     def make(files: dict[str, str]) -> ProfileStore:
+        # The shipped engine locks where the store looks: a profile on a release without one is refused.
+        link_locks(tmp_path)
         for name, text in files.items():
             (tmp_path / f"{name}.yaml").write_text(text, encoding="utf-8")
         return ProfileStore(tmp_path)

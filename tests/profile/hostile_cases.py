@@ -213,10 +213,21 @@ def cases() -> list[Case]:
     ]
 
 
+def link_locks(d: Path) -> None:
+    """The shipped engine locks where a store at `d` looks for them (`profiles/requirements/` beside it, as in a
+    checkout): the base's release must be deployable, or every case would be refused for the missing lock before
+    its own class is checked."""
+    link = d.resolve().parent / "profiles" / "requirements"
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(Path(__file__).resolve().parents[2] / "profiles" / "requirements")
+
+
 def build(folder: Path) -> Path:
     """The profiles directory of every case (the base they extend included); returns it."""
     d = folder / "profiles"
     d.mkdir(parents=True)
+    link_locks(d)
     (d / "ok-base.yaml").write_text(BASE)
     for case in cases():
         case.setup(d)

@@ -179,6 +179,7 @@ def test_no_secret_and_no_terminal_control_in_any_output(argv: list[str], tmp_pa
     """A credential in a URL and the value of a secret-named variable are masked, and an escape sequence is shown
     escaped, in every command that prints a profile (as text, as JSON, as a table)."""
     d = tmp_path
+    hostile_cases.link_locks(d)
     (d / "ok-base.yaml").write_text(hostile_cases.BASE)
     (d / "leaky.yaml").write_text(SECRET_PROFILE)
     code = main([*argv, "--profiles-dir", str(d)])
@@ -193,6 +194,7 @@ def test_no_secret_and_no_terminal_control_in_any_output(argv: list[str], tmp_pa
 
 def test_render_masks_url_credentials_in_what_it_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     d = tmp_path
+    hostile_cases.link_locks(d)
     (d / "ok-base.yaml").write_text(hostile_cases.BASE)
     (d / "leaky.yaml").write_text("schema_version: 1\nname: leaky\nextends: ok-base\nenv:\n"
                                   "  HTTPS_PROXY: http://bot:pw0rdpw0rd@10.0.0.2:9000\n")
@@ -240,6 +242,7 @@ def test_what_is_fine_stays_accepted(name: str, body: str, warns: str | None, tm
 
     d = tmp_path / "profiles"
     (d / "patches").mkdir(parents=True)
+    hostile_cases.link_locks(d)
     (d / "ok-base.yaml").write_text(hostile_cases.BASE)
     (d / "patches" / "git-patch.patch").write_text(GIT_DIFF)
     (d / f"{name}.yaml").write_text(f"schema_version: 1\nname: {name}\nextends: ok-base\n{body}")
