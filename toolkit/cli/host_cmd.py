@@ -23,6 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     prov.add_argument("host", help="inventory name of the Proxmox host")
     prov.add_argument("--containers", action="store_true", help="also create/configure its GPU containers")
+    prov.add_argument("--profile", action="append", default=[], dest="profiles", metavar="NAME",
+                      help="a profile that will run in the containers (repeatable): their model cache is sized "
+                      "for the largest model.size_gib (without one: the role's 128 GiB, unless the inventory sizes it)")
     _common(prov)
     prov.set_defaults(func=run_provision)
 
@@ -69,7 +72,7 @@ def _request(args: argparse.Namespace) -> Any:
 
     return HostRequest(host=args.host, inventory=args.inventory, containers=getattr(args, "containers", False),
                        check=args.check, diff=args.diff, extravars=parse_extra_vars(args.extra_var),
-                       tags=[t for t in (args.tags or "").split(",") if t])
+                       tags=[t for t in (args.tags or "").split(",") if t], profiles=getattr(args, "profiles", []))
 
 
 def _runner(console: Any, as_json: bool) -> Any:
@@ -106,9 +109,10 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 def run_provision(args: argparse.Namespace) -> int:
     from toolkit.app.host import provision
+    from toolkit.cli.render import say
 
     console, req, plan = _start(args)
-    outcome = provision(req, plan, _runner(console, args.json))
+    outcome = provision(req, plan, _runner(console, args.json), on_message=say(console))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     return outcome.exit_code
@@ -128,7 +132,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
             print_apply_summary(console, applied.summary, as_json=False)
         return applied
 
-    outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy)
+    outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy, on_message=say(console))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     else:
