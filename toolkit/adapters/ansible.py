@@ -463,9 +463,14 @@ def find_inventory(explicit: str | Path | None = None) -> Path:
     for candidate in (DEFAULT_INVENTORY, share_dir() / DEFAULT_INVENTORY):
         if candidate.exists():
             return candidate.resolve()
+    # A second lab (TOOLKIT_LAB_INSTANCE, docs/lab.md) keeps its inventory in its state directory, which no
+    # command reads by default: the fix names that file, not the checkout's.
+    instance = os.environ.get("TOOLKIT_LAB_INSTANCE", "")
+    lab_inventory = f"/var/lib/toolkit-lab-{instance}/lab.yml" if instance else str(DEFAULT_INVENTORY)
+    then = f", then pass -i {lab_inventory}" if instance else ""
     raise ToolkitError.of("no inventory given, and no lab inventory here", field="--inventory",
-                          fix=f"pass -i INVENTORY (shape: inventory/lab.example.yml), set {INVENTORY_ENV}, or run "
-                          "`toolkit lab up` (it writes inventory/lab.yml)")
+                          fix=f"pass -i INVENTORY (shape: inventory/lab.example.yml), set {INVENTORY_ENV}, or "
+                          f"run `toolkit lab up` (it writes {lab_inventory}{then})")
 
 
 @dataclass(frozen=True)
