@@ -10,6 +10,8 @@ import pytest
 from toolkit.cli.host_cmd import parse_extra_vars
 from toolkit.cli.main import main
 
+REPO = Path(__file__).resolve().parents[2]
+
 INVENTORY = """\
 all:
   children:
@@ -134,3 +136,35 @@ def test_without_a_profile_the_default_size_is_said_with_how_to_size_it(inv: Pat
 def test_a_profile_without_containers_is_refused(inv: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["host", "provision", "pve-a", "-i", str(inv), "--profile", "glm5-tp8"]) == 2
     assert "add --containers" in capsys.readouterr().err
+
+
+def test_the_real_host_example_parses_has_no_lab_variable_and_marks_what_is_required() -> None:
+    from toolkit.adapters.ansible import read_inventory
+    from toolkit.app.host import host_plan
+
+    example = REPO / "inventory" / "real-host.example.yml"
+    hosts = read_inventory(example)
+    assert host_plan("pve1", example).containers == ["sglang-ct"]
+    variables = {k for h in hosts.values() for k in h.vars}
+    # What only the lab sets (docs/lab.md, "The lab's inventory"): none of it on a real host.
+    lab_only = {"toolkit_overlay", "toolkit_notes", "proxmox_gpu_host_proc_devices", "proxmox_gpu_host_sys_module_dir",
+                "proxmox_gpu_host_lspci_command", "proxmox_gpu_host_kernel_headers_required",
+                "proxmox_gpu_host_build_packages_install", "container_nvidia_userspace_cuda_install_method",
+                "sglang_venv_model_fetch", "sglang_service_health_timeout_s"}
+    assert not variables & lab_only and "lab-standin" not in example.read_text()
+    # The driver checksum is marked required (a real host downloads the installer), with how to get it.
+    text = example.read_text()
+    line = next(i for i, t in enumerate(text.splitlines()) if t.strip().startswith("proxmox_gpu_host_driver_checksum"))
+    assert "REQUIRED" in "\n".join(text.splitlines()[line - 3 : line]) and "sha256sum" in text
+    # Host keys are checked for the host (no StrictHostKeyChecking=no anywhere).
+    assert "StrictHostKeyChecking=no" not in text and "UserKnownHostsFile=/dev/null" not in text
+
+
+def test_an_operators_own_inventory_is_git_ignored_and_the_examples_are_not() -> None:
+    import subprocess
+
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0
+
+    assert ignored("inventory/pve1.yml") and ignored("inventory/lab.yml")
+    assert not ignored("inventory/real-host.example.yml") and not ignored("inventory/lab.example.yml")

@@ -115,7 +115,7 @@ def resolve_inventory(inventory: Path | str, fix: str | None = None) -> Path:
             f"inventory not found: {inventory}",
             file=str(path),
             field="--inventory",
-            fix=fix or "pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes "
+            fix=fix or "pass an inventory file (shape: inventory/real-host.example.yml); `toolkit lab up` writes "
             "inventory/lab.yml",
         )
     return path.resolve()
@@ -469,7 +469,7 @@ def find_inventory(explicit: str | Path | None = None) -> Path:
     lab_inventory = f"/var/lib/toolkit-lab-{instance}/lab.yml" if instance else str(DEFAULT_INVENTORY)
     then = f", then pass -i {lab_inventory}" if instance else ""
     raise ToolkitError.of("no inventory given, and no lab inventory here", field="--inventory",
-                          fix=f"pass -i INVENTORY (shape: inventory/lab.example.yml), set {INVENTORY_ENV}, or "
+                          fix=f"pass -i INVENTORY (shape: inventory/real-host.example.yml), set {INVENTORY_ENV}, or "
                           f"run `toolkit lab up` (it writes {lab_inventory}{then})")
 
 

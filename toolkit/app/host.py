@@ -49,12 +49,12 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     hosts = read_inventory(path)
     if not hosts:
         raise ToolkitError.of("the inventory lists no hosts", file=str(path),
-                              fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
+                              fix="add the Proxmox host under proxmox_hosts (see inventory/real-host.example.yml)")
     if host not in hosts or "proxmox_hosts" not in hosts[host].groups:
         known = sorted(h for h, v in hosts.items() if "proxmox_hosts" in v.groups)
         raise ToolkitError.of(
             f"{host!r} is not a host of the group proxmox_hosts in this inventory", file=str(path), field="HOST",
-            fix=f"name one of {known}" if known else "add it under proxmox_hosts (see inventory/lab.example.yml)")
+            fix=f"name one of {known}" if known else "add it under proxmox_hosts (see inventory/real-host.example.yml)")
     containers = sorted(h for h, v in hosts.items()
                         if "gpu_containers" in v.groups and v.vars.get("lxc_gpu_container_proxmox_host", host) == host)
     notes = hosts[host].vars.get(NOTES_VAR) or []
@@ -149,7 +149,7 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
     if req.containers and not plan.containers:
         raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
                               file=str(plan.inventory), field="gpu_containers",
-                              fix="add one under gpu_containers (see inventory/lab.example.yml)")
+                              fix="add one under gpu_containers (see inventory/real-host.example.yml)")
     if req.profiles and not req.containers:
         raise ToolkitError.of("--profile sizes the containers' model cache, and this run makes no container",
                               field="--profile", fix="add --containers, or leave --profile out")
