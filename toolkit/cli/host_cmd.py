@@ -44,7 +44,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--inventory",
                    help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change, change nothing")
-    p.add_argument("--diff", action="store_true", help="show the changes to files")
+    p.add_argument("--diff", action="store_true", help="print each changed task's diff (files, packages) under it")
     p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                    help="set a role variable (YAML value); repeatable. Secrets: TOOLKIT_SECRET_<VAR>, never -e")
     p.add_argument("--tags", help="only these tags (comma-separated), e.g. proxmox_gpu_host_verify")
@@ -81,7 +81,7 @@ def _runner(console: Any, as_json: bool) -> Any:
     from toolkit.cli.render import PlaybookProgress, summary_table
 
     def run(book: str, title: str, **kw: Any) -> Any:
-        with PlaybookProgress(console, title) as progress:
+        with PlaybookProgress(console, title, show_diffs=bool(kw.get("diff"))) as progress:
             result = run_playbook(book, on_event=progress.on_event, **kw)
         if not as_json:
             console.print(summary_table(result, f"{title}: {result.status}"))

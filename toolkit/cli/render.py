@@ -6,6 +6,7 @@ tune's)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from argparse import ArgumentParser
 from types import TracebackType
 from typing import Any
@@ -14,16 +15,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult, diff_text
 
 
 class PlaybookProgress:
     """A spinner naming the current play and task; a line for each change, failure and unreachable host."""
 
-    def __init__(self, console: Console, title: str, *, show_changes: bool = True) -> None:
+    def __init__(self, console: Console, title: str, *, show_changes: bool = True, show_diffs: bool = False) -> None:
         self.console = console
         self.title = title
         self.show_changes = show_changes
+        self.show_diffs = show_diffs  # --diff: each changed task's diff under its line
         self.tasks_done = 0
         self._play = ""
         self._status: Any = None
@@ -50,6 +52,9 @@ class PlaybookProgress:
                 self._status.update(f"{self.title}: [cyan]{escape(event.task)}[/] (task {self.tasks_done})")
         elif event.kind == "changed" and self.show_changes:
             self.console.print(f"  [yellow]changed[/] {escape(event.host)}: {escape(event.task)}")
+            diff = diff_text(event.result) if self.show_diffs else ""
+            if diff:
+                self.console.print(textwrap.indent(diff, "    "), highlight=False, markup=False)
         elif event.kind == "failed" and not event.ignore_errors:
             self.console.print(f"  [red]failed[/] {escape(event.host)}: {escape(event.task)}\n"
                                f"    {escape(event.message)}")
