@@ -226,6 +226,10 @@ def run_playbook(
             "ANSIBLE_PIPELINING": "True",
             # A stuck host must not hang a command for ever (SSH's own default waits minutes).
             "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "20"),
+            # ansible-runner turns host-key checking off unless told: a real host's key is checked against
+            # known_hosts (an unknown one fails with the fix, TaskFailure's hint); an inventory that must not
+            # check (a container remade with new keys) says so per host (ansible_ssh_common_args).
+            "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         }
         with _without_secret_environment(), interrupt.installed():
             runner = ansible_runner.run(
