@@ -107,3 +107,19 @@ def test_a_limit_to_containers_brings_their_proxmox_host_for_the_power_limit(tmp
     assert _limit_with_power_hosts("all", ["pve1"], inventory) == ("all", "")
     assert _limit_with_power_hosts(None, ["pve1"], inventory) == (None, "")
     assert _limit_with_power_hosts("ct-a", [], inventory) == ("ct-a", "")
+
+
+def test_the_recorded_line_reads_as_text_not_a_python_dict() -> None:
+    from rich.console import Console
+
+    from toolkit.cli.render import print_apply_summary
+
+    console = Console(record=True, width=200)
+    summary = {"profile": "glm5-tp8", "check": False, "left_out": [], "hosts": {}, "failures": [], "unreachable": [],
+               "artifacts_dir": "/tmp/a", "record": {"recorded": {"sglang-ct": "added in profiles/glm5-tp8.yaml",
+                                                                  "ct-b": "skipped: the probe wrote no verdict"}}}
+    print_apply_summary(console, summary, as_json=False)
+    text = console.export_text()
+    assert ("recorded: ct-b: skipped: the probe wrote no verdict; sglang-ct: added in profiles/glm5-tp8.yaml"
+            in text)
+    assert "{" not in text

@@ -174,7 +174,8 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
             console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
     rec = summary.get("record")
     if rec:
-        console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
+        console.print(rec.get("skipped") or "recorded: " + "; ".join(
+            f"{host}: {what}" for host, what in sorted((rec.get("recorded") or {}).items())), highlight=False)
     console.print(f"artifacts: {summary['artifacts_dir']}")
 
 
