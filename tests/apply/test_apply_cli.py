@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.adapters.ansible import read_inventory
-from toolkit.app.apply import _overlay
+from toolkit.app.apply import _limit_with_power_hosts, _overlay
 from toolkit.core.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,3 +87,39 @@ def test_an_allowed_open_bind_is_a_warning_on_every_apply(tmp_path: Path) -> Non
     proc = _apply(tmp_path, profiles, "--record")  # refused (no --probe), after the warning
     assert proc.returncode == 2 and "--probe" in proc.stderr and not (tmp_path / "state").exists()
     assert "public-bind-acknowledged" in proc.stderr and "WITHOUT an API key" in proc.stderr
+
+
+def test_a_limit_to_containers_brings_their_proxmox_host_for_the_power_limit(tmp_path: Path) -> None:
+    """deploy.yml's first play sets the power limit on the Proxmox host: a --limit naming only a container would
+    match no host there, and Ansible would skip the play with the deploy reporting success."""
+    inventory = tmp_path / "inv.yml"
+    inventory.write_text("all:\n  children:\n    proxmox_hosts:\n      hosts: {pve1: {}, pve2: {}}\n"
+                         "    gpu_containers:\n      hosts:\n        ct-a: {lxc_gpu_container_proxmox_host: pve1}\n"
+                         "        ct-b: {lxc_gpu_container_proxmox_host: pve2}\n")
+    limit, note = _limit_with_power_hosts("ct-a", ["pve1"], inventory)
+    assert limit == "ct-a,pve1"
+    assert "pve1 joined the limit" in note and "--limit ct-a" in note
+    # The widened limit is what deploy.yml's plays run on: the host for the first, the container for the rest.
+    assert list(read_inventory(inventory, "proxmox_hosts", limit)) == ["pve1"]
+    assert list(read_inventory(inventory, "gpu_containers", limit)) == ["ct-a"]
+    # Already covered by the limit, no limit at all, or no power limit in the profile: nothing added, nothing said.
+    assert _limit_with_power_hosts("ct-a,pve1", ["pve1"], inventory) == ("ct-a,pve1", "")
+    assert _limit_with_power_hosts("all", ["pve1"], inventory) == ("all", "")
+    assert _limit_with_power_hosts(None, ["pve1"], inventory) == (None, "")
+    assert _limit_with_power_hosts("ct-a", [], inventory) == ("ct-a", "")
+
+
+def test_the_recorded_line_reads_as_text_not_a_python_dict() -> None:
+    from rich.console import Console
+
+    from toolkit.cli.render import print_apply_summary
+
+    console = Console(record=True, width=200)
+    summary = {"profile": "glm5-tp8", "check": False, "left_out": [], "hosts": {}, "failures": [], "unreachable": [],
+               "artifacts_dir": "/tmp/a", "record": {"recorded": {"sglang-ct": "added in profiles/glm5-tp8.yaml",
+                                                                  "ct-b": "skipped: the probe wrote no verdict"}}}
+    print_apply_summary(console, summary, as_json=False)
+    text = console.export_text()
+    assert ("recorded: ct-b: skipped: the probe wrote no verdict; sglang-ct: added in profiles/glm5-tp8.yaml"
+            in text)
+    assert "{" not in text

@@ -18,6 +18,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -306,6 +308,49 @@ def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, wor
                                                                       toolkit_lab_standin_nan_log=True))
     assert rc != 0
     assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
+    rc, _, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+
+
+def _task_end_times(artifacts: Path) -> dict[str, datetime]:
+    """When each task of an ansible-runner run ended, from its job events (the last time, for a repeated name)."""
+    out: dict[str, datetime] = {}
+    for path in sorted(artifacts.glob("job_events/*.json"), key=lambda p: int(p.name.split("-")[0])):
+        event = json.loads(path.read_text())
+        data = event.get("event_data") or {}
+        if event.get("event", "").startswith("runner_on_") and data.get("end"):
+            out[data.get("task", "")] = datetime.fromisoformat(data["end"])
+    return out
+
+
+def test_a_server_that_exits_at_once_fails_the_deploy_within_seconds_with_its_log(provisioned: Target,
+                                                                                   work: Path, tmp_path: Path) -> None:
+    # A server that dies while starting (on a real host: a module missing from the venv) under Restart=on-failure.
+    # With a health timeout of 600 s the deploy must still fail within a minute, from the unit's state.
+    rc, _, err = apply(provisioned, work)  # the venv in place, so the time below is the deploy's, not pip's
+    assert rc == 0, err[-4000:]
+    exiting = with_host_vars(provisioned, tmp_path, toolkit_lab_standin_exit_at_start=True,
+                             sglang_service_health_timeout_s=600)
+    started = time.monotonic()
+    rc, summary, _ = apply(provisioned, work, inventory=exiting)
+    elapsed_s = time.monotonic() - started
+    assert rc != 0
+    failures = summary["failures"]
+    assert [f["task"] for f in failures] == ["Fail at once when the server's process exited while starting, "
+                                             "showing its log tail"], failures
+    message = failures[0]["message"]
+    assert "service sglang exited before answering" in message and "exit status 1" in message
+    assert "told to exit at start (SGLANG_STANDIN_EXIT_AT_START=1)" in message  # the journal's lines
+    assert "Fix: " in message
+    # From the (re)start of the unit to the failed deploy, by the run's own event times (the apply before the
+    # start, the wheelhouse and venv checks, is the same for a healthy server).
+    ended = _task_end_times(Path(summary["ansible_artifacts_dir"]))
+    started_at = max(ended[t] for t in ("Enable and start the service", "Restart the SGLang service") if t in ended)
+    waited_s = (ended["Fail at once when the server's process exited while starting, showing its log tail"]
+                - started_at).total_seconds()
+    assert waited_s < 60, f"{waited_s:.1f} s from the unit's start to the failure"
+    print(f"a server exiting at once: the deploy failed {waited_s:.1f} s after the unit started (health timeout "
+          f"600 s); the whole apply took {elapsed_s:.1f} s")
     rc, _, err = apply(provisioned, work)
     assert rc == 0, err[-4000:]
 

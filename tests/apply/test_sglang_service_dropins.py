@@ -91,3 +91,32 @@ def test_a_bad_dropin_name_is_refused_before_anything_changes(unit: Any, tmp_pat
     assert "../../escape.conf" in message and "limits" in message and "ok.conf" not in message.split("Fix")[0]
     assert "Nothing was changed" in message
     assert pve(lab, f"ls -lA --time-style=full-iso {DIR} /etc/systemd/system | md5sum") == before
+
+
+EXITING = (f"[Unit]\nDescription={UNIT} (sglang_service role test: a server that exits while starting)\n[Service]\n"
+           "Type=exec\nExecStart=/usr/bin/python3 -c 'import torch_standin_missing'\n"
+           "Restart=on-failure\nRestartSec=10\n")
+
+
+def test_a_server_that_exits_at_once_fails_the_wait_within_seconds_with_its_journal(unit: Any, tmp_path: Path) -> None:
+    # The unit restarts on failure, as the rendered one does; a health timeout of 600 s must not be waited out.
+    import time
+
+    started = time.monotonic()
+    result = run_playbook(
+        str(HERE / "playbooks" / "service_dropins.yml"), inventory=Path(unit.inventory_path),
+        private_data_dir=tmp_path / "runner",
+        extravars={"sglang_service_name": UNIT, "sglang_service_unit": EXITING,
+                   "sglang_service_argv": ["/usr/bin/python3", "-c", "import torch_standin_missing"],
+                   "sglang_service_base_url": "http://127.0.0.1:9", "sglang_service_health_timeout_s": 600})
+    elapsed_s = time.monotonic() - started
+    assert result.rc != 0
+    assert [f.task for f in result.failures] == [
+        "Fail at once when the server's process exited while starting, showing its log tail"], result.failures
+    message = result.failures[0].message
+    assert f"service {UNIT} exited before answering http://127.0.0.1:9/health" in message
+    assert "exit status 1" in message
+    assert "ModuleNotFoundError: No module named 'torch_standin_missing'" in message  # the journal's line
+    assert "Fix: the module torch_standin_missing is missing from the venv the unit runs" in message
+    assert elapsed_s < 60, f"{elapsed_s:.1f} s"
+    print(f"the role failed {elapsed_s:.1f} s after it started (health timeout 600 s)")

@@ -178,6 +178,14 @@ def test_told_to_fail_health_stays_503_and_says_why() -> None:
     assert "told to fail its health check" in out
 
 
+def test_told_to_exit_at_start_exits_with_status_1_and_says_why() -> None:
+    proc = subprocess.run([sys.executable, str(SERVER_PATH), "--host", "127.0.0.1", "--port", str(_free_port()),
+                           "--model-path", "lab/standin-model"], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "SGLANG_STANDIN_FLAGS": FLAGS_0_5_9, "SGLANG_STANDIN_EXIT_AT_START": "1"})
+    assert proc.returncode == 1
+    assert "told to exit at start (SGLANG_STANDIN_EXIT_AT_START=1)" in proc.stderr
+
+
 def test_told_to_log_nan_prints_sglangs_line_once() -> None:
     s = _start(env={"SGLANG_STANDIN_NAN_LOG": "1"})
     try:

@@ -130,6 +130,18 @@ def test_a_second_instance_gets_its_own_names_and_a_bad_name_is_refused() -> Non
     assert err.value.problems[0].field == "TOOLKIT_LAB_INSTANCE"
 
 
+def test_a_long_instance_name_is_refused_with_the_limit_and_no_traceback() -> None:
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "lab", "status"], capture_output=True, text=True,
+                          env={**os.environ, "TOOLKIT_LAB_INSTANCE": "optrip"}, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "TOOLKIT_LAB_INSTANCE='optrip' (6 characters): a lab instance's name is 1-4" in proc.stderr
+    assert "fix: use e.g. TOOLKIT_LAB_INSTANCE=optr" in proc.stderr
+
+
 def test_state_round_trips_and_a_newer_schema_is_refused() -> None:
     state = default_state()
     state.made = ["netns:toolkit-pve1", "link:tklab0"]

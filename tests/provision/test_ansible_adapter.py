@@ -270,3 +270,19 @@ def test_rotation_keeps_a_run_another_process_is_still_making(local: tuple[Path,
     finally:
         live.kill()
         live.wait()
+
+
+@pytest.mark.parametrize(("instance", "named"), [("", "it writes inventory/lab.yml)"),
+                                                 ("h3", "it writes /var/lib/toolkit-lab-h3/lab.yml, then pass -i "
+                                                        "/var/lib/toolkit-lab-h3/lab.yml)")])
+def test_no_inventory_names_the_lab_inventory_of_this_instance(instance: str, named: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from toolkit.adapters import ansible
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TOOLKIT_INVENTORY", raising=False)
+    monkeypatch.setenv("TOOLKIT_LAB_INSTANCE", instance)
+    monkeypatch.setattr(ansible, "share_dir", lambda: tmp_path)  # no inventory/lab.yml beside the roles either
+    with pytest.raises(ToolkitError) as err:
+        ansible.find_inventory(None)
+    assert named in err.value.problems[0].fix

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from toolkit.cli.host_cmd import parse_extra_vars
 from toolkit.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
 
 INVENTORY = """\
 all:
@@ -88,3 +91,81 @@ def test_there_is_no_lab_switch(flag: str, inv: Path, capsys: pytest.CaptureFixt
     with pytest.raises(SystemExit) as exit_:
         main(["host", "provision", "pve-a", "-i", str(inv), flag])
     assert exit_.value.code == 2 and f"unrecognized arguments: {flag}" in capsys.readouterr().err
+
+
+def _provision_extravars(inv: Path, **request: Any) -> tuple[dict[str, Any], str]:
+    """What `provision` hands each playbook, and what it says about the model cache (the run recorded, not run)."""
+    from toolkit.app.host import HostRequest, host_plan, provision
+    from toolkit.core.ansible_summary import PlaybookResult
+
+    given: list[dict[str, Any]] = []
+    said: list[str] = []
+
+    def run(book: str, title: str, **kw: Any) -> PlaybookResult:
+        given.append(kw["extravars"])
+        return PlaybookResult(rc=0, status="successful", hosts={}, failures=[], artifacts_dir=None)
+
+    outcome = provision(HostRequest(host="pve-a", inventory=str(inv), containers=True, **request),
+                        host_plan("pve-a", str(inv)), run, on_message=said.append)
+    assert said == [outcome.model_cache] and len(given) == 3
+    return given[-1], outcome.model_cache
+
+
+def test_the_model_cache_is_sized_from_the_profiles_that_will_run_there(inv: Path) -> None:
+    extravars, note = _provision_extravars(inv, profiles=["glm5-tp8"])
+    assert extravars["lxc_gpu_container_model_size_gib"] == 411
+    assert extravars["lxc_gpu_container_model_name"] == "lukealonso/GLM-5-NVFP4"
+    assert "ct-a: sized for lukealonso/GLM-5-NVFP4 (411 GiB" in note and "--profile glm5-tp8" in note
+    # -e wins over the profile, and says so.
+    extravars, note = _provision_extravars(inv, profiles=["glm5-tp8"],
+                                           extravars={"lxc_gpu_container_model_cache_size_gib": 500})
+    assert extravars["lxc_gpu_container_model_cache_size_gib"] == 500 and note.endswith("sized by -e")
+
+
+def test_without_a_profile_the_default_size_is_said_with_how_to_size_it(inv: Path, tmp_path: Path) -> None:
+    extravars, note = _provision_extravars(inv)
+    assert "lxc_gpu_container_model_size_gib" not in extravars
+    assert "ct-a: 128 GiB, the container role's default (no --profile given" in note
+    assert "pass --profile NAME" in note and "lxc_gpu_container_model_cache_size_gib" in note
+    sized = tmp_path / "sized.yml"
+    sized.write_text(INVENTORY.replace("lxc_gpu_container_vmid: 101", "lxc_gpu_container_vmid: 101, "
+                                       "lxc_gpu_container_model_cache_size_gib: 460"))
+    assert _provision_extravars(sized)[1].endswith("sized by the inventory (lxc_gpu_container_model_cache_size_gib "
+                                                    "or lxc_gpu_container_model_size_gib)")
+
+
+def test_a_profile_without_containers_is_refused(inv: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["host", "provision", "pve-a", "-i", str(inv), "--profile", "glm5-tp8"]) == 2
+    assert "add --containers" in capsys.readouterr().err
+
+
+def test_the_real_host_example_parses_has_no_lab_variable_and_marks_what_is_required() -> None:
+    from toolkit.adapters.ansible import read_inventory
+    from toolkit.app.host import host_plan
+
+    example = REPO / "inventory" / "real-host.example.yml"
+    hosts = read_inventory(example)
+    assert host_plan("pve1", example).containers == ["sglang-ct"]
+    variables = {k for h in hosts.values() for k in h.vars}
+    # What only the lab sets (docs/lab.md, "The lab's inventory"): none of it on a real host.
+    lab_only = {"toolkit_overlay", "toolkit_notes", "proxmox_gpu_host_proc_devices", "proxmox_gpu_host_sys_module_dir",
+                "proxmox_gpu_host_lspci_command", "proxmox_gpu_host_kernel_headers_required",
+                "proxmox_gpu_host_build_packages_install", "container_nvidia_userspace_cuda_install_method",
+                "sglang_venv_model_fetch", "sglang_service_health_timeout_s"}
+    assert not variables & lab_only and "lab-standin" not in example.read_text()
+    # The driver checksum is marked required (a real host downloads the installer), with how to get it.
+    text = example.read_text()
+    line = next(i for i, t in enumerate(text.splitlines()) if t.strip().startswith("proxmox_gpu_host_driver_checksum"))
+    assert "REQUIRED" in "\n".join(text.splitlines()[line - 3 : line]) and "sha256sum" in text
+    # Host keys are checked for the host (no StrictHostKeyChecking=no anywhere).
+    assert "StrictHostKeyChecking=no" not in text and "UserKnownHostsFile=/dev/null" not in text
+
+
+def test_an_operators_own_inventory_is_git_ignored_and_the_examples_are_not() -> None:
+    import subprocess
+
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", path], cwd=REPO).returncode == 0
+
+    assert ignored("inventory/pve1.yml") and ignored("inventory/lab.yml")
+    assert not ignored("inventory/real-host.example.yml") and not ignored("inventory/lab.example.yml")

@@ -227,3 +227,34 @@ def test_bad_input_stops_before_any_change(lab: Any, inv: Path, runs: Path, tmp_
     assert gone.failures[0].unreachable and gone.failures[0].host == "pve1"
     assert not [e for e in gone.events if e.kind == "task_start" and e.task.startswith("Create |")]
     assert any("did not answer the preflight" in f.message for f in gone.failures)
+
+
+def test_an_unknown_host_key_is_refused_with_the_fix_and_the_labs_pinned_key_passes(lab: Any, tmp_path: Path) -> None:
+    import subprocess
+
+    book = tmp_path / "ping.yml"
+    book.write_text("- hosts: proxmox_hosts\n  gather_facts: false\n  tasks:\n    - ansible.builtin.ping:\n")
+    data = yaml.safe_load(Path(lab.inventory_path).read_text())
+    known = tmp_path / "known_hosts"
+    # pve1 as an operator's own inventory names it: no key of the lab's pinned, this test's own (empty) known_hosts.
+    # ControlPath=none: no SSH master another run opened (and checked the key for) is reused.
+    data["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]["ansible_ssh_common_args"] = (
+        f"-o UserKnownHostsFile={known} -o ControlPath=none")
+    own = tmp_path / "own.yml"
+    own.write_text(yaml.safe_dump(data))
+
+    refused = run_playbook(str(book), inventory=own, private_data_dir=tmp_path / "runs")
+    assert refused.rc != 0 and [f.unreachable for f in refused.failures] == [True], _fmt(refused)
+    message = refused.failures[0].message
+    assert "Host key verification failed" in message
+    assert f"ssh-keyscan -H {lab.host_address} >> ~/.ssh/known_hosts" in message
+    assert "ansible_ssh_common_args: '-o StrictHostKeyChecking=accept-new'" in message
+    assert not known.exists()  # nothing was trusted on the way
+
+    # The fix the message names, into this test's file: the key known, the run passes.
+    scanned = subprocess.run(["ssh-keyscan", "-H", lab.host_address], capture_output=True, text=True, timeout=30)
+    known.write_text(scanned.stdout)
+    assert run_playbook(str(book), inventory=own, private_data_dir=tmp_path / "runs").rc == 0
+
+    # The lab's own inventory pins pve1's key (its known_hosts, StrictHostKeyChecking=yes) and keeps passing.
+    assert run_playbook(str(book), inventory=Path(lab.inventory_path), private_data_dir=tmp_path / "runs").rc == 0

@@ -115,7 +115,7 @@ def resolve_inventory(inventory: Path | str, fix: str | None = None) -> Path:
             f"inventory not found: {inventory}",
             file=str(path),
             field="--inventory",
-            fix=fix or "pass an inventory file (shape: inventory/lab.example.yml); `toolkit lab up` writes "
+            fix=fix or "pass an inventory file (shape: inventory/real-host.example.yml); `toolkit lab up` writes "
             "inventory/lab.yml",
         )
     return path.resolve()
@@ -226,6 +226,10 @@ def run_playbook(
             "ANSIBLE_PIPELINING": "True",
             # A stuck host must not hang a command for ever (SSH's own default waits minutes).
             "ANSIBLE_TIMEOUT": os.environ.get("ANSIBLE_TIMEOUT", "20"),
+            # ansible-runner turns host-key checking off unless told: a real host's key is checked against
+            # known_hosts (an unknown one fails with the fix, TaskFailure's hint); an inventory that must not
+            # check (a container remade with new keys) says so per host (ansible_ssh_common_args).
+            "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"),
         }
         with _without_secret_environment(), interrupt.installed():
             runner = ansible_runner.run(
@@ -464,9 +468,14 @@ def find_inventory(explicit: str | Path | None = None) -> Path:
     for candidate in (DEFAULT_INVENTORY, share_dir() / DEFAULT_INVENTORY):
         if candidate.exists():
             return candidate.resolve()
+    # A second lab (TOOLKIT_LAB_INSTANCE, docs/lab.md) keeps its inventory in its state directory, which no
+    # command reads by default: the fix names that file, not the checkout's.
+    instance = os.environ.get("TOOLKIT_LAB_INSTANCE", "")
+    lab_inventory = f"/var/lib/toolkit-lab-{instance}/lab.yml" if instance else str(DEFAULT_INVENTORY)
+    then = f", then pass -i {lab_inventory}" if instance else ""
     raise ToolkitError.of("no inventory given, and no lab inventory here", field="--inventory",
-                          fix=f"pass -i INVENTORY (shape: inventory/lab.example.yml), set {INVENTORY_ENV}, or run "
-                          "`toolkit lab up` (it writes inventory/lab.yml)")
+                          fix=f"pass -i INVENTORY (shape: inventory/real-host.example.yml), set {INVENTORY_ENV}, or "
+                          f"run `toolkit lab up` (it writes {lab_inventory}{then})")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,7 @@ class DeployPlan:
     fetch_dir: Path
     left_out: list[str]  # SGLang requirements the wheelhouse leaves out (GPU-side)
     notes: list[str]  # what an overlay changed, one line each
+    limit: str | None = None  # ansible-playbook's --limit: the request's, with the power-limit hosts it needs
 
 
 @dataclass
@@ -253,14 +254,33 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.update(amendment.extravars)
-    extravars.update(_power_limit(resolved, inventory, hosts))
+    power = _power_limit(resolved, inventory, hosts)
+    extravars.update(power)
+    limit, limit_note = _limit_with_power_hosts(req.limit, power.get("deploy_power_limit_hosts", []), inventory)
+    if limit_note:
+        notes.append(limit_note)
     extravars["deploy_probe"] = bool(req.probe)
     secrets, key_vars = _api_key(inputs.api_key_secret, secret_roots(hosts))
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
-                      [*notes, *amendment.notes])
+                      [*notes, *amendment.notes], limit)
+
+
+def _limit_with_power_hosts(limit: str | None, power_hosts: list[str], inventory: Path) -> tuple[str | None, str]:
+    """`--limit` as given, widened to the Proxmox hosts that must set the profile's power limit, and a note saying
+    so. A limit naming only containers would otherwise leave deploy.yml's first play with no host: Ansible skips
+    it ("no hosts matched") and the GPUs keep their old limit, with the deploy reporting success."""
+    if not limit or not power_hosts:
+        return limit, ""
+    matched = set(read_inventory(inventory, "proxmox_hosts", limit))
+    added = [h for h in power_hosts if h not in matched]
+    if not added:
+        return limit, ""
+    return (f"{limit},{','.join(added)}",
+            f"--limit {limit}: the profile's power limit is set on the Proxmox host(s) of these containers, so "
+            f"{', '.join(added)} joined the limit (deploy.yml's first play runs there)")
 
 
 def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, InventoryHost]) -> dict[str, Any]:
@@ -302,7 +322,8 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
             on_message(note)
         try:
             result = run_playbook("deploy", inventory=deploy_plan.inventory, extravars=deploy_plan.extravars,
-                                  limit=req.limit, check=req.check, on_event=on_event, secrets=deploy_plan.secrets)
+                                  limit=deploy_plan.limit, check=req.check, on_event=on_event,
+                                  secrets=deploy_plan.secrets)
         except PlaybookInterrupted:
             if req.probe:
                 _stop_remote_probe(deploy_plan, req.limit, on_message)

@@ -36,6 +36,7 @@ class HostRequest:
     diff: bool = False
     extravars: dict[str, Any] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
+    profiles: list[str] = field(default_factory=list)  # what will run in the containers: sizes the model cache
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,12 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     hosts = read_inventory(path)
     if not hosts:
         raise ToolkitError.of("the inventory lists no hosts", file=str(path),
-                              fix="add the Proxmox host under proxmox_hosts (see inventory/lab.example.yml)")
+                              fix="add the Proxmox host under proxmox_hosts (see inventory/real-host.example.yml)")
     if host not in hosts or "proxmox_hosts" not in hosts[host].groups:
         known = sorted(h for h, v in hosts.items() if "proxmox_hosts" in v.groups)
         raise ToolkitError.of(
             f"{host!r} is not a host of the group proxmox_hosts in this inventory", file=str(path), field="HOST",
-            fix=f"name one of {known}" if known else "add it under proxmox_hosts (see inventory/lab.example.yml)")
+            fix=f"name one of {known}" if known else "add it under proxmox_hosts (see inventory/real-host.example.yml)")
     containers = sorted(h for h, v in hosts.items()
                         if "gpu_containers" in v.groups and v.vars.get("lxc_gpu_container_proxmox_host", host) == host)
     notes = hosts[host].vars.get(NOTES_VAR) or []
@@ -163,10 +164,13 @@ class ProvisionOutcome:
     plan: dict[str, Any] | None = None  # the host plan the run acted on
     duration_s: float | None = None
     exit_code: int = EXIT_OK
+    model_cache: str = ""  # how the containers' model cache is sized (said before the run)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"host": self.host, "containers": self.containers, "notes": self.notes,
                                "runs": self.runs}
+        if self.model_cache:
+            out["model_cache"] = self.model_cache
         if self.duration_s is not None:
             out["duration_s"] = self.duration_s
         if self.plan is not None:
@@ -184,18 +188,73 @@ def result_json(result: PlaybookResult) -> dict[str, Any]:
     }
 
 
+# The container role's inputs for its model cache (roles/lxc_gpu_container/defaults/main.yml).
+CACHE_SIZE_VAR = "lxc_gpu_container_model_cache_size_gib"
+MODEL_SIZE_VAR = "lxc_gpu_container_model_size_gib"
+DEFAULT_CACHE_GIB = 128  # the role's size when neither is known
+
+
+def model_cache_vars(profiles: list[str]) -> dict[str, Any]:
+    """The container role's model size and name from the profiles that will run in the containers: the largest
+    model.size_gib among them (the cache holds one model at a time, the largest must fit). Resolving them first
+    also stops a bad profile before any host changes. Empty when no profile knows its model's size."""
+    sized = []
+    for name in profiles:
+        model = resolve_checked(name).resolved.spec.model
+        if model.size_gib:
+            sized.append((float(model.size_gib), model.repo_id or model.local_path or name, name))
+    if not sized:
+        return {}
+    size_gib, model_name, _ = max(sized)
+    return {MODEL_SIZE_VAR: size_gib, "lxc_gpu_container_model_name": model_name}
+
+
+def model_cache_note(plan: HostPlan, containers: list[str], extravars: dict[str, Any], sized: dict[str, Any],
+                     profiles: list[str]) -> str:
+    """How the containers' model cache will be sized, for the user before the run: from -e, from the profiles
+    (`sized`: model_cache_vars), from the inventory, or the role's default, with how to size it."""
+    where = f"model cache of {', '.join(containers)}"
+    if CACHE_SIZE_VAR in extravars or MODEL_SIZE_VAR in extravars:
+        return f"{where}: sized by -e"
+    if sized:
+        return (f"{where}: sized for {sized['lxc_gpu_container_model_name']} ({float(sized[MODEL_SIZE_VAR]):g} GiB, "
+                f"the largest model.size_gib of --profile {', '.join(profiles)}) and a tenth more")
+    hosts = read_inventory(plan.inventory, "gpu_containers")
+    unsized = [c for c in containers
+               if not any(float((hosts[c].vars if c in hosts else {}).get(v) or 0) > 0
+                          for v in (CACHE_SIZE_VAR, MODEL_SIZE_VAR))]
+    if not unsized:
+        return f"{where}: sized by the inventory ({CACHE_SIZE_VAR} or {MODEL_SIZE_VAR})"
+    why = "no --profile given" if not profiles else f"{', '.join(profiles)} give no model.size_gib"
+    return (f"model cache of {', '.join(unsized)}: {DEFAULT_CACHE_GIB} GiB, the container role's default ({why}, "
+            f"and the inventory sets neither {CACHE_SIZE_VAR} nor {MODEL_SIZE_VAR}). A larger model will not fit: "
+            f"pass --profile NAME (repeatable) to size it from the profiles that will run there, or set "
+            f"{CACHE_SIZE_VAR} in the inventory")
+
+
 def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResult], *, profile: str | None = None,
-              on_plan: Callable[[Plan], None] | None = None) -> ProvisionOutcome:
+              on_plan: Callable[[Plan], None] | None = None,
+              on_message: Callable[[str], None] | None = None) -> ProvisionOutcome:
     """The plan, then host.yml, then (containers) container.yml; stops at the first that fails. `run(book, title,
     **kw)` runs a playbook with the caller's progress display (toolkit.adapters.ansible.run_playbook's keywords).
     The plan reads the host once (facts.yml); one that does not resolve raises before any other playbook (nothing
     stopped or changed); a resolved one's values go to the roles, the run's own -e on top (the plan took them in).
-    `on_plan` sees the plan before anything runs."""
+    The plan judges `profile`, else the first of `req.profiles`. `on_plan` sees the plan before anything runs. The
+    model cache is sized from `req.profiles`, and how it is sized is said through `on_message` before any run."""
+    sized = model_cache_vars(req.profiles)
+    planned_profile = profile if profile is not None else (req.profiles[0] if req.profiles else None)
     outcome = ProvisionOutcome(req.host, plan.containers if req.containers else [], plan.notes)
     if req.containers and not plan.containers:
         raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
                               file=str(plan.inventory), field="gpu_containers",
-                              fix="add one under gpu_containers (see inventory/lab.example.yml)")
+                              fix="add one under gpu_containers (see inventory/real-host.example.yml)")
+    if req.profiles and not req.containers:
+        raise ToolkitError.of("--profile sizes the containers' model cache, and this run makes no container",
+                              field="--profile", fix="add --containers, or leave --profile out")
+    if req.containers:
+        outcome.model_cache = model_cache_note(plan, plan.containers, req.extravars, sized, req.profiles)
+        if on_message is not None:
+            on_message(outcome.model_cache)
     start = time.monotonic()
     result = run("facts", f"facts.yml on {req.host}", inventory=plan.inventory, extravars=_host_vars(plan))
     outcome.runs.append(result_json(result) | {"playbook": "facts.yml",
@@ -204,13 +263,14 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
     if facts is None:
         outcome.exit_code = EXIT_FAILED
         return outcome
-    resolved = plan_from_facts(plan, facts, profile, req.extravars)
+    resolved = plan_from_facts(plan, facts, planned_profile, req.extravars)
     outcome.plan = resolved.to_json()
     if on_plan is not None:
         on_plan(resolved)
     if not resolved.resolved:
         raise refusal_error(resolved)
-    extravars = {**resolved.extravars(), **req.extravars, "toolkit_hosts": req.host, "toolkit_proxmox_host": req.host}
+    extravars = {**sized, **resolved.extravars(), **req.extravars, "toolkit_hosts": req.host,
+                 "toolkit_proxmox_host": req.host}
     # The containers' storage first: a host is not provisioned for containers that cannot be made there.
     for book in (["containers_preflight", "host", "container"] if req.containers else ["host"]):
         start = time.monotonic()
@@ -226,20 +286,15 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
 
 def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[..., PlaybookResult],
               deploy: Callable[[ApplyRequest], ApplyOutcome], *,
-              on_plan: Callable[[Plan], None] | None = None) -> ProvisionOutcome:
+              on_plan: Callable[[Plan], None] | None = None,
+              on_message: Callable[[str], None] | None = None) -> ProvisionOutcome:
     """From a bare Proxmox host to a container serving `profile`: host.yml, container.yml, then the profile
     applied to the host's containers (`deploy`: toolkit.app.apply.apply with the caller's progress display)."""
     start = time.monotonic()
     # The profile is resolved first (a bad one stops before any host changes), and its model's size goes to the
     # container role: the model cache's storage is checked against it before anything is made or downloaded.
-    checked = resolve_checked(profile)
-    model = checked.resolved.spec.model
-    sizes = ({"lxc_gpu_container_model_size_gib": model.size_gib,
-              "lxc_gpu_container_model_name": model.repo_id or model.local_path or profile}
-             if model.size_gib else {})
-    outcome = provision(HostRequest(**{**req.__dict__, "containers": True,
-                                       "extravars": {**sizes, **req.extravars}}), plan, run, profile=profile,
-                        on_plan=on_plan)
+    outcome = provision(HostRequest(**{**req.__dict__, "containers": True, "profiles": [profile]}), plan, run,
+                        profile=profile, on_plan=on_plan, on_message=on_message)
     if outcome.exit_code == EXIT_OK and not req.check:
         deploy_start = time.monotonic()
         limit = ",".join(outcome.containers)

@@ -20,7 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="profile name (profiles/NAME.yaml)")
     p.add_argument("-i", "--inventory",
                    help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
-    p.add_argument("--limit", help="only these hosts (Ansible --limit pattern)")
+    p.add_argument("--limit", help="only these hosts (Ansible --limit pattern); a profile's power limit still "
+                   "runs on their Proxmox hosts, which join the limit")
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change")
     p.add_argument("--probe", action="store_true", help="after the deploy, run the probe with the profile's bench")
     p.add_argument("--record", action="store_true", help="record the probe's results into the profile (needs --probe)")

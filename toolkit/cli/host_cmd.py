@@ -52,6 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     prov.add_argument("host", help="inventory name of the Proxmox host")
     prov.add_argument("--containers", action="store_true", help="also create/configure its GPU containers")
+    prov.add_argument("--profile", action="append", default=[], dest="profiles", metavar="NAME",
+                      help="a profile that will run in the containers (repeatable): their model cache is sized "
+                      "for the largest model.size_gib (without one: the role's 128 GiB, unless the inventory sizes it)")
     _common(prov)
     prov.set_defaults(func=run_provision)
 
@@ -70,7 +73,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--inventory",
                    help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change, change nothing")
-    p.add_argument("--diff", action="store_true", help="show the changes to files")
+    p.add_argument("--diff", action="store_true", help="print each changed task's diff (files, packages) under it")
     p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                    help="set a role variable (YAML value); repeatable. Secrets: TOOLKIT_SECRET_<VAR>, never -e")
     p.add_argument("--tags", help="only these tags (comma-separated), e.g. proxmox_gpu_host_verify")
@@ -98,7 +101,7 @@ def _request(args: argparse.Namespace) -> Any:
 
     return HostRequest(host=args.host, inventory=args.inventory, containers=getattr(args, "containers", False),
                        check=args.check, diff=args.diff, extravars=parse_extra_vars(args.extra_var),
-                       tags=[t for t in (args.tags or "").split(",") if t])
+                       tags=[t for t in (args.tags or "").split(",") if t], profiles=getattr(args, "profiles", []))
 
 
 def _runner(console: Any, as_json: bool) -> Any:
@@ -107,7 +110,7 @@ def _runner(console: Any, as_json: bool) -> Any:
     from toolkit.cli.render import PlaybookProgress, summary_table
 
     def run(book: str, title: str, **kw: Any) -> Any:
-        with PlaybookProgress(console, title) as progress:
+        with PlaybookProgress(console, title, show_diffs=bool(kw.get("diff"))) as progress:
             result = run_playbook(book, on_event=progress.on_event, **kw)
         if not as_json:
             console.print(summary_table(result, f"{title}: {result.status}"))
@@ -186,9 +189,11 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_provision(args: argparse.Namespace) -> int:
     from toolkit.app.host import provision
+    from toolkit.cli.render import say
 
     console, req, plan = _start(args)
-    outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json))
+    outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json),
+                        on_message=say(console))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     return outcome.exit_code
@@ -209,7 +214,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         return applied
 
     outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy,
-                        on_plan=_show_plan(console, args.json))
+                        on_plan=_show_plan(console, args.json), on_message=say(console))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     else:

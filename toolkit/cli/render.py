@@ -6,6 +6,7 @@ tune's)."""
 from __future__ import annotations
 
 import json
+import textwrap
 from argparse import ArgumentParser
 from types import TracebackType
 from typing import Any
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult, diff_text
 from toolkit.core.text import safe
 
 
@@ -27,10 +28,11 @@ def shown(text: str, *, keep_newlines: bool = False) -> str:
 class PlaybookProgress:
     """A spinner naming the current play and task; a line for each change, failure and unreachable host."""
 
-    def __init__(self, console: Console, title: str, *, show_changes: bool = True) -> None:
+    def __init__(self, console: Console, title: str, *, show_changes: bool = True, show_diffs: bool = False) -> None:
         self.console = console
         self.title = title
         self.show_changes = show_changes
+        self.show_diffs = show_diffs  # --diff: each changed task's diff under its line
         self.tasks_done = 0
         self._play = ""
         self._status: Any = None
@@ -58,6 +60,11 @@ class PlaybookProgress:
                 self._status.update(f"{self.title}: [cyan]{shown(event.task)}[/] (task {self.tasks_done})")
         elif event.kind == "changed" and self.show_changes:
             self.console.print(f"  [yellow]changed[/] {shown(event.host)}: {shown(event.task)}")
+            diff = diff_text(event.result) if self.show_diffs else ""
+            if diff:
+                # A diff shows file contents: redacted and with terminal controls escaped like any input.
+                self.console.print(textwrap.indent(safe(diff, keep_newlines=True), "    "), highlight=False,
+                                   markup=False)
         elif event.kind == "failed" and not event.ignore_errors:
             self.console.print(f"  [red]failed[/] {shown(event.host)}: {shown(event.task)}\n"
                                f"    {shown(event.message, keep_newlines=True)}")
@@ -177,7 +184,8 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
             console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
     rec = summary.get("record")
     if rec:
-        console.print(rec.get("skipped") or f"recorded: {rec['recorded']}")
+        console.print(rec.get("skipped") or "recorded: " + "; ".join(
+            f"{host}: {what}" for host, what in sorted((rec.get("recorded") or {}).items())), highlight=False)
     console.print(f"artifacts: {summary['artifacts_dir']}")
 
 

@@ -7,6 +7,8 @@ raw dicts, so this module turns them into small typed values the CLI can render 
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +113,52 @@ def failure_message(res: Mapping[str, Any]) -> str:
     return " | ".join(parts) or "failed (no message)"
 
 
+def diff_text(result: Mapping[str, Any]) -> str:
+    """What a changed task's `--diff` says, as unified diffs (Ansible's before/after pairs, or the text a module
+    prepared itself); a loop's items in order. Empty when the task reported no diff, or hid it (no_log)."""
+    if result.get("censored"):
+        return ""
+    items = result.get("results")
+    if isinstance(items, list):
+        return "\n".join(t for t in (diff_text(i) for i in items if isinstance(i, Mapping)) if t)
+    raw = result.get("diff")
+    entries = raw if isinstance(raw, list) else [raw] if isinstance(raw, Mapping) else []
+    out: list[str] = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        if entry.get("prepared"):
+            out.append(str(entry["prepared"]).rstrip("\n"))
+            continue
+        before, after = entry.get("before"), entry.get("after")
+        if before is None and after is None:
+            continue
+        if not isinstance(before, str) or not isinstance(after, str):
+            # A module's state rather than a file (file: state absent -> directory): one line each way.
+            out.append(f"- {before!r}\n+ {after!r}")
+            continue
+        lines = difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                     fromfile=str(entry.get("before_header") or "before"),
+                                     tofile=str(entry.get("after_header") or "after"), lineterm="")
+        out.append("\n".join(lines))
+    return "\n".join(t for t in out if t)
+
+
+def host_key_fix(message: str) -> str:
+    """The fix for an SSH host key that known_hosts lacks or contradicts (host-key checking is on: run_playbook),
+    appended to Ansible's "Host key verification failed"; other messages unchanged."""
+    if "Host key verification failed" not in message:
+        return message
+    found = re.search(r'remote host "([^"]+)"', message)
+    address = found.group(1) if found else "ADDRESS"
+    return (f"{message}\nFix: the host's SSH key is not in known_hosts, or differs from the one there. Check that "
+            f"{address} is the machine you mean, then `ssh-keyscan -H {address} >> ~/.ssh/known_hosts` (a "
+            f"reinstalled host or a re-created container: `ssh-keygen -R {address}` first); or give the host the "
+            "inventory variable "
+            "ansible_ssh_common_args: '-o StrictHostKeyChecking=accept-new' (trust its key on first contact, as for "
+            "containers the toolkit creates), or '-o UserKnownHostsFile=FILE' where its key is pinned")
+
+
 def event_from_runner(raw: Mapping[str, Any]) -> PlaybookEvent:
     """Translate one ansible-runner event dict."""
     name = str(raw.get("event", ""))
@@ -123,6 +171,8 @@ def event_from_runner(raw: Mapping[str, Any]) -> PlaybookEvent:
     message = ""
     if kind in ("failed", "unreachable", "item_failed"):
         message = failure_message(res)
+    if kind == "unreachable":
+        message = host_key_fix(message)
     elif kind == "play_start":
         message = str(data.get("name") or data.get("play") or "")
     return PlaybookEvent(

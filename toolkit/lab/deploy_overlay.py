@@ -13,7 +13,8 @@ The unit itself stays exactly what `toolkit profile render` prints. What the lab
 (no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
 
 Test switches, as inventory variables of a container (tests write them): `toolkit_lab_standin_fail_health` (the
-stand-in answers /health with 503) and `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line).
+stand-in answers /health with 503), `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line) and
+`toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does).
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def target_env(target: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: bool, nan_log: bool) -> str:
+def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: bool, nan_log: bool,
+           exit_at_start: bool = False) -> str:
     """The drop-in that runs the stand-in in the rendered unit's place (announced in the file)."""
     python = launch_argv[0]
     lines = [
@@ -88,6 +90,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         lines.append("Environment=SGLANG_STANDIN_FAIL_HEALTH=1")
     if nan_log:
         lines.append("Environment=SGLANG_STANDIN_NAN_LOG=1")
+    if exit_at_start:
+        lines.append("Environment=SGLANG_STANDIN_EXIT_AT_START=1")
     return "\n".join(lines) + "\n"
 
 
@@ -125,7 +129,8 @@ def amend(ctx: OverlayContext) -> Amendment:
     def switches(host: str) -> dict[str, bool]:
         hv = ctx.hosts[host].vars if host in ctx.hosts else {}
         return {"fail_health": bool(hv.get("toolkit_lab_standin_fail_health")),
-                "nan_log": bool(hv.get("toolkit_lab_standin_nan_log"))}
+                "nan_log": bool(hv.get("toolkit_lab_standin_nan_log")),
+                "exit_at_start": bool(hv.get("toolkit_lab_standin_exit_at_start"))}
 
     argv_of = {h: a for h, (a, _) in ctx.nodes.items()}
     by_host = {h: {DROPIN: dropin(argv_of.get(h, ctx.inputs.launch_argv), env, **switches(h))} for h in ctx.hosts}

@@ -72,8 +72,10 @@ def instance_suffix(value: str) -> str:
     """A second lab on the same machine (developing the lab while tests use the first) is named by
     $TOOLKIT_LAB_INSTANCE: 1-4 lower-case letters or digits; '' is the default lab."""
     if value and not re.fullmatch(r"[a-z0-9]{1,4}", value):
-        raise ToolkitError.of(f"TOOLKIT_LAB_INSTANCE={value!r} is not 1-4 lower-case letters or digits",
-                              field="TOOLKIT_LAB_INSTANCE", fix="unset it, or use e.g. TOOLKIT_LAB_INSTANCE=b")
+        fits = re.sub(r"[^a-z0-9]", "", value.lower())[:4] or "b"
+        raise ToolkitError.of(f"TOOLKIT_LAB_INSTANCE={value!r} ({len(value)} characters): a lab instance's name is "
+                              "1-4 lower-case letters or digits", field="TOOLKIT_LAB_INSTANCE",
+                              fix=f"use e.g. TOOLKIT_LAB_INSTANCE={fits}, or unset it for the default lab")
     return value
 
 

@@ -557,6 +557,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv != ["--version"]:
         parse_like_sglang(argv, dict(os.environ))
     args, rest = build_parser().parse_known_args(argv)
+    if os.environ.get("SGLANG_STANDIN_EXIT_AT_START", "") not in ("", "0"):
+        # A server that dies while starting (a module missing from the venv, a bad flag): the deploy must see
+        # the process gone, not wait out its health timeout.
+        print(f"[{STANDIN}] told to exit at start (SGLANG_STANDIN_EXIT_AT_START=1): exiting with status 1",
+              file=sys.stderr, flush=True)
+        return 1
     try:
         state = State(args, rest)
     except em.NotEnoughMemory as err:
