@@ -143,3 +143,20 @@ def test_raw_rules_are_one_per_node() -> None:
                "/dev/nvidia-caps/nvidia-cap1 1fd 1\n/dev/nvidia0 c3 0\n")
     assert pve.raw_allow_rules(numbers) == ["c 195:0 rwm", "c 195:255 rwm", "c 508:0 rwm", "c 508:1 rwm",
                                             "c 509:1 rwm"]
+
+
+def test_a_vms_hostpci_gpus_are_not_the_hosts_and_one_a_host_driver_holds_is_named() -> None:
+    grep = ["/etc/pve/qemu-server/200.conf:hostpci0: 0000:01:00.0,pcie=1,x-vga=1",
+            "/etc/pve/qemu-server/201.conf:hostpci1: mapping=p40,pcie=1",
+            "/etc/pve/qemu-server/202.conf:hostpci0: 21:00;0000:e1:00.0"]
+    mapping = "p40\n\tmap id=10de:1b38,node=pve1,path=0000:41:00.0\n\tmap id=10de:1b38,node=pve2,path=0000:81:00.0\n"
+    vm = host.vm_hostpci(grep, mapping, "pve1", ["00000000:A1:00.0"])
+    assert vm == {"0000:01:00.0": "VM 200", "0000:41:00.0": "VM 201", "0000:21:00": "VM 202",
+                  "0000:e1:00.0": "VM 202", "0000:a1:00.0": "a VM (the plan)"}
+    devices = host.lspci_nvidia(LSPCI)
+    assert host.host_gpus(devices, vm) == []  # 01 and 41 are VMs', 21 is vfio-pci's
+    assert host.host_gpus(devices, {}) == host.host_gpus(devices)
+    # 01:00.0 is still nvidia's and 41:00.0 nothing's: a VM start would take them; 21:00.0 is on vfio-pci.
+    assert host.vm_gpus_not_on_vfio(devices, vm) == ["01:00.0 (VM 200, nvidia)", "41:00.0 (VM 201, no driver)"]
+    assert host.open_module_fit(devices, vm) == {"pre_turing": [], "blackwell": []}
+    assert [host.bus_id(s) for s in ("81:00.0", "00000000:81:00.0", "0000:81:00.0")] == ["0000:81:00.0"] * 3

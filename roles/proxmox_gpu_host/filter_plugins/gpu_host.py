@@ -40,14 +40,77 @@ def lspci_nvidia(text: str) -> list[dict[str, Any]]:
     return devices
 
 
-def host_gpus(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The GPUs the host keeps: not those vfio-pci holds for a VM (the NVIDIA driver never sees them)."""
-    return [d for d in devices if d["gpu"] and d["driver"] != "vfio-pci"]
+def bus_id(slot: str) -> str:
+    """A PCI address as `lspci -D` and /proc/driver/nvidia/gpus/ write it (0000:81:00.0, lower case), from lspci's
+    slot (81:00.0), nvidia-smi's pci.bus_id (00000000:81:00.0) or a hostpci id (0000:81:00, every function)."""
+    parts = slot.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
 
 
-def open_module_fit(devices: list[dict[str, Any]]) -> dict[str, list[str]]:
+def vm_hostpci(grep_lines: list[str], mapping_cfg: str = "", node: str = "", more: list[str] | None = None
+               ) -> dict[str, str]:
+    """The PCI devices the node's VMs take when they start: bus id (or a device's `0000:81:00` for all its
+    functions) -> "VM vmid", from `grep -rH ^hostpci /etc/pve/qemu-server/` lines (path:hostpciN: value, as
+    qemu-server writes them: `0000:81:00.0,pcie=1`, ids joined by `;`, or `mapping=NAME`) and
+    /etc/pve/mapping/pci.cfg (a NAME's `map` lines of this node, `path=` ids joined by `;`); `more`: bus ids
+    known otherwise (the plan's)."""
+    maps: dict[str, list[str]] = {}
+    name = ""
+    for line in mapping_cfg.splitlines():
+        if line and not line[0].isspace():
+            name = line.strip()
+        elif line.strip().startswith("map ") and name:
+            fields = dict(kv.split("=", 1) for kv in line.split()[1].split(",") if "=" in kv)
+            if not node or fields.get("node") == node:
+                maps.setdefault(name, []).extend(fields.get("path", "").split(";"))
+    taken: dict[str, str] = {}
+    for line in grep_lines:
+        path, _, rest = line.partition(":")
+        key, _, value = rest.partition(":")
+        if not re.fullmatch(r"hostpci\d+", key.strip()):
+            continue
+        vmid = path.rsplit("/", 1)[-1].removesuffix(".conf")
+        first = value.strip().split(",")[0]
+        ids = maps.get(first.removeprefix("mapping="), []) if first.startswith("mapping=") else first.split(";")
+        for pci in filter(None, (i.strip() for i in ids)):
+            taken[pci.lower() if pci.count(":") == 2 else f"0000:{pci.lower()}"] = f"VM {vmid}"
+    for pci in more or []:
+        taken.setdefault(bus_id(pci), "a VM (the plan)")
+    return taken
+
+
+def in_vm(slot: str, vm_devices: dict[str, str] | list[str]) -> str:
+    """The VM that names this GPU (by its function or its whole device), '' when none."""
+    bus = bus_id(slot)
+    for pci in vm_devices:
+        if bus == pci or bus.rsplit(".", 1)[0] == pci:
+            return vm_devices[pci] if isinstance(vm_devices, dict) else "a VM"
+    return ""
+
+
+def host_gpus(devices: list[dict[str, Any]], vm_devices: dict[str, str] | list[str] | None = None
+              ) -> list[dict[str, Any]]:
+    """The GPUs the host keeps: not those vfio-pci holds for a VM (the NVIDIA driver never sees them), nor those
+    a VM's hostpci names (qemu-server takes them from whatever driver holds them when the VM starts)."""
+    return [d for d in devices if d["gpu"] and d["driver"] != "vfio-pci" and not in_vm(d["slot"], vm_devices or {})]
+
+
+def vm_gpus_not_on_vfio(devices: list[dict[str, Any]], vm_devices: dict[str, str] | list[str]) -> list[str]:
+    """GPUs a VM names that a host driver holds (not vfio-pci), as "81:00.0 (VM 200, nvidia)"."""
+    out = []
+    for d in devices:
+        vm = in_vm(d["slot"], vm_devices) if d["gpu"] else ""
+        if vm and d["driver"] != "vfio-pci":
+            out.append(f"{d['slot']} ({vm}, {d['driver'] or 'no driver'})")
+    return out
+
+
+def open_module_fit(devices: list[dict[str, Any]], vm_devices: dict[str, str] | list[str] | None = None
+                    ) -> dict[str, list[str]]:
     """The host GPUs the open modules cannot drive (pre_turing) and those only they can (blackwell), by slot."""
-    gpus = host_gpus(devices)
+    gpus = host_gpus(devices, vm_devices)
     return {"pre_turing": [d["slot"] for d in gpus if d["device_id"] < TURING_FIRST_DEVICE_ID],
             "blackwell": [d["slot"] for d in gpus if d["device_id"] >= BLACKWELL_FIRST_DEVICE_ID]}
 
@@ -89,6 +152,9 @@ class FilterModule:
         return {
             "lspci_nvidia": lspci_nvidia,
             "host_gpus": host_gpus,
+            "bus_id": bus_id,
+            "vm_hostpci": vm_hostpci,
+            "vm_gpus_not_on_vfio": vm_gpus_not_on_vfio,
             "open_module_fit": open_module_fit,
             "kernel_sort": kernel_sort,
             "kernel_series": kernel_series,
