@@ -451,8 +451,9 @@ CT_HOSTKEY_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFil
 # What the lab substitutes for the roles, one line each, printed before every run (`toolkit_notes` in the
 # inventory). The flavour `lab` first; a stock flavour is a Proxmox VE host as installed, so the host role
 # runs there as on a real one.
-_NOTE_STANDINS = ("lab: the GPUs, /proc/devices, lspci and nvidia_uvm's parameters on pve1 are stand-ins "
-                  "(proxmox_gpu_host_proc_devices, proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
+_NOTE_STANDINS = ("lab: the GPUs, /proc/devices, /proc/driver/nvidia, lspci and nvidia_uvm's parameters on pve1 are "
+                  "stand-ins (proxmox_gpu_host_proc_devices, proxmox_gpu_host_proc_driver_dir, "
+                  "proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
 _NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
                    "(container_nvidia_userspace_cuda_install_method=none)")
 _NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
@@ -494,6 +495,7 @@ def render_inventory(state: LabState) -> str:
         "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
         "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
         "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin -nnk -d 10de:",
+        "proxmox_gpu_host_proc_driver_dir": labstandin.PROC_DRIVER_DIR,
         "proxmox_gpu_host_driver_installer": f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
         "proxmox_gpu_host_driver_version": c.driver_version,
         "proxmox_gpu_host_kernel_headers_required": False,
@@ -503,7 +505,7 @@ def render_inventory(state: LabState) -> str:
         # picks another of them).
         "toolkit_lab_driver_checksums": {v: f"sha256:{h}" for v, h in sorted(state.installer_sha256.items())},
         "proxmox_gpu_host_driver_checksum":
-            '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version] | default("") }}',
+            '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version | string] | default("") }}',
     }
     inventory = {
         "all": {
@@ -557,7 +559,7 @@ def _stock_inventory(state: LabState, host: dict[str, Any]) -> None:
     del host["proxmox_gpu_host_build_packages_install"]
     host["toolkit_lab_fabricmanager_checksums"] = {v: f"sha256:{h}" for v, h in sorted(state.fm_archive_sha256.items())}
     host["proxmox_gpu_host_fabricmanager_archive_checksum"] = (
-        '{{ toolkit_lab_fabricmanager_checksums[proxmox_gpu_host_driver_version] | default("") }}')
+        '{{ toolkit_lab_fabricmanager_checksums[proxmox_gpu_host_driver_version | string] | default("") }}')
     if not c.flavour_spec.subscription:
         host["proxmox_gpu_host_apt_no_subscription"] = True
     if c.kernel_series:

@@ -107,6 +107,36 @@ def vm_gpus_not_on_vfio(devices: list[dict[str, Any]], vm_devices: dict[str, str
     return out
 
 
+def gpu_minors(grep_lines: list[str]) -> dict[int, str]:
+    """device minor -> bus id, from `grep -r "^Device Minor:" /proc/driver/nvidia/gpus/` lines
+    (.../gpus/0000:01:00.0/information:Device Minor: \t 0): the driver's minor of each GPU it drives, which is
+    neither nvidia-smi's index (bus order) nor stable across a GPU unbound at run time."""
+    out: dict[int, str] = {}
+    for line in grep_lines:
+        m = re.match(r"^.*/gpus/([0-9a-fA-F:.]+)/information:Device Minor:\s*(\d+)", line)
+        if m:
+            out[int(m.group(2))] = bus_id(m.group(1))
+    return out
+
+
+def container_gpu_buses(conf_lines: list[str], minor_lines: list[str]) -> list[str]:
+    """The bus ids of the GPUs containers' configs pass (devN: /dev/nvidiaN, or raw `c 195:N` rules), from their
+    lines and the driver's minors (gpu_minors)."""
+    minors = gpu_minors(minor_lines)
+    found = []
+    for line in conf_lines:
+        m = re.search(r"^dev\d+:\s*/dev/nvidia(\d+)\b", line.strip()) or \
+            re.search(r"devices\.allow\s*[:=]\s*c\s+195:(\d+)\s", line)
+        if m and int(m.group(1)) in minors:
+            found.append(minors[int(m.group(1))])
+    return sorted(set(found))
+
+
+def power_kept(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs whose limit after this run is not their default: what the boot unit must set again."""
+    return [g for g in gpus if abs(float(g["kept"]) - float(g["default"])) > 0.005]
+
+
 def open_module_fit(devices: list[dict[str, Any]], vm_devices: dict[str, str] | list[str] | None = None
                     ) -> dict[str, list[str]]:
     """The host GPUs the open modules cannot drive (pre_turing) and those only they can (blackwell), by slot."""
@@ -153,6 +183,9 @@ class FilterModule:
             "lspci_nvidia": lspci_nvidia,
             "host_gpus": host_gpus,
             "bus_id": bus_id,
+            "gpu_minors": gpu_minors,
+            "container_gpu_buses": container_gpu_buses,
+            "power_kept": power_kept,
             "vm_hostpci": vm_hostpci,
             "vm_gpus_not_on_vfio": vm_gpus_not_on_vfio,
             "open_module_fit": open_module_fit,
