@@ -12,12 +12,14 @@ applies to. Edit the catalogues, flagmap.py or rules.py, not the section.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from doc_section import section_main  # noqa: E402
 
 from toolkit.adapters.sglang_catalogue import available_versions, load_catalogue  # noqa: E402
 from toolkit.core.profile.catalogue import Catalogue, removed_between  # noqa: E402
@@ -129,18 +131,7 @@ def rewrite(text: str) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when docs/profiles.md is not current")
-    args = ap.parse_args()
-    text = DOC.read_text(encoding="utf-8")
-    new = rewrite(text)
-    if args.check:
-        if new != text:
-            print(f"{DOC} is not current: run .venv/bin/python scripts/sglang_releases_doc.py", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
-    return 0
+    return section_main(DOC, rewrite, __doc__.split("\n")[0], "scripts/sglang_releases_doc.py")
 
 
 if __name__ == "__main__":

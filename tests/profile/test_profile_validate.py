@@ -43,7 +43,8 @@ def test_the_base_fixture_is_clean(write_profiles, base_yaml) -> None:
          "warning"),
         ("target:\n  compute_capability: SM90\nserver:\n  allreduce_fusion: true\n", "pcie-allreduce-fusion",
          "warning"),
-        ("env:\n  SGLANG_SKIP_P2P_CHECK: '1'\n", "no-p2p-skip-p2p-check", "error"),
+        ("env:\n  SGLANG_SKIP_P2P_CHECK: '1'\nserver:\n  extra_args: [--enable-p2p-check]\n",
+         "no-p2p-skip-p2p-check", "error"),
     ],
 )
 def test_each_rule_fires_where_its_condition_holds(write_profiles, base_yaml, body, rule_id, severity) -> None:
@@ -66,7 +67,8 @@ def test_rules_cover_every_rule() -> None:
     tried = {case[1] for mark in marks if mark.name == "parametrize" for case in mark.args[1]}
     missing = {r.id for r in RULES} - tried - {
         "no-p2p-allreduce-bound", "public-bind-without-api-key", "allow-unauthenticated-needs-why",
-        "public-bind-acknowledged",  # covered by their own tests below and in test_profile_broken_corpus.py
+        "public-bind-acknowledged", "no-p2p-custom-allreduce",
+        # covered by their own tests below and in test_profile_broken_corpus.py
     }
     assert missing == set()
 
@@ -302,3 +304,35 @@ def test_a_flag_owned_by_no_typed_knob_passes_in_every_spelling_sglang_reads(wri
                                   "'--schedule-policy=lpm', --enable-mixed-chunk, --chunked-prefill-size]\n"))
     problems = [p for p in _problems(store, "c") if p.field and p.field.startswith("server.extra_args")]
     assert len(problems) == 1 and "would override server.chunked_prefill_size" in problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("body", "renders"),
+    [
+        ("server:\n  tp_size: 2\n", True),  # SGLang would build the custom allreduce on P2P it never tested
+        ("target:\n  interconnect: nvlink\nserver:\n  tp_size: 4\n", True),
+        ("server:\n  tp_size: 8\n", False),  # more than two PCIe GPUs: SGLang keeps it off itself
+        ("server:\n  tp_size: 2\n  extra_args: [--enable-p2p-check]\n", False),  # SGLang tests P2P
+        ("target:\n  p2p: true\nserver:\n  tp_size: 2\n", False),
+    ],
+)
+def test_a_no_p2p_target_renders_the_custom_allreduce_off(write_profiles, base_yaml, body, renders) -> None:
+    from toolkit.core.profile.render import render_launch_argv
+
+    resolved = write_profiles(_child(base_yaml, body)).resolve("c")
+    assert ("--disable-custom-all-reduce" in render_launch_argv(resolved)) is renders
+    assert "no-p2p-custom-allreduce" not in [r.id for r in matching_rules(resolved)]
+
+
+def test_no_p2p_on_a_release_without_the_flag_is_refused(write_profiles, base_yaml) -> None:
+    import dataclasses
+
+    from toolkit.core.profile.catalogue import Catalogue
+    from toolkit.core.profile.render import render_launch_argv
+
+    resolved = write_profiles(_child(base_yaml, "server:\n  tp_size: 2\n")).resolve("c")
+    assert resolved.catalogue is not None
+    flags = [f for f in resolved.catalogue.flags if "--disable-custom-all-reduce" not in f.names]
+    without = dataclasses.replace(resolved, catalogue=Catalogue(resolved.catalogue.sglang_version, flags))
+    assert "no-p2p-custom-allreduce" in [r.id for r in matching_rules(without)]
+    assert "--disable-custom-all-reduce" not in render_launch_argv(without)

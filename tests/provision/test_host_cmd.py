@@ -74,9 +74,10 @@ def test_the_inventorys_notes_are_printed_and_no_lab_variable_is_passed(tmp_path
     monkeypatch.setenv("TOOLKIT_STATE_DIR", str(tmp_path / "state"))
     assert main(["host", "provision", "pve-a", "-i", str(path), "--json"]) == 1  # unreachable: port 1
     out, err = capsys.readouterr()
-    assert err.index(note) < err.index("Preflight")  # before the run
+    assert err.index(note) < err.index("Facts | the Proxmox host")  # before the run (the plan reads first)
     report = json.loads(out)
     assert report["notes"] == [note]
+    assert [r["playbook"] for r in report["runs"]] == ["facts.yml"]  # unreachable: no plan, nothing else ran
     command = json.loads((Path(report["runs"][0]["artifacts_dir"]) / "command").read_text())["command"]
     extravars = json.loads(command[command.index("-e") + 1])
     assert extravars == {"toolkit_hosts": "pve-a", "toolkit_proxmox_host": "pve-a"}

@@ -385,7 +385,8 @@ def _stop_tree(since_ticks: int, grace_s: float) -> None:
 
 # ansible-runner checks cancel_callback each time pexpect's wait returns, at the latest every `pexpect_timeout`
 # seconds (default 5); 1 s makes Ctrl-C stop the playbook within a second. It reads this only from env/settings.
-_RUNNER_SETTINGS = "pexpect_timeout: 1\n"
+# How long ansible-runner waits on the playbook's output per poll: also how late it notices the end of a run.
+_RUNNER_SETTINGS = "pexpect_timeout: 0.2\n"
 
 
 def _rotate_artifacts(private_data_dir: Path, keep: int, current: Path) -> None:

@@ -18,7 +18,9 @@ from toolkit.adapters.ansible import InventoryHost, find_inventory, read_invento
 from toolkit.app.apply import ApplyOutcome, ApplyRequest
 from toolkit.app.profiles import resolve_checked
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
-from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
+from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitError
+from toolkit.core.hostplan.facts import HostFacts, parse_facts, raw_from_json
+from toolkit.core.hostplan.plan import Plan, ProfileNeeds, make_plan
 
 NOTES_VAR = "toolkit_notes"
 
@@ -63,12 +65,100 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     return HostPlan(path, hosts[host], containers, list(notes))
 
 
+FACTS_TASK = "Facts | read the host"
+
+
+def facts_of_result(host: str, result: PlaybookResult) -> HostFacts | None:
+    """The facts playbook's raw outputs for `host`, parsed; None when the run did not report them."""
+    import json
+
+    stdout = result.results_of(FACTS_TASK).get(host, {}).get("stdout")
+    try:
+        raw = json.loads(stdout) if isinstance(stdout, str) else None
+    except ValueError:
+        return None
+    return parse_facts(host, raw_from_json(raw)) if isinstance(raw, dict) else None
+
+
+def gather_facts(plan: HostPlan, *, on_event: Callable[[PlaybookEvent], None] | None = None) -> HostFacts:
+    """One read-only gathering (playbooks/facts.yml), parsed; every later step of the run uses it."""
+    result = run_playbook("facts", inventory=plan.inventory, on_event=on_event, extravars=_host_vars(plan))
+    facts = facts_of_result(plan.host.name, result)
+    if facts is None:
+        why = "; ".join(f.message for f in result.failures) or f"rc {result.rc}"
+        raise ToolkitError.of(f"could not read {plan.host.name}'s facts: {why}", file=str(plan.inventory),
+                              field=plan.host.name, fix="check that Ansible reaches the host (toolkit doctor HOST)",
+                              exit_code=EXIT_FAILED)
+    return facts
+
+
+def _host_vars(plan: HostPlan) -> dict[str, Any]:
+    return {"toolkit_hosts": plan.host.name, "toolkit_proxmox_host": plan.host.name}
+
+
+def profile_needs(profile: str) -> ProfileNeeds:
+    """What the plan reads of a profile (resolved and checked first: a bad profile stops here)."""
+    spec = resolve_checked(profile).resolved.spec
+    server = spec.server
+    per_node = spec.target.gpu_count or max(1, server.tp_size * server.pp_size // max(1, server.nnodes))
+    return ProfileNeeds(name=profile, sglang_version=spec.engine.sglang_version, gpu_count=per_node,
+                        tp_size=server.tp_size, p2p=spec.target.p2p, nnodes=server.nnodes,
+                        model_size_gib=spec.model.size_gib, power_limit_w=spec.gpu.power_limit_w)
+
+
+def plan_variables(plan: HostPlan, extravars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The variables the plan reads: the host's, its first GPU container's (lxc_*), then -e on top; and where
+    each came from."""
+    hosts = read_inventory(plan.inventory)
+    merged: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name in [*plan.containers[:1], plan.host.name]:
+        for key, value in hosts[name].vars.items():
+            merged.setdefault(key, value)
+            origins.setdefault(key, f"inventory: {name}")
+    for key, value in extravars.items():
+        merged[key] = value
+        origins[key] = "-e"
+    return merged, origins
+
+
+def plan_from_facts(plan: HostPlan, facts: HostFacts, profile: str | None, extravars: dict[str, Any]) -> Plan:
+    """Facts + the profile's needs + the inventory (and -e) -> the plan, against the compatibility matrix."""
+    from toolkit.adapters.compat_store import read_matrix
+
+    needs = profile_needs(profile) if profile else None
+    variables, origins = plan_variables(plan, extravars)
+    return make_plan(facts, read_matrix(), needs, variables, origins)
+
+
+def resolve_plan(plan: HostPlan, profile: str | None, extravars: dict[str, Any], *,
+                 on_event: Callable[[PlaybookEvent], None] | None = None) -> tuple[HostFacts, Plan]:
+    """Facts (one gathering) and the plan. Changes nothing. The profile is resolved first: a bad one stops before
+    the host is read."""
+    if profile:
+        profile_needs(profile)
+    facts = gather_facts(plan, on_event=on_event)
+    return facts, plan_from_facts(plan, facts, profile, extravars)
+
+
+class PlanRefused(ToolkitError):
+    """The plan did not resolve: nothing was changed on the host."""
+
+
+def refusal_error(resolved: Plan) -> PlanRefused:
+    from toolkit.core.errors import Problem
+
+    return PlanRefused([Problem(f"{r.reason}" + (f" (source: {r.source})" if r.source else ""), field=r.finding,
+                                fix=r.fix) for r in resolved.refusals], exit_code=EXIT_BAD_INPUT)
+
+
 @dataclass
 class ProvisionOutcome:
     host: str
     containers: list[str]
     notes: list[str] = field(default_factory=list)  # the inventory's own (what it substitutes for a real host)
     runs: list[dict[str, Any]] = field(default_factory=list)  # one per playbook (and the deploy, on reproduce)
+    plan: dict[str, Any] | None = None  # the host plan the run acted on
     duration_s: float | None = None
     exit_code: int = EXIT_OK
 
@@ -77,6 +167,8 @@ class ProvisionOutcome:
                                "runs": self.runs}
         if self.duration_s is not None:
             out["duration_s"] = self.duration_s
+        if self.plan is not None:
+            out["plan"] = self.plan
         return out
 
 
@@ -90,15 +182,33 @@ def result_json(result: PlaybookResult) -> dict[str, Any]:
     }
 
 
-def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResult]) -> ProvisionOutcome:
-    """host.yml, then (containers) container.yml; stops at the first that fails. `run(book, title, **kw)` runs a
-    playbook with the caller's progress display (toolkit.adapters.ansible.run_playbook's keywords)."""
-    extravars = {**req.extravars, "toolkit_hosts": req.host, "toolkit_proxmox_host": req.host}
+def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResult], *, profile: str | None = None,
+              on_plan: Callable[[Plan], None] | None = None) -> ProvisionOutcome:
+    """The plan, then host.yml, then (containers) container.yml; stops at the first that fails. `run(book, title,
+    **kw)` runs a playbook with the caller's progress display (toolkit.adapters.ansible.run_playbook's keywords).
+    The plan reads the host once (facts.yml); one that does not resolve raises before any other playbook (nothing
+    stopped or changed); a resolved one's values go to the roles, the run's own -e on top (the plan took them in).
+    `on_plan` sees the plan before anything runs."""
     outcome = ProvisionOutcome(req.host, plan.containers if req.containers else [], plan.notes)
     if req.containers and not plan.containers:
         raise ToolkitError.of(f"no container in the inventory has lxc_gpu_container_proxmox_host: {req.host}",
                               file=str(plan.inventory), field="gpu_containers",
                               fix="add one under gpu_containers (see inventory/lab.example.yml)")
+    start = time.monotonic()
+    result = run("facts", f"facts.yml on {req.host}", inventory=plan.inventory, extravars=_host_vars(plan))
+    outcome.runs.append(result_json(result) | {"playbook": "facts.yml",
+                                               "duration_s": round(time.monotonic() - start, 1)})
+    facts = facts_of_result(req.host, result)
+    if facts is None:
+        outcome.exit_code = EXIT_FAILED
+        return outcome
+    resolved = plan_from_facts(plan, facts, profile, req.extravars)
+    outcome.plan = resolved.to_json()
+    if on_plan is not None:
+        on_plan(resolved)
+    if not resolved.resolved:
+        raise refusal_error(resolved)
+    extravars = {**resolved.extravars(), **req.extravars, "toolkit_hosts": req.host, "toolkit_proxmox_host": req.host}
     # The containers' storage first: a host is not provisioned for containers that cannot be made there.
     for book in (["containers_preflight", "host", "container"] if req.containers else ["host"]):
         start = time.monotonic()
@@ -113,7 +223,8 @@ def provision(req: HostRequest, plan: HostPlan, run: Callable[..., PlaybookResul
 
 
 def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[..., PlaybookResult],
-              deploy: Callable[[ApplyRequest], ApplyOutcome]) -> ProvisionOutcome:
+              deploy: Callable[[ApplyRequest], ApplyOutcome], *,
+              on_plan: Callable[[Plan], None] | None = None) -> ProvisionOutcome:
     """From a bare Proxmox host to a container serving `profile`: host.yml, container.yml, then the profile
     applied to the host's containers (`deploy`: toolkit.app.apply.apply with the caller's progress display)."""
     start = time.monotonic()
@@ -125,7 +236,8 @@ def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[...,
               "lxc_gpu_container_model_name": model.repo_id or model.local_path or profile}
              if model.size_gib else {})
     outcome = provision(HostRequest(**{**req.__dict__, "containers": True,
-                                       "extravars": {**sizes, **req.extravars}}), plan, run)
+                                       "extravars": {**sizes, **req.extravars}}), plan, run, profile=profile,
+                        on_plan=on_plan)
     if outcome.exit_code == EXIT_OK and not req.check:
         deploy_start = time.monotonic()
         limit = ",".join(outcome.containers)

@@ -1,7 +1,9 @@
-"""`toolkit host provision HOST` and `toolkit host reproduce HOST --profile NAME`.
+"""`toolkit host facts|plan|provision|reproduce HOST`.
 
-Thin: parse, call toolkit.app.host with live playbook progress, print the per-host summary (exit 1 naming the
-failing task). `reproduce` then deploys the profile, so a bare host becomes a serving container in one command.
+Thin: parse, call toolkit.app.host with live playbook progress, print the result. `facts` and `plan` only read
+the host; `provision` and `reproduce` plan first and stop before any change (exit 2) when the plan does not
+resolve, then run the playbooks with the plan's values (exit 1 naming the failing task). `reproduce` then
+deploys the profile, so a bare host becomes a serving container in one command.
 """
 
 from __future__ import annotations
@@ -15,6 +17,33 @@ from toolkit.core.errors import EXIT_OK, ToolkitError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="host_command", metavar="SUBCOMMAND")
+    facts = sub.add_parser(
+        "facts",
+        help="read a Proxmox host (read-only): versions, kernels, GPUs by bus id, VM assignments, driver, storages",
+        description="Run playbooks/facts.yml (read-only) against HOST and print what the plan reads of it.",
+    )
+    facts.add_argument("host", help="inventory name of the Proxmox host")
+    facts.add_argument("-i", "--inventory",
+                       help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    facts.add_argument("--json", action="store_true", help="print the facts as JSON")
+    facts.set_defaults(func=run_facts)
+
+    plan = sub.add_parser(
+        "plan",
+        help="resolve the stack for a profile on a host (driver, modules, CUDA, storages, GPUs) and the changes; "
+        "exit 2 with each refusal's fix",
+        description="Read HOST once (read-only), resolve the profile and inventory against the compatibility "
+        "matrix (toolkit/data/compat/), print the stack with the reason for each choice and the changes in order. "
+        "Changes nothing. Exit 0 when it resolves, 2 with each refusal's reason, fix and source.",
+    )
+    plan.add_argument("host", help="inventory name of the Proxmox host")
+    plan.add_argument("--profile", help="the profile to plan for (profiles/NAME.yaml); without it, the host only")
+    plan.add_argument("-i", "--inventory",
+                      help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    plan.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
+                      help="a role variable as provision would get it (YAML value), e.g. a driver pin; repeatable")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.set_defaults(func=run_plan)
     prov = sub.add_parser(
         "provision",
         help="driver, nvidia_uvm HMM off, device-node unit on a Proxmox host (--containers: and its GPU containers)",
@@ -104,11 +133,62 @@ def _start(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     return console, req, plan
 
 
+def _resolve(console: Any, plan: Any, profile: str | None, extravars: dict[str, Any], out: Any) -> tuple[Any, Any]:
+    """Facts (one gathering, its progress on `console`) and the plan, printed for people on `out` (None: not)."""
+    from toolkit.app.host import resolve_plan
+    from toolkit.cli.render import PlaybookProgress, print_host_plan
+
+    with PlaybookProgress(console, f"facts of {plan.host.name}") as progress:
+        facts, resolved = resolve_plan(plan, profile, extravars, on_event=progress.on_event)
+    if out is not None:
+        print_host_plan(out, resolved)
+    return facts, resolved
+
+
+def _show_plan(console: Any, as_json: bool) -> Any:
+    from toolkit.cli.render import print_host_plan
+
+    return None if as_json else (lambda resolved: print_host_plan(console, resolved))
+
+
+def run_facts(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toolkit.app.host import gather_facts, host_plan
+    from toolkit.cli.render import PlaybookProgress, print_host_facts
+
+    plan = host_plan(args.host, args.inventory)
+    with PlaybookProgress(Console(stderr=True), f"facts of {args.host}") as progress:
+        facts = gather_facts(plan, on_event=progress.on_event)
+    if args.json:
+        print(json.dumps(facts.to_json(), indent=2, sort_keys=True))
+    else:
+        print_host_facts(Console(), facts)
+    return EXIT_OK
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from toolkit.app.host import host_plan
+    from toolkit.core.errors import EXIT_BAD_INPUT
+
+    plan = host_plan(args.host, args.inventory)
+    console = Console(stderr=True)
+    for note in plan.notes:
+        console.print(f"[yellow]{note}[/]", highlight=False)
+    _facts, resolved = _resolve(console, plan, args.profile, parse_extra_vars(args.extra_var),
+                                None if args.json else Console())
+    if args.json:
+        print(json.dumps(resolved.to_json(), indent=2, sort_keys=True))
+    return EXIT_OK if resolved.resolved else EXIT_BAD_INPUT
+
+
 def run_provision(args: argparse.Namespace) -> int:
     from toolkit.app.host import provision
 
     console, req, plan = _start(args)
-    outcome = provision(req, plan, _runner(console, args.json))
+    outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     return outcome.exit_code
@@ -128,7 +208,8 @@ def run_reproduce(args: argparse.Namespace) -> int:
             print_apply_summary(console, applied.summary, as_json=False)
         return applied
 
-    outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy)
+    outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy,
+                        on_plan=_show_plan(console, args.json))
     if args.json:
         print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
     else:

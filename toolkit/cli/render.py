@@ -207,3 +207,70 @@ def print_wide(renderables: list[Any], *, stderr: bool = False) -> None:
         con = Console(stderr=stderr, width=need)
     for r in renderables:
         con.print(r, highlight=False) if isinstance(r, str) else con.print(r)
+
+
+def print_host_plan(con: Console, plan: Any) -> None:
+    """A host plan (toolkit.core.hostplan.plan.Plan): the stack with each choice's reason, the changes in order,
+    then warnings and refusals with their fixes."""
+    table = Table(title=f"plan for {plan.host}" + (f" with {plan.profile}" if plan.profile else ""), show_lines=False)
+    table.add_column("stack")
+    table.add_column("value")
+    table.add_column("why", overflow="fold")
+    for c in plan.choices:
+        value = ", ".join(map(str, c.value)) if isinstance(c.value, list) else str(c.value)
+        table.add_row(escape(c.what), escape(value), escape(c.reason + (f" [{c.source}]" if c.source else "")))
+    con.print(table)
+    if plan.changes:
+        con.print("[bold]changes, in order[/]")
+        for n, ch in enumerate(plan.changes, 1):
+            con.print(f"  {n}. {escape(ch.what)}\n     [dim]{escape(ch.why)}[/]")
+    for w in plan.warnings:
+        con.print(f"[yellow]warning[/] {escape(w.finding)}: {escape(w.reason)}\n  fix: {escape(w.fix)}")
+    for r in plan.refusals:
+        con.print(f"[red]refused[/] {escape(r.finding)}: {escape(r.reason)}\n  fix: {escape(r.fix)}"
+                  + (f"\n  source: {escape(r.source)}" if r.source else ""))
+    if plan.unknown:
+        con.print(f"[dim]not read on this host: {', '.join(plan.unknown)}[/]")
+    con.print("[green]resolved[/]: nothing changed yet" if plan.resolved else
+              "[red]not resolved[/]: nothing changed; fix the above and run again")
+
+
+def print_host_facts(con: Console, facts: Any) -> None:
+    """Host facts (toolkit.core.hostplan.facts.HostFacts) for people."""
+    k = facts.kernels
+    lines = [
+        ("Proxmox VE", f"{facts.pve_version or 'unknown'} (Debian {facts.debian_suite or 'unknown'})"),
+        ("kernels", f"running {k.running or 'unknown'}, next boot {k.default or 'unknown'}"
+         + (" (pinned)" if k.pinned else "") + ", installed "
+         + (", ".join(f"{x.release}{'' if x.headers else ' (no headers)'}" for x in k.installed) or "unknown")
+         + (f", proxmox-default-kernel -> {k.pending_series}" if k.pending_series else "")),
+        ("Secure Boot", "unknown" if facts.secure_boot is None else "on" if facts.secure_boot else "off"),
+        ("driver", f"{facts.driver.loaded_version or 'none loaded'}"
+         + (f"; apt: {', '.join(facts.driver.apt_installed)}" if facts.driver.apt_installed else "")
+         + ("; alternate-install marker" if facts.driver.alternate_install_marker else "")
+         + ("; .run install" if facts.driver.runfile else "")),
+        ("root", f"{facts.root_source or 'unknown'} ({facts.root_fstype or '?'})"),
+        ("HA resources", ", ".join(f"{sid} {state}" for sid, state in facts.ha_resources) or "none"),
+        ("cluster nodes", ", ".join(facts.cluster_nodes) or "unknown"),
+        ("proxies", ", ".join(f"{k_}={v}" for k_, v in facts.proxies) or "none"),
+    ]
+    for name, text in lines:
+        con.print(f"[bold]{name}[/]: {escape(text)}")
+    gpus = Table(title="GPUs (identity: PCI bus id)")
+    for col in ("bus id", "device", "driver", "minor", "VMs"):
+        gpus.add_column(col)
+    for g in facts.gpus:
+        gpus.add_row(g.bus_id, escape(f"{g.name} [{g.pci_id}]"), g.driver or "-",
+                     "-" if g.minor is None else str(g.minor), ", ".join(map(str, g.vms)) or "-")
+    con.print(gpus)
+    st = Table(title="storages")
+    for col in ("name", "type", "active", "avail GiB", "content", "network", "shares the root's pool"):
+        st.add_column(col)
+    for s in facts.storages:
+        st.add_row(s.name, s.type, "yes" if s.active else "no",
+                   "-" if s.avail_gib is None else f"{s.avail_gib:.0f}", ",".join(s.content),
+                   "yes" if s.shared else "no",
+                   "unknown" if s.shares_root is None else "yes" if s.shares_root else "no")
+    con.print(st)
+    if facts.unknown:
+        con.print(f"[dim]not read on this host: {', '.join(facts.unknown)}[/]")

@@ -11,6 +11,7 @@ from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.flagmap import SERVER_KNOBS, Choice, knob_flags, spellings
 from toolkit.core.profile.model import API_KEY_ENV, Server
 from toolkit.core.profile.resolve import ResolvedProfile
+from toolkit.core.profile.rules import DISABLE_CUSTOM_AR_FLAG, custom_allreduce_unchecked
 
 # The flags typed fields render besides SERVER_KNOBS (rendered_flags below), each with the field that owns it.
 OWNED_FLAGS: tuple[tuple[str, str], ...] = (
@@ -98,6 +99,11 @@ def knob_rendering(resolved: ResolvedProfile) -> tuple[list[RenderedFlag], list[
         for flag, template in choice.spelling:
             knob_flags_out.append(RenderedFlag(path, flag, _fill(template, value, server)))
     out += [rf for rf in knob_flags_out if rf.flag not in drops]
+    if custom_allreduce_unchecked(resolved) and (resolved.catalogue is None
+                                                 or resolved.catalogue.live(DISABLE_CUSTOM_AR_FLAG)):
+        # No P2P, and SGLang would not test it: keep its custom allreduce off (rule no-p2p-custom-allreduce
+        # refuses a release without the flag).
+        out.append(RenderedFlag("target.p2p", DISABLE_CUSTOM_AR_FLAG, None))
     if server.api_key_secret:
         # systemd expands ${VAR} as one word from the EnvironmentFile written from the secret.
         out.append(RenderedFlag("server.api_key_secret", "--api-key", "${" + API_KEY_ENV + "}"))

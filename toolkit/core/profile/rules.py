@@ -237,14 +237,31 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         id="no-p2p-skip-p2p-check",
-        when=(Clause("target.p2p", "eq", False), Clause("env.SGLANG_SKIP_P2P_CHECK", "eq", "1")),
+        when=(Clause("target.p2p", "eq", False), Clause("env.SGLANG_SKIP_P2P_CHECK", "eq", "1"),
+              Clause("derived.p2p_check", "truthy")),
         severity="error",
         field="env.SGLANG_SKIP_P2P_CHECK",
-        message="SGLANG_SKIP_P2P_CHECK=1 makes SGLang's custom allreduce trust the driver's P2P report, which "
-        "can say yes where P2P does not work (custom_all_reduce_utils.py can_actually_p2p); the target has no P2P",
-        fix="remove SGLANG_SKIP_P2P_CHECK from env: SGLang's own check then keeps the custom allreduce off",
+        message="--enable-p2p-check is there to test P2P, and SGLANG_SKIP_P2P_CHECK=1 makes that test trust the "
+        "driver's report instead (custom_all_reduce_utils.py gpu_p2p_access_check), which can say yes where P2P "
+        "does not work; the target has no P2P",
+        fix="remove SGLANG_SKIP_P2P_CHECK from env",
         source="https://github.com/sgl-project/sglang/blob/v0.5.23/python/sglang/srt/distributed/"
         "device_communicators/custom_all_reduce_utils.py",
+    ),
+    Rule(
+        id="no-p2p-custom-allreduce",
+        when=(Clause("derived.custom_allreduce_unchecked", "truthy"),
+              Clause("derived.disable_custom_allreduce_flag", "falsy")),
+        severity="error",
+        field="target.p2p",
+        message="without --enable-p2p-check SGLang patches its P2P check to say yes (utils.py "
+        "monkey_patch_p2p_access_check, called from model_runner.py init_torch_distributed), so on a target "
+        "without P2P its custom allreduce is built anyway (at TP 2, or over NVLink) and dies with 'peer access is "
+        "not supported between these two devices'; this release's catalogue has no --disable-custom-all-reduce "
+        "for the render to add",
+        fix="add --enable-p2p-check to server.extra_args (SGLang then tests P2P and keeps the custom allreduce off)",
+        source="https://github.com/sgl-project/sglang/issues/4814; sglang python/sglang/srt/utils.py "
+        "monkey_patch_p2p_access_check",
     ),
     Rule(
         id="public-bind-without-api-key",
@@ -757,7 +774,28 @@ def facts_of(resolved: ResolvedProfile) -> dict[str, Any]:
     facts["derived.decode_graph_backend_set"] = any(
         a.split("=", 1)[0] == "--cuda-graph-backend-decode" for a in server.extra_args
     )
+    facts["derived.p2p_check"] = P2P_CHECK_FLAG in server.extra_args
+    facts["derived.custom_allreduce_unchecked"] = custom_allreduce_unchecked(resolved)
+    catalogue = resolved.catalogue
+    facts["derived.disable_custom_allreduce_flag"] = catalogue is None or catalogue.live(DISABLE_CUSTOM_AR_FLAG)
     return facts
+
+
+P2P_CHECK_FLAG = "--enable-p2p-check"
+DISABLE_CUSTOM_AR_FLAG = "--disable-custom-all-reduce"
+
+
+def custom_allreduce_unchecked(resolved: ResolvedProfile) -> bool:
+    """A target without P2P on which SGLang would build its custom allreduce without testing P2P: without
+    --enable-p2p-check its check is patched to say yes (utils.py monkey_patch_p2p_access_check), and
+    custom_all_reduce.py then refuses only more than two GPUs that are not fully NVLinked (world sizes 2, 4, 6
+    and 8 are supported). The render adds --disable-custom-all-reduce there."""
+    spec = resolved.spec
+    server, target = spec.server, spec.target
+    if target.p2p is not False or P2P_CHECK_FLAG in server.extra_args or DISABLE_CUSTOM_AR_FLAG in server.extra_args:
+        return False
+    tp = server.tp_size // max(1, server.nnodes) if server.nnodes > 1 else server.tp_size
+    return tp == 2 or (tp in (4, 6, 8) and target.interconnect != "pcie")
 
 
 def matching_rules(resolved: ResolvedProfile, rules: tuple[Rule, ...] = RULES) -> list[Rule]:
