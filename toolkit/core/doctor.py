@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.hostplan.facts import normalize_bus_id
+
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 _ALLOW = re.compile(r"^lxc\.cgroup2?\.devices\.allow:\s*c\s+(\d+):(\*|\d+)\s+[rwm]+\s*$")
 
@@ -202,7 +204,7 @@ def power_limits(text: str) -> list[dict[str, Any]]:
         if len(cells) != 6 or not cells[0].isdigit():
             continue
         try:
-            out.append({"index": float(cells[0]), "bus": _bus_id(cells[1]) if cells[1] else "",
+            out.append({"index": float(cells[0]), "bus": normalize_bus_id(cells[1]) if cells[1] else "",
                         "limit": float(cells[2]), "default": float(cells[3]), "min": float(cells[4]),
                         "max": float(cells[5])})
         except ValueError:
@@ -210,20 +212,12 @@ def power_limits(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _bus_id(text: str) -> str:
-    """00000000:01:00.0, 0000:01:00.0 or 01:00.0 -> 0000:01:00.0 (as the host role writes it)."""
-    parts = text.strip().lower().split(":")
-    if len(parts) == 2:
-        parts = ["0000", *parts]
-    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}" if len(parts) == 3 else text
-
-
 def unit_power_limits(unit: str) -> dict[str, float]:
     """The W the power-limit unit sets at boot, by bus id (`ExecStart=... nvidia-smi -i BUS -pl W`, one per GPU);
     "*" for a line without -i (every GPU). Empty without a unit."""
     out = {}
     for m in re.finditer(r"^ExecStart=\S*nvidia-smi\b(?:.*\s-i\s+(\S+))?.*\s-pl\s+([0-9.]+)\s*$", unit, re.M):
-        out[_bus_id(m.group(1)) if m.group(1) else "*"] = float(m.group(2))
+        out[normalize_bus_id(m.group(1)) if m.group(1) else "*"] = float(m.group(2))
     return out
 
 
