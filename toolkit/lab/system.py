@@ -499,7 +499,9 @@ def populate_flavour(config: LabConfig, upper: Path, lower: Path, mirror: Any) -
     if config.apt_driver:
         put("/var/lib/dpkg/status", (lower / "var/lib/dpkg/status").read_text() + plan.apt_driver_status())
         put(plan.ALTERNATE_INSTALL_MARKER, "")
-        put("/var/lib/dpkg/info/nvidia-support.list", f"/usr/lib/nvidia\n{plan.ALTERNATE_INSTALL_MARKER}\n")
+        for name in plan.APT_DRIVER_PACKAGES:
+            put(f"/var/lib/dpkg/info/{name}.list",
+                f"/usr/lib/nvidia\n{plan.ALTERNATE_INSTALL_MARKER}\n" if name == "nvidia-support" else "")
     # The owner's module-signing key, enrolled in the firmware's MOK list (as one does once with
     # `mokutil --import` and MokManager): what a Secure Boot host's NVIDIA module must be signed with.
     key_dir = upper / "root/secure-boot"
