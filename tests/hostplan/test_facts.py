@@ -80,3 +80,24 @@ def test_helpers() -> None:
     assert normalize_bus_id("00000000:0A:00.0") == "0000:0a:00.0"
     assert normalize_bus_id("01:00.0") == "0000:01:00.0"
     assert kernel_series("7.0.14-1-pve") == "7.0"
+
+
+def test_the_gathering_script_returns_every_raw_output_the_parser_reads() -> None:
+    """playbooks/files/host_facts.py run here (read-only; most Proxmox tools are absent on this machine): one entry
+    per RAW_SOURCES name, each {rc, stdout}, and the parser takes what it returns."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from toolkit.core.hostplan.facts import RAW_SOURCES, parse_facts, raw_from_json
+
+    script = Path(__file__).resolve().parents[2] / "playbooks" / "files" / "host_facts.py"
+    done = subprocess.run([sys.executable, str(script), json.dumps({"apt_packages": ["dpkg"]})],
+                          capture_output=True, text=True, timeout=120, check=True)
+    raw = json.loads(done.stdout)
+    assert set(raw) == set(RAW_SOURCES)
+    assert all(set(v) == {"rc", "stdout"} for v in raw.values())
+    facts = parse_facts("here", raw_from_json(raw))
+    assert facts.kernels.running  # uname -r answers everywhere
+    assert "pveversion" in facts.unknown  # no Proxmox here: unknown, not empty

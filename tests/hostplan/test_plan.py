@@ -71,6 +71,11 @@ def test_finding_1_pending_series_from_the_default_kernel_meta(facts_of: FactsOf
     assert plan_of(facts, proxmox_gpu_host_driver_version="580.142", **NAMED).resolved
 
 
+def test_a_templated_pin_is_refused_not_guessed(facts_of: FactsOf) -> None:
+    plan = plan_of(facts_of("pve92-homelab"), proxmox_gpu_host_driver_version="{{ site_driver }}", **NAMED)
+    assert ids(plan) == ["driver-pin"] and "literal release" in plan.refusals[0].fix
+
+
 def test_finding_1_running_kernel_too_new_and_unknown_series(facts_of: FactsOf) -> None:
     facts = facts_of("pve92-homelab", uname="7.1.2-1-pve\n", kernel_packages="", boot_kernels=None,
                      default_kernel_depends="proxmox-default-kernel\n  Depends: proxmox-kernel-7.1\n")

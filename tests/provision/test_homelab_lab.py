@@ -302,6 +302,29 @@ def test_a_second_reproduce_changes_nothing_and_needs_no_network(stock: LabState
         pve(stock, "systemctl start lab-standin-mirror")
 
 
+def test_host_plan_reads_the_host_once_and_refuses_a_driver_the_matrix_does_not_know(stock: LabState) -> None:
+    """`toolkit host plan`: one read-only gathering, the stack with its reasons, exit 0; a pin no matrix row says
+    builds on the host's kernel is refused with exit 2, naming it, and nothing on the host changes."""
+    t0 = time.monotonic()
+    proc = toolkit_cli("host", "plan", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path, "--json")
+    print(f"host plan on {FLAVOUR}: {time.monotonic() - t0:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    plan = json.loads(proc.stdout)
+    assert plan["resolved"] and plan["stack"]["module_type"] == "open"  # Blackwell stand-ins: open only
+    assert plan["stack"]["driver_present"] == plan["stack"]["driver"]  # the reproduce before installed it
+    assert len(plan["extravars"]["proxmox_gpu_host_power_limit_gpus"]) == 8
+    assert all(g.startswith("0000:") for g in plan["extravars"]["proxmox_gpu_host_power_limit_gpus"])
+    before = pve(stock, "stat -c %Y /etc/modprobe.d/nvidia-uvm.conf; nvidia-smi --query-gpu=driver_version "
+                        "--format=csv,noheader | sort -u")
+    refused = toolkit_cli("host", "plan", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path,
+                          "-e", "proxmox_gpu_host_driver_version=590.48.01", "--json")
+    assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
+    reasons = [r["reason"] for r in json.loads(refused.stdout)["refusals"]]
+    assert any(r.startswith("no matrix row says 590.48.01 builds on 6.8.") for r in reasons), reasons
+    assert pve(stock, "stat -c %Y /etc/modprobe.d/nvidia-uvm.conf; nvidia-smi --query-gpu=driver_version "
+                      "--format=csv,noheader | sort -u") == before
+
+
 def test_strict_nvidia_modprobe_makes_only_what_each_flag_makes(stock: LabState) -> None:
     # As NVIDIA/nvidia-modprobe's main(): with -u the -c minors are the uvm pair's; ctl only from -c=255.
     pve(stock, "rm -f /dev/nvidia0 /dev/nvidiactl /dev/nvidia-uvm /dev/nvidia-uvm-tools && nvidia-modprobe -u -c=0")

@@ -12,15 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.adapters.ansible import InventoryHost, find_inventory, read_inventory, run_playbook
-from toolkit.app.apply import ApplyOutcome, ApplyRequest
 from toolkit.app.profiles import resolve_checked
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK, ToolkitError
 from toolkit.core.hostplan.facts import HostFacts, parse_facts, raw_from_json
 from toolkit.core.hostplan.plan import Plan, ProfileNeeds, make_plan
+
+if TYPE_CHECKING:  # apply's imports (the wheelhouse, deploy planning) cost `host plan` a second it never uses
+    from toolkit.app.apply import ApplyOutcome, ApplyRequest
 
 NOTES_VAR = "toolkit_notes"
 
@@ -42,6 +44,7 @@ class HostPlan:
     host: InventoryHost
     containers: list[str]  # the inventory's GPU containers on this host
     notes: list[str]  # the inventory's own notes (what it substitutes), said before a run
+    container_vars: dict[str, Any] = field(default_factory=dict)  # the first container's variables (the plan's)
 
 
 def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
@@ -62,7 +65,7 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     if isinstance(notes, str) or not all(isinstance(n, str) for n in notes):
         raise ToolkitError.of(f"{NOTES_VAR} must be a list of lines", file=str(path), field=NOTES_VAR,
                               fix=f"write {NOTES_VAR}: [\"one line\", ...]")
-    return HostPlan(path, hosts[host], containers, list(notes))
+    return HostPlan(path, hosts[host], containers, list(notes), dict(hosts[containers[0]].vars) if containers else {})
 
 
 FACTS_TASK = "Facts | read the host"
@@ -107,13 +110,12 @@ def profile_needs(profile: str) -> ProfileNeeds:
 
 
 def plan_variables(plan: HostPlan, extravars: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
-    """The variables the plan reads: the host's, its first GPU container's (lxc_*), then -e on top; and where
-    each came from."""
-    hosts = read_inventory(plan.inventory)
+    """The variables the plan reads: the host's, then its first GPU container's (its lxc_* ones), -e on top; and
+    where each came from."""
     merged: dict[str, Any] = {}
     origins: dict[str, str] = {}
-    for name in [*plan.containers[:1], plan.host.name]:
-        for key, value in hosts[name].vars.items():
+    for name, values in [(plan.host.name, plan.host.vars), *((c, plan.container_vars) for c in plan.containers[:1])]:
+        for key, value in values.items():
             merged.setdefault(key, value)
             origins.setdefault(key, f"inventory: {name}")
     for key, value in extravars.items():
@@ -241,6 +243,8 @@ def reproduce(req: HostRequest, plan: HostPlan, profile: str, run: Callable[...,
     if outcome.exit_code == EXIT_OK and not req.check:
         deploy_start = time.monotonic()
         limit = ",".join(outcome.containers)
+        from toolkit.app.apply import ApplyRequest
+
         applied = deploy(ApplyRequest(profile=profile, inventory=str(plan.inventory), limit=limit))
         outcome.runs.append({"command": f"toolkit apply profile {profile} -i {plan.inventory} --limit {limit}",
                              "summary": applied.summary, "rc": applied.exit_code,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -315,6 +316,12 @@ def _driver(plan: Plan, facts: HostFacts, matrix: Matrix, gpus: tuple[Gpu, ...],
                 f"raise proxmox_gpu_host_driver_version to {min_driver.min_driver} or later", min_driver.source))
         return out
 
+    if pin and not re.fullmatch(r"\d+\.\d+(\.\d+)?", str(pin)):
+        plan.refusals.append(Refusal(
+            "driver-pin", f"proxmox_gpu_host_driver_version is {pin!r} "
+            f"({where.get('proxmox_gpu_host_driver_version', 'inventory')}), not a release the matrix can check",
+            "give a literal release (580.142), or leave it unset for the matrix's pick"))
+        return None
     if pin:
         release = str(pin)
         found = problems(release)
