@@ -186,3 +186,9 @@ def test_the_power_limit_is_for_the_containers_gpus_by_bus_id() -> None:
     gpus = [{"bus": "0000:01:00.0", "kept": 450.0, "default": 600.0}, {"bus": "0000:21:00.0", "kept": 600.0,
                                                                          "default": 600.0}]
     assert [g["bus"] for g in host.power_kept(gpus)] == ["0000:01:00.0"]
+
+
+def test_without_the_drivers_list_the_nodes_stand_for_the_gpus() -> None:
+    chosen = pve.gpu_selection("all", [], [], [0, 1, 2])
+    assert chosen["minors"] == [0, 1, 2] and chosen["missing"] == []
+    assert pve.gpu_selection([1, 5], [], [], [0, 1, 2])["missing"] == ["5"]
