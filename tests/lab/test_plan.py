@@ -210,6 +210,10 @@ def test_modprobe_options_later_files_win_and_dashes_equal_underscores() -> None
     (LabConfig(gpu_model="p40"), "--flavour"),
     (LabConfig(flavour="homelab", vfio_gpus=8), "--vfio-gpus"),
     (LabConfig(flavour="homelab", disk_gib=32), "--disk-gib"),
+    (LabConfig(flavour="stock-pve8", kernel_series="7.0"), "--kernel"),
+    (LabConfig(flavour="stock-pve9", kernel_series="6.2"), "--kernel"),
+    (LabConfig(apt_driver=True), "--flavour"),
+    (LabConfig(flavour="stock-pve9", gpus=4, vfio_gpus=2, vm_gpus=2), "--vm-gpus"),
 ])
 def test_bad_flavour_options_name_the_option(config: LabConfig, field: str) -> None:
     with pytest.raises(ToolkitError) as err:
@@ -296,3 +300,59 @@ def test_storage_cfg_parses_as_pve_storage_writes_it() -> None:
 def test_the_module_probe_refuses_a_gpu_its_type_does_not_drive(arch: str, module_type: str, refused: str) -> None:
     why = labstandin.probe_refusal(arch, module_type)
     assert (refused in why) if refused else why == ""
+
+
+def test_kernel_70_is_a_pve_92_host_whose_mirror_serves_drivers_that_build_there() -> None:
+    config = plan.validate(LabConfig(flavour="stock-pve9", kernel_series="7.0"))
+    f = config.flavour_spec
+    assert f.pve_version.startswith("9.2") and f.kernel.startswith("7.0.") and f.kernel.endswith("-pve")
+    assert all(k.startswith("7.0.") for k in (f.next_kernel, f.latest_kernel))
+    assert config.mirror_driver_versions == ("580.95.05", "580.142", "580.159.04")
+    assert LabConfig(flavour="stock-pve9").flavour_spec.kernel.startswith("6.14")
+    state = LabState(config=config, inventory_path="/x/lab.yml", ssh_key_path="/k", known_hosts_path="/h",
+                     installer_sha256={"580.95.05": "aa", "580.142": "cc"})
+    host = yaml.safe_load(plan.render_inventory(state))["all"]["children"]["proxmox_hosts"]["hosts"]["pve1"]
+    # No pin: the role's default (or the plan's choice) is the driver, its checksum known to the inventory.
+    assert "proxmox_gpu_host_driver_version" not in host
+    assert role_value(host, "proxmox_gpu_host_driver_checksum", proxmox_gpu_host_driver_version="580.142") == (
+        "sha256:cc")
+    assert LabState.from_json(state.to_json(), "x").config == config
+
+
+@pytest.mark.parametrize(("driver", "kernel", "builds"), [
+    ("580.95.05", "6.14.8-2-pve", True),
+    ("580.95.05", "7.0.12-3-pve", False),
+    ("580.126.18", "7.0.14-1-pve", False),
+    ("580.142", "7.0.12-3-pve", True),
+    ("580.142", "7.1.2-1-pve", False),
+    ("580.159.04", "7.1.2-1-pve", True),
+    ("590.48.01", "7.1.2-1-pve", True),
+])
+def test_the_standin_module_builds_only_where_the_real_source_does(tmp_path: Path, driver: str, kernel: str,
+                                                                    builds: bool) -> None:
+    import shutil
+    import subprocess
+
+    standins = Path(labstandin.__file__).parent
+    shutil.copy(standins / "kernel-Makefile", tmp_path / "Makefile")
+    shutil.copy(standins / "kernel-conftest.c", tmp_path / "conftest.c")
+    (tmp_path / "dkms.conf").write_text(f'PACKAGE_NAME="nvidia"\nPACKAGE_VERSION="{driver}"\n')
+    (tmp_path / "headers").mkdir()
+    (tmp_path / "headers/Makefile").write_text("")
+    proc = subprocess.run(["make", "-C", str(tmp_path), f"KERNELRELEASE={kernel}",
+                           f"KERNEL_SOURCES={tmp_path / 'headers'}"], capture_output=True, text=True)
+    assert (proc.returncode == 0) is builds, proc.stdout + proc.stderr
+    if builds:
+        assert f"version: {driver}\nkernel: {kernel}" in (tmp_path / "nvidia.ko").read_text()
+    else:
+        assert "error: implicit declaration of function 'del_timer_sync'" in proc.stdout
+        assert "make: *** [Makefile:82: modules] Error 2" in proc.stdout
+
+
+def test_a_vm_names_the_last_kept_gpus_and_the_apt_driver_is_in_dpkgs_status() -> None:
+    config = plan.validate(LabConfig(flavour="stock-pve9", gpus=8, vfio_gpus=1, vm_gpus=2, apt_driver=True))
+    hostpci = [line for line in plan.vm_config(config).splitlines() if line.startswith("hostpci")]
+    assert hostpci == ["hostpci0: 0000:a1:00.0,pcie=1", "hostpci1: 0000:c1:00.0,pcie=1"]
+    status = plan.apt_driver_status()
+    assert status.count("Status: install ok installed") == len(plan.APT_DRIVER_PACKAGES)
+    assert "Package: nvidia-driver\n" in status and f"Version: {plan.APT_DRIVER_VERSION}" in status

@@ -143,3 +143,52 @@ def test_raw_rules_are_one_per_node() -> None:
                "/dev/nvidia-caps/nvidia-cap1 1fd 1\n/dev/nvidia0 c3 0\n")
     assert pve.raw_allow_rules(numbers) == ["c 195:0 rwm", "c 195:255 rwm", "c 508:0 rwm", "c 508:1 rwm",
                                             "c 509:1 rwm"]
+
+
+def test_a_vms_hostpci_gpus_are_not_the_hosts_and_one_a_host_driver_holds_is_named() -> None:
+    grep = ["/etc/pve/qemu-server/200.conf:hostpci0: 0000:01:00.0,pcie=1,x-vga=1",
+            "/etc/pve/qemu-server/201.conf:hostpci1: mapping=p40,pcie=1",
+            "/etc/pve/qemu-server/202.conf:hostpci0: 21:00;0000:e1:00.0"]
+    mapping = "p40\n\tmap id=10de:1b38,node=pve1,path=0000:41:00.0\n\tmap id=10de:1b38,node=pve2,path=0000:81:00.0\n"
+    vm = host.vm_hostpci(grep, mapping, "pve1", ["00000000:A1:00.0"])
+    assert vm == {"0000:01:00.0": "VM 200", "0000:41:00.0": "VM 201", "0000:21:00": "VM 202",
+                  "0000:e1:00.0": "VM 202", "0000:a1:00.0": "a VM (the plan)"}
+    devices = host.lspci_nvidia(LSPCI)
+    assert host.host_gpus(devices, vm) == []  # 01 and 41 are VMs', 21 is vfio-pci's
+    assert host.host_gpus(devices, {}) == host.host_gpus(devices)
+    # 01:00.0 is still nvidia's and 41:00.0 nothing's: a VM start would take them; 21:00.0 is on vfio-pci.
+    assert host.vm_gpus_not_on_vfio(devices, vm) == ["01:00.0 (VM 200, nvidia)", "41:00.0 (VM 201, no driver)"]
+    assert host.open_module_fit(devices, vm) == {"pre_turing": [], "blackwell": []}
+    assert [host.bus_id(s) for s in ("81:00.0", "00000000:81:00.0", "0000:81:00.0")] == ["0000:81:00.0"] * 3
+
+
+MINORS = ["/proc/driver/nvidia/gpus/0000:01:00.0/information:Device Minor: \t 0",
+          "/proc/driver/nvidia/gpus/0000:21:00.0/information:Device Minor: \t 1",
+          "/proc/driver/nvidia/gpus/0000:61:00.0/information:Device Minor: \t 3"]
+# 41:00.0 (minor 2) was unbound at run time: nvidia-smi numbers the rest 0..2 in bus order.
+SMI = ["0, 00000000:01:00.0", "1, 00000000:21:00.0", "2, 00000000:61:00.0"]
+
+
+def test_a_containers_gpus_by_bus_id_or_index_map_to_the_drivers_minors() -> None:
+    assert pve.gpu_selection("all", SMI, MINORS)["minors"] == [0, 1, 3]
+    by_index = pve.gpu_selection([2], SMI, MINORS)
+    assert by_index["minors"] == [3] and by_index["buses"] == ["0000:61:00.0"]  # index 2 is minor 3
+    assert pve.gpu_selection(["0000:61:00.0", "21:00.0"], SMI, MINORS)["minors"] == [1, 3]
+    gone = pve.gpu_selection(["0000:41:00.0", 3], SMI, MINORS)
+    assert gone["missing"] == ["0000:41:00.0", "3"] and gone["minors"] == []
+    assert pve.gpu_selection("all", SMI, MINORS)["host"][2] == "2 0000:61:00.0 (/dev/nvidia3)"
+
+
+def test_the_power_limit_is_for_the_containers_gpus_by_bus_id() -> None:
+    conf = ["dev0: /dev/nvidia3,mode=0666", "dev1: /dev/nvidiactl,mode=0666", "lxc.cgroup2.devices.allow: c 195:1 rwm"]
+    assert host.container_gpu_buses(conf, MINORS) == ["0000:21:00.0", "0000:61:00.0"]
+    assert host.gpu_minors(MINORS) == {0: "0000:01:00.0", 1: "0000:21:00.0", 3: "0000:61:00.0"}
+    gpus = [{"bus": "0000:01:00.0", "kept": 450.0, "default": 600.0}, {"bus": "0000:21:00.0", "kept": 600.0,
+                                                                         "default": 600.0}]
+    assert [g["bus"] for g in host.power_kept(gpus)] == ["0000:01:00.0"]
+
+
+def test_without_the_drivers_list_the_nodes_stand_for_the_gpus() -> None:
+    chosen = pve.gpu_selection("all", [], [], [0, 1, 2])
+    assert chosen["minors"] == [0, 1, 2] and chosen["missing"] == []
+    assert pve.gpu_selection([1, 5], [], [], [0, 1, 2])["missing"] == ["5"]

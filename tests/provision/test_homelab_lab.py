@@ -258,7 +258,7 @@ def test_reproduce_then_reboot_into_the_newer_kernel_and_the_doctor_passes(stock
     check(pve(stock, "cat /run/lab-standin/sys/bus/pci/devices/*/driver | sort -u").split() == ["nvidia"], "r1-3")
     check("Kernel module type: open" in pve(stock, "cat /var/log/nvidia-installer.log"), "5: not open on Blackwell")
     # Finding 6: Fabric Manager at the driver's version from NVIDIA's repository with its key (cuda-keyring).
-    check(pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager-580", ok=False).strip() == f"{OLD}-1"
+    check(pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager", ok=False).strip() == f"{OLD}-1"
           and "signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg" in pve(
               stock, "cat /etc/apt/sources.list.d/cuda-debian12-x86_64.list", ok=False)
           and pve(stock, "systemctl is-active nvidia-fabricmanager", ok=False).strip() == "active",
@@ -386,7 +386,7 @@ def test_driver_upgrade_with_an_ha_managed_container_leaves_it_stopped_until_its
         assert pve(stock, "cat /run/lab-standin/sys/module/nvidia/version").strip() == NEW  # loaded, no reboot
         dkms = pve(stock, "dkms status")
         assert f"nvidia/{NEW}, {PENDING}, x86_64: installed" in dkms and f"nvidia/{NEW}, {BOOTED}" in dkms
-        assert pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager-580").strip() == f"{NEW}-1"
+        assert pve(stock, "dpkg-query -W -f '${Version}' nvidia-fabricmanager").strip() == f"{NEW}-1"
         # Finding 10: left stopped, through HA (its resource says stopped, so the HA stack keeps it so), and said so.
         assert "status: stopped" in pve(stock, f"pct status {VMID}")
         assert re.search(rf"ct:{VMID}\n\tstate stopped", pve(stock, "ha-manager config"))
@@ -408,12 +408,15 @@ def test_fabric_manager_from_nvidias_archive_at_the_drivers_version(stock: LabSt
     """Round 2, finding 6, PVE 9's source: NVIDIA's redist archive, checked against its sha256, when apt has no
     Fabric Manager of the driver's branch (Debian 13). Forced here on PVE 8 (auto picks it on PVE 9)."""
     pve(stock, "systemctl stop nvidia-fabricmanager && apt-get remove -y --allow-change-held-packages "
-               "nvidia-fabricmanager-580 >/dev/null && ! command -v nv-fabricmanager")
+               "nvidia-fabricmanager >/dev/null && ! command -v nv-fabricmanager")
     result = book(stock, runs, "host", proxmox_gpu_host_driver_version=NEW,
                   proxmox_gpu_host_fabricmanager_source="archive")
     assert result.rc == 0, fails(result)
-    assert pve(stock, "dpkg-query -W -f '${Status}' nvidia-fabricmanager-580", ok=False).find("install ok") < 0
+    assert pve(stock, "dpkg-query -W -f '${Status}' nvidia-fabricmanager", ok=False).find("install ok") < 0
     assert NEW in pve(stock, "nv-fabricmanager --version")
+    # The tree NVIDIA's packaging installs: the start script the unit runs, the topologies, libnvfm.
+    assert pve(stock, "ls /usr/bin/nvidia-fabricmanager-start.sh /usr/share/nvidia/nvswitch/*_topology "
+                      "/usr/lib/x86_64-linux-gnu/libnvfm.so.1 | wc -l").strip() == "3"
     assert pve(stock, f"test -f /opt/nvidia/fabricmanager-linux-x86_64-{NEW}-archive.tar.xz && echo ok").strip() == "ok"
     assert pve(stock, "systemctl is-active nvidia-fabricmanager").strip() == "active"
     assert ct_cuinit(stock)["rc"] == 0

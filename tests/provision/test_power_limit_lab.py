@@ -20,6 +20,8 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = "/etc/systemd/system/nvidia-power-limit.service"
+# The lab's GPUs by PCI bus id, in bus order (lab-init).
+BUSES = [f"0000:{0x01 + i * 0x20:02x}:00.0" for i in range(8)]
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +59,15 @@ def limits(inventory: str, host: str = "pve1") -> list[float]:
 def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(inventory: str, tmp_path: Path) -> None:
     # deploy.yml's host play as `toolkit apply` runs it for a profile with gpu.power_limit_w: 450 on a container of
     # pve1 (the service's play on no host here: no server restarts).
+    # The container's GPUs (`toolkit apply` passes the target containers' vmids; ct has all 8): each by bus id.
     first = run_playbook("deploy", inventory=inventory, extravars={
-        "deploy_power_limit_hosts": ["pve1"], "proxmox_gpu_host_gpu_power_limit_w": "450", "deploy_hosts": []})
+        "deploy_power_limit_hosts": ["pve1"], "proxmox_gpu_host_gpu_power_limit_w": "450", "deploy_hosts": [],
+        "proxmox_gpu_host_power_limit_vmids": [100]})
     assert first.rc == 0 and first.hosts["pve1"].changed >= 1, [f.message for f in first.failures]
     assert limits(inventory) == [450.0] * 8
     unit = ssh(inventory, "pve1", f"cat {UNIT}; systemctl is-enabled nvidia-power-limit.service").stdout
-    assert "ExecStart=/usr/bin/nvidia-smi -pl 450" in unit and "enabled" in unit
+    assert all(f"ExecStart=/usr/bin/nvidia-smi -i {bus} -pl 450" in unit for bus in BUSES) and "enabled" in unit
+    assert "Before=pve-guests.service pve-ha-lrm.service" in unit
     # The container sees the host's limit (the stand-in server's GPUs read it there) and cannot change it.
     assert limits(inventory, "ct") == [450.0] * 8
     refused = ssh(inventory, "ct", "nvidia-smi -pl 400")
@@ -81,6 +86,22 @@ def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(invent
     assert any("outside the range of GPU 0 (300.0 to 600.0 W" in f.message and "Nothing was changed" in f.message
                for f in bad.failures), [f.message for f in bad.failures]
     assert limits(inventory) == [450.0] * 8
+
+    # Two profiles on one host, each for its own GPUs (ct-a's 0-3 and ct-b's 4-7, as the plan names them by bus id):
+    # the second leaves the first's GPUs as they were, now and at boot.
+    for watts, buses in (("400", BUSES[:4]), ("350", BUSES[4:])):
+        scoped = run_playbook("host", inventory=inventory, tags=["proxmox_gpu_host_power_limit"], extravars={
+            "proxmox_gpu_host_gpu_power_limit_w": watts, "proxmox_gpu_host_power_limit_gpus": buses})
+        assert scoped.rc == 0, [f.message for f in scoped.failures]
+    assert limits(inventory) == [400.0] * 4 + [350.0] * 4
+    unit = ssh(inventory, "pve1", f"cat {UNIT}").stdout
+    assert [line for line in unit.splitlines() if line.startswith("ExecStart=")] == [
+        f"ExecStart=/usr/bin/nvidia-smi -i {bus} -pl {w}" for bus, w in zip(BUSES, [400] * 4 + [350] * 4, strict=True)]
+    ssh(inventory, "pve1", "systemctl restart nvidia-power-limit.service")  # what the next boot runs
+    assert limits(inventory) == [400.0] * 4 + [350.0] * 4
+    doctor = toolkit("doctor", "pve1", "-i", inventory, "--json", cwd=tmp_path)
+    checks = {c["name"]: c for c in json.loads(doctor.stdout) if c["subject"] == "pve1"}
+    assert checks["power limit"]["status"] == "pass", checks["power limit"]
 
     # Back to the defaults (the GPUs as the other lab tests expect them): the unit goes, every GPU at 600 W.
     back = run_playbook("host", inventory=inventory, extravars={"proxmox_gpu_host_gpu_power_limit_w": "default"},

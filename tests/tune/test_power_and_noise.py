@@ -157,3 +157,14 @@ def test_recorded_state_is_the_docs_own(profiles: ProfileStore) -> None:
     text = (REPO / "docs" / "tune.md").read_text()
     assert "docs/tune-lab" in text or "tune-lab/" in text
     assert Path(REPO / "docs" / "tune-lab" / "state.json").is_file()
+
+
+def test_the_doctor_reads_each_gpus_limit_against_its_line_in_the_unit() -> None:
+    smi = ("0, 00000000:01:00.0, 450.00, 600.00, 300.00, 600.00\n"
+           "1, 00000000:21:00.0, 600.00, 600.00, 300.00, 600.00\n")
+    unit = "[Service]\nExecStart=/usr/bin/nvidia-smi -i 0000:01:00.0 -pl 450\n"
+    ok = judge_power_limit("pve1", {"power_rc": 0, "power": smi, "power_unit": unit})[0]
+    assert ok.status == PASS and ok.detail.startswith("450 W on 1 GPU(s), 1 at their default, kept at boot")
+    other = unit.replace("0000:01:00.0", "0000:21:00.0")
+    wrong = judge_power_limit("pve1", {"power_rc": 0, "power": smi, "power_unit": other})[0]
+    assert wrong.status == FAIL and "GPU 0 (0000:01:00.0) 450 W, 600 W kept" in wrong.detail

@@ -300,7 +300,11 @@ def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, In
                               "is not in proxmox_hosts)", file=str(inventory), field="proxmox_hosts",
                               fix="add the host to the proxmox_hosts group (and lxc_gpu_container_proxmox_host), or "
                               "leave gpu.power_limit_w unset")
-    return {"deploy_power_limit_hosts": sorted(owners), "proxmox_gpu_host_gpu_power_limit_w": f"{limit:g}"}
+    # Only these containers' GPUs: another container's on the same host keep the limit its own profile set.
+    vmids = sorted({int(h.vars["lxc_gpu_container_vmid"]) for h in hosts.values()
+                    if str(h.vars.get("lxc_gpu_container_vmid", "")).isdigit()})
+    return {"deploy_power_limit_hosts": sorted(owners), "proxmox_gpu_host_gpu_power_limit_w": f"{limit:g}",
+            "proxmox_gpu_host_power_limit_vmids": vmids}
 
 
 def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_message: Callable[[str], None],

@@ -35,6 +35,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "GPU the open kernel modules do not drive)")
     p_up.add_argument("--vfio-gpus", type=int, default=0,
                       help="stock flavours: how many GPUs (the last ones) are bound to vfio-pci, passed to VMs")
+    p_up.add_argument("--kernel", default="", metavar="SERIES", dest="kernel_series",
+                      help="stock-pve9: the default kernel's series, 7.0 (a Proxmox VE 9.2 host; the stand-in "
+                           "module builds only from 580.142 there)")
+    p_up.add_argument("--apt-driver", action="store_true",
+                      help="stock flavours: a driver already installed from Debian's packages (dpkg lists them; "
+                           "NVIDIA's .run installer refuses to run over them)")
+    p_up.add_argument("--vm-gpus", type=int, default=0,
+                      help="stock flavours: how many GPUs (the last ones the host keeps) a stopped VM names in its "
+                           "hostpci lines while nvidia still binds them")
     p_up.add_argument("--disk-gib", type=int, default=plan.DEFAULT_DISK_GIB,
                       help=f"the disk Proxmox's installer carved the storages from (default {plan.DEFAULT_DISK_GIB})")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
@@ -73,7 +82,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                             ct_subnet=args.ct_subnet, ct_vmid=args.ct_vmid, flavour=args.flavour,
                             secure_boot=args.secure_boot, nvswitches=args.nvswitches,
                             extra_driver_versions=tuple(args.extra_driver_version), gpu_model=args.gpu_model,
-                            vfio_gpus=args.vfio_gpus, disk_gib=args.disk_gib)
+                            vfio_gpus=args.vfio_gpus, disk_gib=args.disk_gib, kernel_series=args.kernel_series,
+                            apt_driver=args.apt_driver, vm_gpus=args.vm_gpus)
     console = _progress_console()
     t0 = time.monotonic()
     with console.status("lab up") as spinner:

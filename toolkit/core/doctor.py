@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core.hostplan.facts import normalize_bus_id
+
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 _ALLOW = re.compile(r"^lxc\.cgroup2?\.devices\.allow:\s*c\s+(\d+):(\*|\d+)\s+[rwm]+\s*$")
 
@@ -190,46 +192,62 @@ def judge_host(name: str, r: Mapping[str, Any]) -> list[Check]:
     return checks + judge_power_limit(name, r) + judge_kernel_module(name, r)
 
 
-def power_limits(text: str) -> list[dict[str, float]]:
-    """`nvidia-smi --query-gpu=index,power.limit,power.default_limit,power.min_limit,power.max_limit --format=csv,
-    noheader,nounits` -> one dict per GPU (a row that does not parse, e.g. `[N/A]`, is left out)."""
-    out = []
+def power_limits(text: str) -> list[dict[str, Any]]:
+    """`nvidia-smi --query-gpu=index,pci.bus_id,power.limit,power.default_limit,power.min_limit,power.max_limit
+    --format=csv,noheader,nounits` -> one dict per GPU (a row that does not parse, e.g. `[N/A]`, is left out); rows
+    without the bus id (an older doctor's query) parse too."""
+    out: list[dict[str, Any]] = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) != 5 or not cells[0].isdigit():
+        if len(cells) == 5:
+            cells.insert(1, "")
+        if len(cells) != 6 or not cells[0].isdigit():
             continue
         try:
-            out.append({"index": float(cells[0]), "limit": float(cells[1]), "default": float(cells[2]),
-                        "min": float(cells[3]), "max": float(cells[4])})
+            out.append({"index": float(cells[0]), "bus": normalize_bus_id(cells[1]) if cells[1] else "",
+                        "limit": float(cells[2]), "default": float(cells[3]), "min": float(cells[4]),
+                        "max": float(cells[5])})
         except ValueError:
             continue
     return out
 
 
-def unit_power_limit(unit: str) -> float | None:
-    """The W the power-limit unit sets at boot (`ExecStart=... nvidia-smi -pl W`), None without one."""
-    m = re.search(r"^ExecStart=\S*nvidia-smi\b.*\s-pl\s+([0-9.]+)\s*$", unit, re.M)
-    return float(m.group(1)) if m else None
+def unit_power_limits(unit: str) -> dict[str, float]:
+    """The W the power-limit unit sets at boot, by bus id (`ExecStart=... nvidia-smi -i BUS -pl W`, one per GPU);
+    "*" for a line without -i (every GPU). Empty without a unit."""
+    out = {}
+    for m in re.finditer(r"^ExecStart=\S*nvidia-smi\b(?:.*\s-i\s+(\S+))?.*\s-pl\s+([0-9.]+)\s*$", unit, re.M):
+        out[normalize_bus_id(m.group(1)) if m.group(1) else "*"] = float(m.group(2))
+    return out
 
 
 def judge_power_limit(name: str, r: Mapping[str, Any]) -> list[Check]:
     """Each GPU's enforced power limit read back, against what the host keeps at boot (roles/proxmox_gpu_host
-    power_limit.yml's unit): equal passes; a limit the unit does not explain is lost at the next reboot (set by
-    hand) or the unit's was lost (a driver reload), and says so."""
+    power_limit.yml's unit, one line per GPU whose limit is not its default): equal passes; a limit the unit does not
+    explain is lost at the next reboot (set by hand) or the unit's was lost (a driver reload), and says so."""
     if "power" not in r:
         return []
     gpus = power_limits(str(r.get("power", "")))
     if _as_int(r.get("power_rc")) != 0 or not gpus:
         return [Check(name, "power limit", SKIP, "nvidia-smi reads no power limit here")]
-    kept = unit_power_limit(str(r.get("power_unit", "")))
+    unit = unit_power_limits(str(r.get("power_unit", "")))
     limits = sorted({g["limit"] for g in gpus})
     shown = ", ".join(f"GPU {int(g['index'])} {g['limit']:g} W" for g in gpus)
-    if kept is not None:
-        off = [g for g in gpus if abs(g["limit"] - kept) > 0.5]
+    if unit:
+        kept = {id(g): unit.get(g["bus"], unit.get("*", g["default"])) for g in gpus}
+        off = [g for g in gpus if abs(g["limit"] - kept[id(g)]) > 0.5]
         if not off:
-            return [Check(name, "power limit", PASS, f"{kept:g} W on {len(gpus)} GPU(s), kept at boot by the unit "
-                          f"(range {gpus[0]['min']:g}-{gpus[0]['max']:g} W, default {gpus[0]['default']:g} W)")]
-        return [Check(name, "power limit", FAIL, f"the unit sets {kept:g} W at boot, but {shown}",
+            held = sorted({kept[id(g)] for g in gpus if abs(kept[id(g)] - g["default"]) > 0.5})
+            at_default = sum(1 for g in gpus if abs(kept[id(g)] - g["default"]) <= 0.5)
+            rest = f", {at_default} at their default" if at_default else ""
+            return [Check(name, "power limit", PASS,
+                          f"{', '.join(f'{w:g}' for w in held) or 'the default'} W on {len(gpus) - at_default} GPU(s)"
+                          f"{rest}, kept at boot by the unit (range {gpus[0]['min']:g}-{gpus[0]['max']:g} W, default "
+                          f"{gpus[0]['default']:g} W)")]
+        return [Check(name, "power limit", FAIL,
+                      f"the unit sets {', '.join(f'{w:g}' for w in sorted(set(unit.values())))} W at boot, but "
+                      + ", ".join(f"GPU {int(g['index'])} ({g['bus'] or '?'}) {g['limit']:g} W, "
+                                  f"{kept[id(g)]:g} W kept" for g in off),
                       f"systemctl restart nvidia-power-limit.service (or toolkit host provision {name})")]
     if any(abs(g["limit"] - g["default"]) > 0.5 for g in gpus):
         return [Check(name, "power limit", WARN, f"{shown}: below the default without a unit to keep it, so lost "

@@ -38,7 +38,7 @@ from toolkit.lab import plan
 # What the role installs from Debian on a stock host (Recommends off, as the role asks apt).
 DEBIAN_TOOLCHAIN = ("build-essential",)
 # Bump when the stand-in packages' contents change.
-MIRROR_REVISION = "8"
+MIRROR_REVISION = "9"
 
 
 def _run(cmd: list[str], what: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
@@ -219,11 +219,42 @@ fi
 exec /usr/sbin/dkms kernel_postinst -k "$inst_kern"
 """
 
+# The 580-era unit (a user's `systemctl status` of it, siderolabs/extensions#717): a precheck, then the start script,
+# which starts nv-fabricmanager (and NVLSM on NVLink5 boards).
 _FM_UNIT = ("[Unit]\nDescription=NVIDIA fabric manager service (lab stand-in)\n"
             "After=network-online.target\n\n[Service]\nType=forking\n"
-            "ExecStart=/usr/bin/nv-fabricmanager -c /usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+            "ExecStartPre=/usr/bin/nvidia-fabricmanager-start.sh --mode precheck\n"
+            "ExecStart=/usr/bin/nvidia-fabricmanager-start.sh --mode start\n"
             "PIDFile=/run/nvidia-fabricmanager/nv-fabricmanager.pid\n\n"
             "[Install]\nWantedBy=multi-user.target\n")
+_FM_START = """#!/bin/sh
+# nvidia-fabricmanager-start.sh (lab stand-in): precheck: the configuration and the NVSwitch topology files it needs;
+# start: nv-fabricmanager with that configuration.
+set -eu
+cfg=/usr/share/nvidia/nvswitch/fabricmanager.cfg
+case "${2:-}" in
+  precheck)
+    [ -f "$cfg" ] || { echo "fabric manager configuration $cfg not found (lab stand-in)" >&2; exit 1; }
+    ls /usr/share/nvidia/nvswitch/*_topology >/dev/null 2>&1 || {
+      echo "fabric manager topology file not found in /usr/share/nvidia/nvswitch (lab stand-in)" >&2; exit 1; } ;;
+  start) exec /usr/bin/nv-fabricmanager -c "$cfg" ;;
+  *) echo "usage: $0 --mode precheck|start" >&2; exit 2 ;;
+esac
+"""
+
+
+_FM_SHARE = "/usr/share/nvidia/nvswitch"
+
+
+def _fm_files(version: str) -> dict[str, tuple[str, int]]:
+    """Fabric Manager's files as NVIDIA's packages install them (NVIDIA/yum-packaging-fabric-manager
+    fabricmanager.spec), by their path on the host."""
+    return {"/usr/bin/nv-fabricmanager": (_standin("nv-fabricmanager").replace("@VERSION@", version), 0o755),
+            "/usr/bin/nvidia-fabricmanager-start.sh": (_FM_START, 0o755),
+            f"{_FM_SHARE}/fabricmanager.cfg": ("# lab stand-in: Fabric Manager configuration\nLOG_LEVEL=4\n", 0o644),
+            f"{_FM_SHARE}/dgxh100_hgxh100_topology": ("lab stand-in: HGX H100 topology\n", 0o644),
+            "/usr/lib/x86_64-linux-gnu/libnvfm.so.1": ("lab stand-in: no NVIDIA library here\n", 0o755),
+            "/lib/systemd/system/nvidia-fabricmanager.service": (_FM_UNIT, 0o644)}
 
 
 def _payload(installer: Path, into: Path) -> Path:
@@ -294,20 +325,27 @@ def nvidia_debs(out_dir: Path, cuda_repo: str, driver_versions: tuple[str, ...],
         return
     for version in driver_versions:
         branch = version.split(".")[0]
-        _standin_deb(out_dir, f"nvidia-fabricmanager-{branch}", f"{version}-1", f"NVIDIA Fabric Manager {version}",
-                     {"/usr/bin/nv-fabricmanager": (_standin("nv-fabricmanager").replace("@VERSION@", version), 0o755),
-                      "/lib/systemd/system/nvidia-fabricmanager.service": (_FM_UNIT, 0o644)},
-                     provides="nvidia-fabricmanager")
+        # From R580 the package is nvidia-fabricmanager, providing the branch's name only as a virtual package
+        # (NVIDIA/gpu-driver-container#451: apt then finds no version of nvidia-fabricmanager-580 to install).
+        name, provides = (("nvidia-fabricmanager", f"nvidia-fabricmanager-{branch}") if int(branch) >= 580
+                          else (f"nvidia-fabricmanager-{branch}", "nvidia-fabricmanager"))
+        _standin_deb(out_dir, name, f"{version}-1", f"NVIDIA Fabric Manager {version}", _fm_files(version),
+                     provides=provides)
 
 
 def fabricmanager_archive(out_dir: Path, version: str) -> Path:
-    """NVIDIA's redist archive of Fabric Manager (fabricmanager-linux-x86_64-VER-archive.tar.xz: bin/,
-    etc/fabricmanager.cfg, systemd/nvidia-fabricmanager.service, as NVIDIA lays it out), stand-in contents."""
+    """NVIDIA's redist archive of Fabric Manager (fabricmanager-linux-x86_64-VER-archive.tar.xz: bin/ with the start
+    script, etc/fabricmanager.cfg, share/nvidia/nvswitch/ topologies, lib/libnvfm.so.1,
+    systemd/nvidia-fabricmanager.service, as NVIDIA lays it out), stand-in contents."""
     name = f"fabricmanager-linux-x86_64-{version}-archive"
     root = out_dir / f".build-{name}" / name
     shutil.rmtree(root.parent, ignore_errors=True)
-    files = {"bin/nv-fabricmanager": (_standin("nv-fabricmanager").replace("@VERSION@", version), 0o755),
-             "etc/fabricmanager.cfg": ("# lab stand-in: Fabric Manager configuration\nLOG_LEVEL=4\n", 0o644),
+    fm = _fm_files(version)
+    files = {"bin/nv-fabricmanager": fm["/usr/bin/nv-fabricmanager"],
+             "bin/nvidia-fabricmanager-start.sh": fm["/usr/bin/nvidia-fabricmanager-start.sh"],
+             "etc/fabricmanager.cfg": fm[f"{_FM_SHARE}/fabricmanager.cfg"],
+             "share/nvidia/nvswitch/dgxh100_hgxh100_topology": fm[f"{_FM_SHARE}/dgxh100_hgxh100_topology"],
+             "lib/libnvfm.so.1": fm["/usr/lib/x86_64-linux-gnu/libnvfm.so.1"],
              "systemd/nvidia-fabricmanager.service": (_FM_UNIT, 0o644),
              "LICENSE": ("lab stand-in: no NVIDIA software in this archive\n", 0o644)}
     for rel, (text, mode) in files.items():

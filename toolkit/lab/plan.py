@@ -8,7 +8,7 @@ import ipaddress
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -128,6 +128,8 @@ class Flavour:
     # An opt-in kernel series on the mirror (PVE 8: 6.14, PVE 9: 6.17): its older and newest kernel.
     opt_in_kernels: tuple[str, ...] = ()
     ceph_release: str = "quincy"
+    # Driver versions the mirror serves beyond the one asked (a newer kernel series needs a newer release).
+    mirror_driver_versions: tuple[str, ...] = ()
 
     @property
     def stock(self) -> bool:
@@ -151,6 +153,27 @@ FLAVOURS = {
                        latest_kernel="6.8.12-13-pve", opt_in_kernels=("6.14.8-2-bpo12-pve", "6.14.11-1-bpo12-pve"),
                        storage="zfs", subscription=False, pending_kernel="6.8.12-11-pve"),
 }
+# `--kernel SERIES`: the flavour as the Proxmox VE release whose default kernel is of that series. PVE 9.2
+# (pve-manager 9.2.0) moved to Linux 7.0 (pve-kernel master, proxmox-kernel-7.0 7.0.14-14), with 7.1 the next
+# opt-in series. Its mirror also serves the 580 releases whose modules build there: 580.142 is the first that
+# builds on 7.0 (void-linux/void-packages#60171), 580.159.04 the first on 7.1 (void-linux/void-packages#61087).
+# The stand-in module's own build (standins/kernel-Makefile) refuses older ones; nothing here tells it.
+KERNEL_SERIES: dict[str, dict[str, dict[str, Any]]] = {
+    "stock-pve9": {
+        "7.0": {"pve_version": "9.2.0", "kernel": "7.0.12-3-pve", "next_kernel": "7.0.14-1-pve",
+                "latest_kernel": "7.0.14-14-pve", "opt_in_kernels": ("7.1.2-1-pve",),
+                "mirror_driver_versions": ("580.142", "580.159.04")},
+    },
+}
+
+
+def with_kernel(flavour: Flavour, series: str) -> Flavour:
+    """The flavour booting a default kernel of `series` ('' keeps its own)."""
+    if not series:
+        return flavour
+    return replace(flavour, **KERNEL_SERIES[flavour.name][series])
+
+
 # The names the stock flavour's mirror answers for on pve1 (its /etc/hosts points them at it), over http and
 # https (a certificate for all of them from the lab's own CA, which pve1 trusts).
 MIRROR_ADDRESS = "127.0.0.2"
@@ -187,10 +210,24 @@ class LabConfig:
     gpu_model: str = DEFAULT_GPU_MODEL
     vfio_gpus: int = 0
     disk_gib: int = DEFAULT_DISK_GIB
+    # The default kernel's series ('' the flavour's own): `--kernel 7.0` makes stock-pve9 a PVE 9.2 host.
+    kernel_series: str = ""
+    # A driver already installed from Debian's packages (dpkg lists them, their alternate-install marker is
+    # there), as many Proxmox GPU guides leave a host.
+    apt_driver: bool = False
+    # How many GPUs (the last ones the host keeps) a stopped VM names in its hostpci lines while nvidia still
+    # binds them: qemu-server takes them from the driver only when the VM starts.
+    vm_gpus: int = 0
 
     @property
     def flavour_spec(self) -> Flavour:
-        return FLAVOURS[self.flavour]
+        return with_kernel(FLAVOURS[self.flavour], self.kernel_series)
+
+    @property
+    def mirror_driver_versions(self) -> tuple[str, ...]:
+        """Every driver version the lab builds an installer for: the asked one first, no repeats."""
+        asked = (self.driver_version, *self.extra_driver_versions, *self.flavour_spec.mirror_driver_versions)
+        return tuple(dict.fromkeys(asked))
 
     @property
     def controller_address(self) -> str:
@@ -265,16 +302,25 @@ def _flavour_problems(config: LabConfig) -> list[Problem]:
                                 fix="pass --flavour homelab (Proxmox VE 8 without a subscription, ZFS root), "
                                     "stock-pve8 (a subscribed Proxmox VE 8 host as installed) or lab"))
     elif not FLAVOURS[config.flavour].stock and (config.secure_boot or config.nvswitches or config.vfio_gpus
-                                                 or config.extra_driver_versions
-                                                 or config.gpu_model != DEFAULT_GPU_MODEL):
-        problems.append(Problem("--secure-boot, --nvswitches, --vfio-gpus, --gpu-model and --extra-driver-version "
-                                "need a stock flavour", field="--flavour", fix="add --flavour stock-pve8 or homelab"))
+                                                 or config.extra_driver_versions or config.apt_driver
+                                                 or config.vm_gpus or config.gpu_model != DEFAULT_GPU_MODEL):
+        problems.append(Problem("--secure-boot, --nvswitches, --vfio-gpus, --vm-gpus, --apt-driver, --gpu-model and "
+                                "--extra-driver-version need a stock flavour", field="--flavour",
+                                fix="add --flavour stock-pve8 or homelab"))
+    if config.kernel_series and config.kernel_series not in KERNEL_SERIES.get(config.flavour, {}):
+        offered = [f"--flavour {f} --kernel {k}" for f, series in KERNEL_SERIES.items() for k in series]
+        problems.append(Problem(f"no kernel series {config.kernel_series!r} for flavour {config.flavour!r}",
+                                field="--kernel", fix=f"pass one of: {', '.join(offered)}"))
     if config.gpu_model not in GPU_MODELS:
         problems.append(Problem(f"GPU model {config.gpu_model!r} is not one of {sorted(GPU_MODELS)}",
                                 field="--gpu-model", fix=f"pass --gpu-model {DEFAULT_GPU_MODEL} (the story's)"))
     if not 0 <= config.vfio_gpus < max(config.gpus, 1):
         problems.append(Problem(f"{config.vfio_gpus} of {config.gpus} GPUs bound to vfio-pci: the host must keep one",
                                 field="--vfio-gpus", fix=f"pass --vfio-gpus between 0 and {max(config.gpus - 1, 0)}"))
+    if config.vm_gpus < 0 or config.vfio_gpus + config.vm_gpus >= max(config.gpus, 1):
+        problems.append(Problem(f"{config.vm_gpus} GPUs for a VM and {config.vfio_gpus} on vfio-pci of {config.gpus}: "
+                                "the host must keep one", field="--vm-gpus",
+                                fix=f"pass --vm-gpus between 0 and {max(config.gpus - config.vfio_gpus - 1, 0)}"))
     if not 64 <= config.disk_gib <= 65536:
         problems.append(Problem(f"a disk of {config.disk_gib} GiB", field="--disk-gib",
                                 fix=f"pass --disk-gib between 64 and 65536 (default {DEFAULT_DISK_GIB})"))
@@ -407,8 +453,9 @@ CT_HOSTKEY_OPTIONS = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFil
 # What the lab substitutes for the roles, one line each, printed before every run (`toolkit_notes` in the
 # inventory). The flavour `lab` first; a stock flavour is a Proxmox VE host as installed, so the host role
 # runs there as on a real one.
-_NOTE_STANDINS = ("lab: the GPUs, /proc/devices, lspci and nvidia_uvm's parameters on pve1 are stand-ins "
-                  "(proxmox_gpu_host_proc_devices, proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
+_NOTE_STANDINS = ("lab: the GPUs, /proc/devices, /proc/driver/nvidia, lspci and nvidia_uvm's parameters on pve1 are "
+                  "stand-ins (proxmox_gpu_host_proc_devices, proxmox_gpu_host_proc_driver_dir, "
+                  "proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
 _NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
                    "(container_nvidia_userspace_cuda_install_method=none)")
 _NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
@@ -450,6 +497,7 @@ def render_inventory(state: LabState) -> str:
         "proxmox_gpu_host_proc_devices": "/run/lab-standin/proc-devices",
         "proxmox_gpu_host_sys_module_dir": "/run/lab-standin/sys/module",
         "proxmox_gpu_host_lspci_command": "/usr/local/bin/lspci-lab-standin -nnk -d 10de:",
+        "proxmox_gpu_host_proc_driver_dir": labstandin.PROC_DRIVER_DIR,
         "proxmox_gpu_host_driver_installer": f"/opt/lab-standin/NVIDIA-Linux-x86_64-{c.driver_version}.run",
         "proxmox_gpu_host_driver_version": c.driver_version,
         "proxmox_gpu_host_kernel_headers_required": False,
@@ -459,7 +507,7 @@ def render_inventory(state: LabState) -> str:
         # picks another of them).
         "toolkit_lab_driver_checksums": {v: f"sha256:{h}" for v, h in sorted(state.installer_sha256.items())},
         "proxmox_gpu_host_driver_checksum":
-            '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version] | default("") }}',
+            '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version | string] | default("") }}',
     }
     inventory = {
         "all": {
@@ -513,9 +561,12 @@ def _stock_inventory(state: LabState, host: dict[str, Any]) -> None:
     del host["proxmox_gpu_host_build_packages_install"]
     host["toolkit_lab_fabricmanager_checksums"] = {v: f"sha256:{h}" for v, h in sorted(state.fm_archive_sha256.items())}
     host["proxmox_gpu_host_fabricmanager_archive_checksum"] = (
-        '{{ toolkit_lab_fabricmanager_checksums[proxmox_gpu_host_driver_version] | default("") }}')
+        '{{ toolkit_lab_fabricmanager_checksums[proxmox_gpu_host_driver_version | string] | default("") }}')
     if not c.flavour_spec.subscription:
         host["proxmox_gpu_host_apt_no_subscription"] = True
+    if c.kernel_series:
+        # As a real host's inventory that pins nothing: the role's default, or the plan's choice, is the driver.
+        del host["proxmox_gpu_host_driver_version"]
 
 
 def standin_config(config: LabConfig) -> str:
@@ -529,6 +580,7 @@ def standin_config(config: LabConfig) -> str:
         # The GPUs' figures (name, power, memory) follow the model (labstandin.load_config).
         "gpu_model": config.gpu_model,
         "vfio_gpus": config.vfio_gpus,
+        "vm_gpus": config.vm_gpus,
         "storage": storage_layout(config),
         "flavour": config.flavour,
         "pve_version": config.flavour_spec.pve_version,
@@ -536,3 +588,34 @@ def standin_config(config: LabConfig) -> str:
         "secure_boot": config.secure_boot,
         "nvswitches": config.nvswitches,
     }, indent=2, sort_keys=True) + "\n"
+
+
+# Debian 13's driver packages (non-free: nvidia-driver pulls nvidia-kernel-dkms and nvidia-support, whose
+# /usr/lib/nvidia/alternate-install-present makes NVIDIA's .run installer abort).
+APT_DRIVER_VERSION = "550.163.01-2"
+APT_DRIVER_PACKAGES = ("nvidia-driver", "nvidia-kernel-dkms", "nvidia-support")
+ALTERNATE_INSTALL_MARKER = "/usr/lib/nvidia/alternate-install-present"
+VM_VMID = 200
+
+
+def apt_driver_status() -> str:
+    """The stanzas dpkg's status file has for the apt-installed driver (appended to the userland's own)."""
+    return "".join(
+        f"Package: {name}\nStatus: install ok installed\nPriority: optional\nSection: non-free/libs\n"
+        f"Maintainer: Debian NVIDIA Maintainers <pkg-nvidia-devel@lists.alioth.debian.org>\nArchitecture: amd64\n"
+        f"Version: {APT_DRIVER_VERSION}\nDescription: {name} (lab stand-in: no files of the real package)\n\n"
+        for name in APT_DRIVER_PACKAGES)
+
+
+def gpu_bus_ids(gpus: int) -> list[str]:
+    """The stand-in GPUs' PCI addresses, in bus order (lab-init makes the same)."""
+    return ["0000:%02x:00.0" % (0x01 + i * 0x20) for i in range(gpus)]
+
+
+def vm_config(config: LabConfig) -> str:
+    """/etc/pve/qemu-server/200.conf: a stopped VM that takes the last `vm_gpus` GPUs the host keeps (its
+    hostpci lines as qemu-server writes them); nothing binds them to vfio-pci before it starts."""
+    kept = gpu_bus_ids(config.gpus)[:config.gpus - config.vfio_gpus]
+    lines = [f"hostpci{n}: {bus},pcie=1" for n, bus in enumerate(kept[len(kept) - config.vm_gpus:])]
+    return ("boot: order=scsi0\ncores: 8\nmachine: q35\nmemory: 65536\nname: gpu-vm\n"
+            + "\n".join(lines) + "\nostype: l26\nscsi0: local-lvm:vm-200-disk-0,size=64G\n")

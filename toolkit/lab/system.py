@@ -348,6 +348,9 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
         put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
     (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
     put("/etc/pve/storage.cfg", plan.STORAGE_CFG[config.flavour_spec.storage])
+    (upper / "etc/pve/qemu-server").mkdir(parents=True, exist_ok=True)
+    if config.vm_gpus:
+        put(f"/etc/pve/qemu-server/{plan.VM_VMID}.conf", plan.vm_config(config))
     # The HA stack (pve-ha-manager): its CLI and the rounds of its CRM and LRM.
     (upper / "etc/pve/ha").mkdir(parents=True, exist_ok=True)
     put("/usr/sbin/ha-manager", standin_bytes("ha-manager"), 0o755)
@@ -406,7 +409,7 @@ def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -
 
 def build_flavour(config: LabConfig, lower: Path) -> tuple[list[Path], Any]:
     """The installers (the asked version and any extra ones) and, for a stock flavour, its mirror."""
-    installers = [build_installer(v) for v in (config.driver_version, *config.extra_driver_versions)]
+    installers = [build_installer(v) for v in config.mirror_driver_versions]
     if not config.flavour_spec.stock:
         return installers, None
     from toolkit.lab import aptrepo
@@ -493,6 +496,12 @@ def populate_flavour(config: LabConfig, upper: Path, lower: Path, mirror: Any) -
         put("/etc/apt/auth.conf.d/pve.conf",
             "".join(f"machine enterprise.proxmox.com/debian/{repo}\n login {plan.SUBSCRIPTION_SERVER_ID}\n"
                     f" password {plan.SUBSCRIPTION_KEY}\n" for repo in ("pve", ceph)), 0o600)
+    if config.apt_driver:
+        put("/var/lib/dpkg/status", (lower / "var/lib/dpkg/status").read_text() + plan.apt_driver_status())
+        put(plan.ALTERNATE_INSTALL_MARKER, "")
+        for name in plan.APT_DRIVER_PACKAGES:
+            put(f"/var/lib/dpkg/info/{name}.list",
+                f"/usr/lib/nvidia\n{plan.ALTERNATE_INSTALL_MARKER}\n" if name == "nvidia-support" else "")
     # The owner's module-signing key, enrolled in the firmware's MOK list (as one does once with
     # `mokutil --import` and MokManager): what a Secure Boot host's NVIDIA module must be signed with.
     key_dir = upper / "root/secure-boot"

@@ -253,6 +253,58 @@ def raw_allow_rules(node_numbers: str) -> list[str]:
     return rules
 
 
+_BUS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def _bus_id(text: str) -> str:
+    parts = text.strip().lower().split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    return f"{parts[0][-4:].rjust(4, '0')}:{parts[1]}:{parts[2]}"
+
+
+def gpu_selection(asked: Any, smi_lines: list[str], minor_lines: list[str], nodes: list[int] | None = None
+                  ) -> dict[str, Any]:
+    """Which host GPUs a container gets, as device minors (the /dev/nvidiaN to pass). `asked`: "all", or a list of
+    PCI bus ids (0000:81:00.0, as lspci -D prints them) or nvidia-smi indices (0..n-1 in PCI bus order, what
+    `nvidia-smi -i N` shows; CUDA_DEVICE_ORDER=PCI_BUS_ID gives CUDA the same order). A GPU's minor is neither: the
+    driver's slot at probe, read from /proc/driver/nvidia/gpus/BUS/information ("Device Minor"), here as `grep -r
+    "^Device Minor:"` lines; `smi_lines`: `nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader`.
+    Without the driver's list, `nodes` (the /dev/nvidiaN numbers) stand for the GPUs. Returns minors (sorted), buses
+    (same order), missing (what was asked and is not a GPU the driver drives) and host (the driven GPUs, "index bus
+    (/dev/nvidiaN)")."""
+    minors: dict[str, int] = {}
+    for line in minor_lines:
+        m = re.match(r"^.*/gpus/([0-9a-fA-F:.]+)/information:Device Minor:\s*(\d+)", line)
+        if m:
+            minors[_bus_id(m.group(1))] = int(m.group(2))
+    by_index: dict[str, str] = {}
+    for line in smi_lines:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 2 and cells[0].isdigit() and _bus_id(cells[1]) in minors:
+            by_index[cells[0]] = _bus_id(cells[1])
+    if not minors and nodes:
+        # No driver lists its GPUs (nodes made before it loads, as the lab's flavour `lab` has them): the nodes are
+        # all there is to go by, numbered as they are.
+        minors = {f"/dev/nvidia{n}": n for n in nodes}
+        by_index = {str(n): f"/dev/nvidia{n}" for n in sorted(nodes)}
+    if asked == "all":
+        wanted = list(by_index.values())
+        missing: list[str] = []
+    else:
+        wanted, missing = [], []
+        for item in asked if isinstance(asked, list) else [asked]:
+            text = str(item).strip()
+            bus = by_index.get(text) if text.isdigit() else (_bus_id(text) if _BUS.match(text) else None)
+            if bus is None or bus not in minors or bus not in by_index.values():
+                missing.append(text)
+            elif bus not in wanted:
+                wanted.append(bus)
+    chosen = sorted(wanted, key=lambda b: minors[b])
+    return {"minors": [minors[b] for b in chosen], "buses": chosen, "missing": missing,
+            "host": [f"{i} {b} (/dev/nvidia{minors[b]})" for i, b in sorted(by_index.items(), key=lambda x: int(x[0]))]}
+
+
 class FilterModule:
     def filters(self) -> dict[str, Any]:
         return {
@@ -268,4 +320,5 @@ class FilterModule:
             "pve_rootfs_storage": pve_rootfs_storage,
             "pve_model_cache": pve_model_cache,
             "raw_allow_rules": raw_allow_rules,
+            "gpu_selection": gpu_selection,
         }

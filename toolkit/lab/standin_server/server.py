@@ -294,17 +294,24 @@ POWER_LIMIT_POLL_S = 2.0
 
 def enforced_limit_w(path: str, default_w: float, dev: str = "/dev") -> float:
     """The lowest enforced limit among the GPUs this process sees (/dev/nvidiaN), the board's default for a GPU whose
-    limit was not set (the file lists only those)."""
+    limit was not set (the file lists only those, by bus id: the driver's `gpus` beside it names minor N's)."""
     try:
         with open(path) as fh:
             limits = {str(k): float(v) for k, v in json.load(fh).items()}
     except (OSError, ValueError):
         limits = {}
     try:
-        mine = [n[len("nvidia"):] for n in os.listdir(dev) if n.startswith("nvidia") and n[len("nvidia"):].isdigit()]
+        with open(os.path.join(os.path.dirname(path), "gpus")) as fh:
+            buses = fh.read().split("\n")
+    except OSError:
+        buses = []
+    try:
+        mine = [int(n[len("nvidia"):]) for n in os.listdir(dev)
+                if n.startswith("nvidia") and n[len("nvidia"):].isdigit()]
     except OSError:
         mine = []
-    return min((limits.get(i, default_w) for i in mine), default=default_w)
+    return min((limits.get(buses[i] if i < len(buses) and buses[i] else str(i), default_w) for i in mine),
+               default=default_w)
 
 
 def power_limit_loop(state: State, path: str) -> None:

@@ -328,6 +328,31 @@ def bind_nvidia(module_type: str) -> list[str]:
     return bound
 
 
+def gpu_minor_table() -> list[str]:
+    """The loaded nvidia module's GPUs by device minor: line N is minor N's bus id, '' a minor freed when its GPU
+    was unbound at run time (host: its stand-in sysfs; a container: the host's, bound in). [] when not loaded."""
+    for base in (SYS_MODULE_DIR, CT_HOST_SYS_MODULE_DIR):
+        try:
+            with open(os.path.join(base, "nvidia", "gpus")) as fh:
+                return fh.read().split("\n")[:-1]
+        except OSError:
+            continue
+    return []
+
+
+def unbind_from_nvidia(bdf: str, driver: str) -> None:
+    """A GPU taken from nvidia at run time and bound to `driver` (what qemu-server does with a VM's hostpci device
+    when the VM starts): the driver frees its minor and its /proc entry; the other GPUs keep theirs."""
+    table = gpu_minor_table()
+    if bdf in table:
+        table[table.index(bdf)] = ""
+        write_atomic(os.path.join(SYS_MODULE_DIR, "nvidia", "gpus"), "".join(b + "\n" for b in table))
+    import shutil
+
+    shutil.rmtree(os.path.join(PROC_DRIVER_DIR, "gpus", bdf), ignore_errors=True)
+    write_atomic(os.path.join(PCI_DEVICES_DIR, bdf, "driver"), driver + "\n")
+
+
 def nvidia_gpu_count() -> int | None:
     """GPUs the loaded nvidia module drives (host: its stand-in sysfs; a container: the host's, bound in);
     None when the module is not loaded."""
@@ -376,6 +401,16 @@ def load_module(module: str, cli_options: dict[str, str]) -> None:
     if module == "nvidia":
         write_atomic(os.path.join(mdir, "gpu_count"), f"{len(bound)}\n")
         write_atomic(os.path.join(mdir, "gpus"), "".join(b + "\n" for b in bound))
+        cfg = load_config()
+        for minor, bdf in enumerate(bound):
+            # /proc/driver/nvidia/gpus/BUS/information as nv-procfs.c prints it: the device minor is the slot
+            # the probe gave it, which the GPUs that stay keep when another is unbound at run time.
+            write_atomic(os.path.join(PROC_DRIVER_DIR, "gpus", bdf, "information"),
+                         f"Model: \t\t {cfg.get('gpu_name', 'NVIDIA GPU')}\nIRQ:   \t\t {150 + minor}\n"
+                         f"GPU UUID: \t GPU-1ab5ca1e-0000-4000-8000-{int(bdf.split(':')[1], 16):012d}\n"
+                         f"Video BIOS: \t 98.02.2e.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+                         f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {minor}\n"
+                         f"GPU Firmware: \t {version}\nGPU Excluded:\t No\n")
         nvswitches = int(load_config().get("nvswitches", 0))
         if nvswitches:
             # An NVSwitch fabric: CUDA waits for Fabric Manager to train it (fabric_state, libcuda).
@@ -474,10 +509,12 @@ def kernel_module_version_seen() -> str | None:
 def make_gpu_nodes() -> None:
     """What the driver's userspace (NVML, persistenced) does on the host: nvidia-modprobe -c=N for
     each GPU the driver drives and -c=255 for the control node."""
-    count = nvidia_gpu_count()
-    if count is None:
-        count = len(gpu_functions()) or int(load_config().get("gpus", 0))
-    args = [f"-c={i}" for i in range(count)] + ["-c=255"]
+    table = gpu_minor_table()
+    if table:
+        minors = [i for i, bdf in enumerate(table) if bdf]
+    else:
+        minors = list(range(len(gpu_functions()) or int(load_config().get("gpus", 0))))
+    args = [f"-c={i}" for i in minors] + ["-c=255"]
     subprocess.run(["/usr/bin/nvidia-modprobe", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -12,6 +12,7 @@ kernel_module=1
 dkms=0
 allow_running=0
 no_nouveau_check=0
+check_alternate=1
 kernel_source_path=""
 signing_key=""
 signing_pub=""
@@ -24,6 +25,7 @@ for arg in "$@"; do
     --dkms) dkms=1 ;;
     --allow-installation-with-running-driver) allow_running=1 ;;
     --no-nouveau-check) no_nouveau_check=1 ;;
+    --no-check-for-alternate-installs) check_alternate=0 ;;
     --kernel-source-path=*) kernel_source_path=${arg#--kernel-source-path=} ;;
     --module-signing-secret-key=*) signing_key=${arg#*=} ;;
     --module-signing-public-key=*) signing_pub=${arg#*=} ;;
@@ -55,6 +57,15 @@ fail() {
   echo "ERROR: Installation has failed.  Please see the file '$log' for details.  You may find suggestions on fixing installation problems in the README available on the Linux driver download page at www.nvidia.com." >&2
   exit 1
 }
+# check_for_alternate_install (misc.c): a distribution's driver packages leave this marker; the default answer
+# (silent mode too) to "continue or abort" is abort, before anything is built or installed.
+alt=/usr/lib/nvidia/alternate-install-present
+if [ "$check_alternate" = 1 ] && [ -e "$alt" ]; then
+  warn "The NVIDIA driver appears to have been installed previously using a different installer. To prevent potential conflicts, it is recommended either to update the existing installation using the same mechanism by which it was originally installed, or to uninstall the existing installation before installing this driver.$( [ -s "$alt" ] && printf '\n\nPlease review the message provided by the maintainer of this alternate installation method and decide how to proceed:\n%s' "$(cat "$alt")")"
+  echo "ERROR: The installation was canceled due to the availability or presence of an alternate driver installation. Please see $log for more details." >&2
+  echo "ERROR: The installation was canceled due to the availability or presence of an alternate driver installation." >> "$log"
+  exit 1
+fi
 sysmod=/run/lab-standin/sys/module
 kernel=$(uname -r)
 skip_module_load=0
@@ -130,7 +141,13 @@ if [ "$kernel_module" = 1 ]; then
   if [ "$lab_flavour" = 1 ]; then
     printf 'version: %s\nkernel: %s\nsigned: no\ntype: %s\nlab stand-in nvidia.ko (not built: flavour lab)\n' "$VERSION" "$kernel" "$module_type" > "$tmp/kernel/nvidia.ko"
   else
-    make -C "$tmp/kernel" KERNELRELEASE="$kernel" KERNEL_SOURCES="$src" >> "$log" 2>&1 || fail "Unable to build the NVIDIA kernel module."
+    # As install-from-cwd.c: the make command and its output go to the log, the step's name to the screen.
+    if ! make -C "$tmp/kernel" KERNELRELEASE="$kernel" KERNEL_SOURCES="$src" > "$tmp/make.out" 2>&1; then
+      { echo "-> The command \`cd ./kernel; /usr/bin/make -k -j$(nproc) NV_EXCLUDE_KERNEL_MODULES=\"\" SYSSRC=\"$src\" SYSOUT=\"$src\" NV_KERNEL_MODULES=\"nvidia nvidia-uvm nvidia-modeset nvidia-drm\"\` failed with the following output:"
+        cat "$tmp/make.out"; } >> "$log"
+      fail "An error occurred while performing the step: \"Building kernel modules\". See $log for details."
+    fi
+    cat "$tmp/make.out" >> "$log"
   fi
   if [ -n "$signing_key" ] && [ -n "$signing_pub" ]; then
     [ -f "$signing_key" ] && [ -f "$signing_pub" ] || fail "Unable to sign the kernel module: $signing_key or $signing_pub not found."
