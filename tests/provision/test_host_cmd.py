@@ -51,6 +51,9 @@ def test_missing_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_extra_vars_are_yaml_values_and_malformed_ones_refused() -> None:
     assert parse_extra_vars(["a=1", "b=[0, 1]", "c=text", "d="]) == {"a": 1, "b": [0, 1], "c": "text", "d": ""}
+    # A driver release is a string: 580.140 as a float would be 580.14, another release.
+    assert parse_extra_vars(["proxmox_gpu_host_driver_version=580.140", "v=580.142"]) == {
+        "proxmox_gpu_host_driver_version": "580.140", "v": "580.142"}
     with pytest.raises(Exception, match="not KEY=VALUE"):
         parse_extra_vars(["no-equals"])
 

@@ -90,9 +90,12 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
             raise ToolkitError.of(f"-e {item!r} is not KEY=VALUE", field="--extra-var",
                                   fix="write it as -e proxmox_gpu_host_expected_gpu_count=8")
         try:
-            out[key] = yaml.safe_load(value) if value else ""
+            parsed = yaml.safe_load(value) if value else ""
         except yaml.YAMLError:
-            out[key] = value
+            parsed = value
+        # A dotted number is a version far more often than a fraction here (580.140 must not become 580.14, which
+        # names another driver): kept as written, as Ansible's own `-e k=v` keeps every value.
+        out[key] = value if isinstance(parsed, float) else parsed
     return out
 
 
