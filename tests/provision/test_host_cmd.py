@@ -97,20 +97,32 @@ def test_there_is_no_lab_switch(flag: str, inv: Path, capsys: pytest.CaptureFixt
 
 
 def _provision_extravars(inv: Path, **request: Any) -> tuple[dict[str, Any], str]:
-    """What `provision` hands each playbook, and what it says about the model cache (the run recorded, not run)."""
-    from toolkit.app.host import HostRequest, host_plan, provision
-    from toolkit.core.ansible_summary import PlaybookResult
+    """What `provision` hands each playbook, and what it says about the model cache (the run recorded, not run;
+    the facts run answers with a recorded PVE 9.2 host's raw outputs, so the plan resolves)."""
+    import json
+
+    from tests.hostplan.conftest import load_raw
+    from toolkit.app.host import FACTS_TASK, HostRequest, host_plan, provision
+    from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 
     given: list[dict[str, Any]] = []
     said: list[str] = []
+    raw = load_raw("pve92-homelab")
+    # Eight GPUs of its own, as the shipped profiles need: six more like the fixture's first.
+    raw["lspci"]["stdout"] += "".join(
+        f"0000:{bus:02x}:00.0 VGA compatible controller [0300]: NVIDIA Corporation GA102 [GeForce RTX 3090] "
+        f"[10de:2204] (rev a1)\n\tKernel driver in use: nouveau\n" for bus in range(4, 10))
 
     def run(book: str, title: str, **kw: Any) -> PlaybookResult:
         given.append(kw["extravars"])
-        return PlaybookResult(rc=0, status="successful", hosts={}, failures=[], artifacts_dir=None)
+        events = [PlaybookEvent("ok", task=FACTS_TASK, host="pve-a",
+                                result={"stdout": json.dumps(raw)})] if book == "facts" else []
+        return PlaybookResult(rc=0, status="successful", hosts={}, failures=[], artifacts_dir=None, events=events)
 
+    request.setdefault("extravars", {})["lxc_gpu_container_rootfs_storage"] = "local-zfs"
     outcome = provision(HostRequest(host="pve-a", inventory=str(inv), containers=True, **request),
                         host_plan("pve-a", str(inv)), run, on_message=said.append)
-    assert said == [outcome.model_cache] and len(given) == 3
+    assert said == [outcome.model_cache] and len(given) == 4, outcome.plan
     return given[-1], outcome.model_cache
 
 
