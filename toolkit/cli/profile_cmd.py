@@ -75,6 +75,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_migrate)
 
+    p = add("import", "write a new profile from a running SGLang server (its /server_info, and its command line)")
+    p.add_argument("--name", required=True,
+                   help="the new profile's name (profiles/NAME.yaml; an existing file is never replaced)")
+    p.add_argument("--server-url", metavar="URL", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    p.add_argument("--sglang-version", metavar="X.Y.Z",
+                   help="the release, where the server does not report its own (default: its /server_info)")
+    p.add_argument("--gpu-count", type=int, metavar="N", help="GPUs per node (target.gpu_count)")
+    p.add_argument("--compute-capability", metavar="SMxx", help="the GPUs' compute capability, e.g. SM90 for H100")
+    p.add_argument("--gpu-model", metavar="NAME", help="the GPU, as nvidia-smi names it (target.gpu_model)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- COMMAND...: the server's launch command; its flags no typed knob holds go to "
+                   "server.extra_args")
+    p.set_defaults(func=cmd_import)
+
     p = sub.add_parser(
         "install-textconv",
         help="make `git diff` of profiles show knobs with their why, in any shell (writes the git config line)",
@@ -312,6 +326,27 @@ def _refuse_errors(store: Any, name: str) -> None:
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from toolkit.app.profile_import import import_profile
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    outcome = import_profile(args.server_url, args.name, profiles_dir=args.profiles_dir, command=command,
+                             sglang_version=args.sglang_version,
+                             target={"gpu_model": args.gpu_model, "gpu_count": args.gpu_count,
+                                     "compute_capability": args.compute_capability})
+    print(f"wrote {outcome.file}: {len(outcome.knobs)} knob(s) that differ from SGLang's defaults"
+          + (f" ({', '.join(f'{k}={v}' for k, v in outcome.knobs.items())})" if outcome.knobs else ""))
+    for note in outcome.notes:
+        print(f"note: {note}")
+    for problem in outcome.problems:
+        print(problem.render(), file=sys.stderr)
+    print(f"next: toolkit probe run --profile {args.name} --server-url {args.server_url} --record, then "
+          f"toolkit report {args.name} --html report/{args.name}.html")
+    return EXIT_OK
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
