@@ -23,6 +23,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "results": ("toolkit.cli.results_cmd", "record measured results into a profile, compare them"),
     "report": ("toolkit.cli.report_cmd", "Markdown and HTML report with plots for a profile's results"),
     "lab": ("toolkit.cli.lab_cmd", "local test hosts that stand in for a Proxmox host and its GPU container"),
+    "inventory": ("toolkit.cli.inventory_cmd", "write an inventory of your own Proxmox hosts and GPU containers"),
     "host": ("toolkit.cli.host_cmd", "provision a Proxmox GPU host and its container through Ansible"),
     "doctor": ("toolkit.cli.doctor_cmd", "read-only checks of a host and its container"),
     "apply": ("toolkit.cli.apply_cmd", "deploy a profile as a service, then measure and record it"),
