@@ -147,3 +147,47 @@ def test_diff_exit_code(capsys) -> None:
     assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 1
     assert main(["profile", "diff", "glm5-tp8", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 0
     assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles]) == 0
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_diff_after_a_merge_commit_shows_the_knob_with_its_why(tmp_path: Path) -> None:
+    """A version last written by a merge commit (both sides changed the file, so only the merge holds that blob):
+    `git diff HEAD~1` and `git log -p` of the next change show the knob's -/+ lines with their whys, not raw YAML.
+    """
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    text = ("schema_version: 1\nname: p\ndescription: {desc}\nserver:\n  tp_size: 8\n  max_running_requests: {mrr}\n"
+            "why:\n  server.max_running_requests:\n    reason: {why}\n  server.tp_size:\n    reason: {tp_why}\n")
+    fields = {"desc": "one", "mrr": 512, "why": "the lab peaked at 150 running", "tp_why": "all 8 GPUs"}
+    path = repo / "profiles" / "p.yaml"
+    path.write_text(text.format(**fields))
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "TOOLKIT_PROFILES_DIR": ""}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("config", "diff.toolkit-profile.textconv", f"{sys.executable} -m toolkit profile textconv")
+    git("add", ".")
+    git("commit", "-qm", "1")
+    git("checkout", "-qb", "topic")
+    path.write_text(text.format(**{**fields, "desc": "two"}))
+    git("commit", "-qam", "topic: the description")
+    git("checkout", "-q", "main")
+    path.write_text(text.format(**{**fields, "tp_why": "the whole model needs all 8 GPUs"}))
+    git("commit", "-qam", "main: a why")
+    git("merge", "-q", "--no-edit", "topic")  # the merged file is in neither parent
+    merged = git("rev-parse", "HEAD:profiles/p.yaml").strip()
+    assert merged not in {git("rev-parse", f"HEAD^{n}:profiles/p.yaml").strip() for n in (1, 2)}
+    path.write_text(text.format(desc="two", mrr=768, why="768 held the queue at zero in the lab",
+                                tp_why="the whole model needs all 8 GPUs"))
+    git("commit", "-qam", "768")
+    for out in (git("diff", "HEAD~1", "--", "profiles/p.yaml"), git("log", "-p", "-1", "--", "profiles/p.yaml")):
+        assert "shown as text" not in out, out
+        changed = [line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(
+            ("+++", "---"))]
+        assert changed == ["-server.max_running_requests = 512    # why: the lab peaked at 150 running",
+                           "+server.max_running_requests = 768    # why: 768 held the queue at zero in the lab"], out

@@ -36,9 +36,11 @@ def index_blob(top: Path, relpath: str) -> str | None:
 
 
 def changes(top: Path, relpath: str, *, all_refs: bool = False) -> list[tuple[str, str]]:
-    """(commit, the blob it made `relpath`), newest first: HEAD's history, or every ref's (`all_refs`)."""
+    """(commit, the blob it made `relpath`), newest first: HEAD's history, or every ref's (`all_refs`). A merge
+    commit counts as making what differs from its first parent: `--raw` alone lists nothing for merges, and a
+    merge where both sides changed the file holds a blob no other commit has."""
     out = _git(["log", *(["--all"] if all_refs else []), "--format=commit %H", "--raw", "--no-abbrev",
-                "--no-renames", "--", relpath], top)
+                "--no-renames", "--diff-merges=first-parent", "--", relpath], top)
     found, commit = [], None
     for line in (out or "").splitlines():
         if line.startswith("commit "):
