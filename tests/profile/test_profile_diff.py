@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def test_textconv_reads_an_old_revisions_parent_at_that_revision_in_a_shell_with
     subprocess.run([sys.executable, "-m", "toolkit", "profile", "install-textconv"], cwd=repo, check=True,
                    env={**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}, capture_output=True)
     command = git("config", "diff.toolkit-profile.textconv").strip()
-    assert command.startswith("/") and command.endswith("-m toolkit profile textconv")
+    assert f"$({shlex.quote(sys.executable)} -m toolkit profile textconv " in command and sys.executable.startswith("/")
     git("add", ".")
     git("commit", "-qm", "1")
     # One commit raises the parent's cap and turns the child's graphs off: the child inherits 128 from now on.
@@ -191,3 +192,38 @@ def test_git_diff_after_a_merge_commit_shows_the_knob_with_its_why(tmp_path: Pat
             ("+++", "---"))]
         assert changed == ["-server.max_running_requests = 512    # why: the lab peaked at 150 running",
                            "+server.max_running_requests = 768    # why: 768 held the queue at zero in the lab"], out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_diff_after_the_venv_moved_shows_text_and_how_to_fix_it(tmp_path: Path) -> None:
+    """The config line names an interpreter that is gone (the venv was rebuilt elsewhere, the clone moved): `git diff`
+    still works, showing the text under one line that says how to fix it, instead of dying."""
+    from toolkit.app.profiles import textconv_command
+
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    path = repo / "profiles" / "p.yaml"
+    path.write_text("schema_version: 1\nname: p\nserver:\n  max_running_requests: 512\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    gone = tmp_path / "moved" / ".venv" / "bin" / "python"
+    git("config", "diff.toolkit-profile.textconv", textconv_command(str(gone)))
+    git("add", ".")
+    git("commit", "-qm", "1")
+    path.write_text(path.read_text().replace("512", "768"))
+    proc = git("diff", "-U9", "--", "profiles/p.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "+# toolkit textconv could not start" not in proc.stdout  # the same line on both sides: context
+    assert " # toolkit textconv could not start (" in proc.stdout and "run scripts/setup" in proc.stdout
+    assert "-  max_running_requests: 512" in proc.stdout and "+  max_running_requests: 768" in proc.stdout
+    # With the interpreter back in place, the same config line gives the knob view.
+    git("config", "diff.toolkit-profile.textconv", textconv_command(sys.executable))
+    proc = git("diff", "--", "profiles/p.yaml")
+    assert "+server.max_running_requests = 768" in proc.stdout, proc.stdout + proc.stderr

@@ -172,11 +172,24 @@ def _revision_of(path: Path, store: ProfileStore, *, stdin: bool) -> tuple[Calla
     return header, parent_of
 
 
+def textconv_command(python: str) -> str:
+    """The git config line: `python -m toolkit profile textconv FILE`, and where that cannot start (the venv was
+    rebuilt elsewhere, the clone moved) the file as text under one line saying how to fix it, so `git diff` shows
+    something rather than dying (`fatal: unable to read files to diff`). git runs it with the shell and appends
+    the file."""
+    import shlex
+
+    py = shlex.quote(python)
+    note = (f"# toolkit textconv could not start ({python} -m toolkit): shown as text; run scripts/setup, or "
+            "`toolkit profile install-textconv`, in the clone")
+    return (f"tk_textconv() {{ out=$({py} -m toolkit profile textconv \"$1\" 2>/dev/null) && printf '%s\\n' "
+            f"\"$out\" || {{ echo {shlex.quote(note)}; cat \"$1\"; }}; }}; tk_textconv")
+
+
 def install_textconv(*, global_: bool = False, cwd: Path | None = None) -> tuple[str, str]:
     """Wire `git diff` of profiles to the textconv in this clone's git config (or the user's, `global_`), as an
     absolute command: this interpreter and `-m toolkit`, so it works in a shell without the venv. Returns the
     key and the command written."""
-    import shlex
     import sys
 
     from toolkit.adapters import git
@@ -186,7 +199,7 @@ def install_textconv(*, global_: bool = False, cwd: Path | None = None) -> tuple
         raise ToolkitError.of("not inside a git repository", field="install-textconv",
                               fix="run it inside your clone, or pass --global for every repository")
     key = "diff.toolkit-profile.textconv"
-    command = f"{shlex.quote(sys.executable)} -m toolkit profile textconv"
+    command = textconv_command(sys.executable)
     if not git.set_config(top or Path.cwd(), key, command, global_=global_):
         raise ToolkitError.of(f"git config {key} failed", field="install-textconv",
                               fix="check that git is installed and the repository's config is writable")
