@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -227,3 +228,43 @@ def test_git_diff_after_the_venv_moved_shows_text_and_how_to_fix_it(tmp_path: Pa
     git("config", "diff.toolkit-profile.textconv", textconv_command(sys.executable))
     proc = git("diff", "--", "profiles/p.yaml")
     assert "+server.max_running_requests = 768" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_diff_across_revisions_and_every_profile_a_change_reaches(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`profile diff REV:NAME NAME` compares a profile with itself at a revision (its parents read there too), and
+    `--since REV` lists every profile whose resolved spec or render moved: a parent's 1024 -> 768 shows in the
+    children that inherit it, and a profile that sets its own value is not listed."""
+    repo = tmp_path / "team"
+    shutil.copytree(REPO / "profiles", repo / "profiles")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TOOLKIT_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("add", ".")
+    git("commit", "-qm", "1")
+    tp8 = repo / "profiles" / "glm5-tp8.yaml"
+    tp8.write_text(tp8.read_text().replace("max_running_requests: 1024", "max_running_requests: 768", 1))
+    git("commit", "-qam", "768")
+
+    assert main(["profile", "diff", "HEAD~1:glm5-tp8", "glm5-tp8", "--json"]) == 0
+    changes = json.loads(capsys.readouterr().out)["changes"]
+    assert [(c["path"], c["old"], c["new"]) for c in changes] == [("server.max_running_requests", 1024, 768)]
+    assert main(["profile", "diff", "--since", "HEAD~1", "--json"]) == 0
+    listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    inheriting = {"glm5-tp8", "glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23"}
+    assert set(listed) == inheriting, listed  # glm5-baseline sets its own 64
+    for name in inheriting:
+        assert listed[name]["status"] == "changed" and "argv" in listed[name]["render_changed"]
+        assert [k["new"] for k in listed[name]["knobs"]] == [768]
+    assert main(["profile", "diff", "--since", "HEAD"]) == 0
+    assert capsys.readouterr().out == "profiles changed since HEAD: 0\n"
+    assert main(["profile", "diff", "nope~9:glm5-tp8", "glm5-tp8"]) == 2
+    assert "names no commit here" in capsys.readouterr().err

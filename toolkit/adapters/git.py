@@ -70,3 +70,16 @@ def show(top: Path, revision: str, relpath: str) -> str | None:
 
 def set_config(top: Path, key: str, value: str, *, global_: bool = False) -> bool:
     return _git(["config", *(["--global"] if global_ else []), key, value], top) is not None
+
+
+def names_at(top: Path, revision: str, rel_dir: str) -> list[str] | None:
+    """The files directly in `rel_dir` at a revision (names only), None when the revision is not one."""
+    out = _git(["ls-tree", "--name-only", f"{revision}:{rel_dir}"], top) if rel_dir not in ("", ".") else \
+        _git(["ls-tree", "--name-only", revision], top)
+    return None if out is None else [line for line in out.splitlines() if line]
+
+
+def verify(top: Path, revision: str) -> str | None:
+    """The commit a revision names, None when it names none."""
+    out = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], top)
+    return out.strip() if out else None

@@ -53,8 +53,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_render)
 
     p = add("diff", "semantic diff: knobs changed, added, removed through extends:, each with its why")
-    p.add_argument("a", help="the profile to compare from")
-    p.add_argument("b", help="the profile to compare to")
+    p.add_argument("a", nargs="?", help="the profile to compare from: NAME, or REV:NAME as it was at git revision REV")
+    p.add_argument("b", nargs="?", help="the profile to compare to: NAME, or REV:NAME")
+    p.add_argument("--since", metavar="REV",
+                   help="instead of A B: every profile whose resolved spec or launch render changed since REV, "
+                   "a child changed through its parent included")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when a knob differs, 0 when none does (as `git diff --exit-code`)")
@@ -350,15 +353,42 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from toolkit.app.profiles import resolve_at
     from toolkit.core.results.profile_diff import profile_diff
 
     store = _store(args)
-    result = profile_diff(store.resolve(args.a), store.resolve(args.b))
+    if args.since is not None:
+        return _diff_since(args, store)
+    if args.a is None or args.b is None:
+        raise ToolkitError.of("give two profiles (A B), or --since REV", field="profile diff",
+                              fix="e.g. toolkit profile diff HEAD~1:glm5-tp8 glm5-tp8, or --since main")
+    result = profile_diff(resolve_at(args.a, store), resolve_at(args.b, store))
     if args.json:
         _print_json(result.to_json())
     else:
         sys.stdout.write(result.render())
     return 1 if args.exit_code and result.changes else EXIT_OK
+
+
+def _diff_since(args: argparse.Namespace, store: Any) -> int:
+    from toolkit.app.profiles import changes_since
+
+    if args.a is not None or args.b is not None:
+        raise ToolkitError.of("--since compares every profile: give no names with it", field="--since",
+                              fix=f"toolkit profile diff --since {args.since}, or toolkit profile diff "
+                              f"{args.since}:NAME NAME")
+    changes = changes_since(args.since, store)
+    if args.json:
+        _print_json([{**c.__dict__, "knobs": [k.__dict__ for k in c.knobs]} for c in changes])
+    else:
+        print(f"profiles changed since {args.since}: {len(changes)}")
+        for c in changes:
+            detail = (f"{len(c.knobs)} knob(s)" + (f"; renders {', '.join(c.render_changed)}" if c.render_changed
+                                                   else "") if c.status == "changed" else c.note)
+            print(f"{c.status:10} {c.name}" + (f" ({detail})" if detail else ""))
+            for k in c.knobs:
+                print("  " + k.render().replace("\n", "\n  "))
+    return 1 if args.exit_code and changes else EXIT_OK
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:
