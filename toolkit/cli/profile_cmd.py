@@ -40,6 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="a profile name, or `all`")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the acknowledged and info lines too (by default only counted on the status line)")
     p.set_defaults(func=cmd_validate)
 
     p = add("render", "print the launch argv, environment, systemd unit, SGLang --config YAML and bench argv")
@@ -207,6 +209,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 SEVERITY_ORDER = ("error", "warning", "acknowledged", "info")
+QUIET_SEVERITIES = ("acknowledged", "info")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -225,21 +228,30 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # One line per profile on stdout; every problem once, on stderr, under the first profile that has it (a
     # parent's warning is not repeated for each child: the child's line says where it was shown).
     shown: dict[tuple[object, ...], str] = {}
+    hidden = 0
     for name in _parents_first(store, names):
         problems = results[name]
         keys = [(p.file, p.line, p.field, p.message, p.rule_id, p.severity) for p in problems]
         counts = {s: sum(p.severity == s for p in problems) for s in SEVERITY_ORDER}
         summary = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'acknowledged' else ''}" for s, n in counts.items()
                             if n)
-        elsewhere = sorted({shown[k] for k in keys if k in shown})
+        loud = [k for k, p in zip(keys, problems, strict=True) if args.verbose or p.severity not in QUIET_SEVERITIES]
+        elsewhere = sorted({shown[k] for k in loud if k in shown})
         if elsewhere:
-            summary += f"; {sum(k in shown for k in keys)} shown under {', '.join(elsewhere)}"
+            summary += f"; {sum(k in shown for k in loud)} shown under {', '.join(elsewhere)}"
         print(f"{'FAIL' if name in bad else 'ok':4} {name}" + (f" ({summary})" if summary else ""), flush=True)
         own = sorted((p for p, k in zip(problems, keys, strict=True) if k not in shown),
                      key=lambda p: SEVERITY_ORDER.index(p.severity) if p.severity in SEVERITY_ORDER else 9)
         for p in own:
+            # Acknowledged and info lines are the profile's own record, not news: as ansible-lint keeps skipped
+            # rules quiet, they are a count on the status line unless asked for.
+            if p.severity in QUIET_SEVERITIES and not args.verbose:
+                hidden += 1
+                continue
             print(p.render(), file=sys.stderr, flush=True)
         shown.update({k: name for k in keys if k not in shown})
+    if hidden:
+        print(f"({hidden} acknowledged/info line(s) not shown: --verbose prints them)", file=sys.stderr)
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
