@@ -284,3 +284,14 @@ def test_storage_cfg_parses_as_pve_storage_writes_it() -> None:
 def test_the_module_probe_refuses_a_gpu_its_type_does_not_drive(arch: str, module_type: str, refused: str) -> None:
     why = labstandin.probe_refusal(arch, module_type)
     assert (refused in why) if refused else why == ""
+
+
+def test_lab_up_builds_the_default_template_unless_more_are_named() -> None:
+    from toolkit.core.errors import ToolkitError
+    from toolkit.lab import template
+
+    assert template.suites_wanted(None) == template.suites_wanted("") == ("bookworm",)
+    assert template.suites_wanted("all") == template.suites_wanted("trixie") == ("bookworm", "trixie")
+    with pytest.raises(ToolkitError) as err:
+        template.suites_wanted("bookworm,sid")
+    assert "sid" in str(err.value) and "bookworm, trixie" in str(err.value)

@@ -741,9 +741,11 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         down(progress=progress)
     preflight(config)
 
-    progress("Debian 12 userland and the CT templates with the package sets of Proxmox's debian-12-standard "
-             "and debian-13-standard, side by side (cached after the first up)")
-    lower, template_files = rootfs.build_all()
+    suites = template.suites_wanted(os.environ.get(template.TEMPLATES_ENV))
+    progress("Debian 12 userland and the CT template" + ("s" if len(suites) > 1 else "") + " with the package sets of "
+             "Proxmox's " + " and ".join(template.APPLIANCES[s].name for s in suites) + ", side by side (cached "
+             f"after the first up; {template.TEMPLATES_ENV}=all adds the others)")
+    lower, template_files = rootfs.build_all(suites=suites)
     progress("stand-ins: compiling libcuda, packing the driver installer" +
              (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
     installers, mirror = build_flavour(config, lower)
