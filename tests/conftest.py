@@ -23,6 +23,10 @@ import pytest
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# The lab tests check both CT templates pveam offers (debian-12-standard and debian-13-standard: a Debian 13
+# container is made from the second); `lab up` outside the tests builds only the one the roles take by default.
+os.environ.setdefault("TOOLKIT_LAB_TEMPLATES", "all")
+
 # The reliability table (docs/reliability.md): fault tests record what the user saw, what was recorded and what
 # the next run did through the `reliability` fixture. A row is kept only when its test passed in this run; with
 # TOOLKIT_RELIABILITY_ROWS=FILE set, the session merges its rows into FILE (a test that failed loses its row), and

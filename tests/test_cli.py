@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from toolkit.cli.main import GROUPS, main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,3 +119,18 @@ def test_help_uses_no_words_from_outside_the_repository() -> None:
         for m in OUTSIDE_WORDS.finditer(text):
             found.append(f"{name}: ...{text[max(0, m.start() - 40):m.end() + 20]!r}")
     assert not found, "\n".join(found)
+
+
+def test_typos_get_the_subcommands_own_usage_and_did_you_mean(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["profile", "show", "glm5-tp8", "--resolv"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith("usage: toolkit profile show ") and "did you mean --resolved?" in err
+    with pytest.raises(SystemExit):
+        main(["profile", "lst"])
+    err = capsys.readouterr().err
+    assert err.startswith("usage: toolkit profile ") and err.rstrip().endswith("(did you mean list?)")
+    with pytest.raises(SystemExit):
+        main(["profile", "show", "glm5-tp8", "--zzz"])
+    assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess

@@ -356,3 +356,14 @@ def test_a_vm_names_the_last_kept_gpus_and_the_apt_driver_is_in_dpkgs_status() -
     status = plan.apt_driver_status()
     assert status.count("Status: install ok installed") == len(plan.APT_DRIVER_PACKAGES)
     assert "Package: nvidia-driver\n" in status and f"Version: {plan.APT_DRIVER_VERSION}" in status
+
+
+def test_lab_up_builds_the_default_template_unless_more_are_named() -> None:
+    from toolkit.core.errors import ToolkitError
+    from toolkit.lab import template
+
+    assert template.suites_wanted(None) == template.suites_wanted("") == ("bookworm",)
+    assert template.suites_wanted("all") == template.suites_wanted("trixie") == ("bookworm", "trixie")
+    with pytest.raises(ToolkitError) as err:
+        template.suites_wanted("bookworm,sid")
+    assert "sid" in str(err.value) and "bookworm, trixie" in str(err.value)

@@ -131,6 +131,26 @@ def test_counter_window_excludes_the_drain_that_gpu_util_hides() -> None:
     assert min(inside) >= 0.8 * 2450 * 0.98  # no drain (nor ramp) inside
 
 
+def test_a_late_scrape_on_the_ramp_is_no_edge_of_the_window() -> None:
+    """Under load a scrape reads the counter late: the interval before it counts too few tokens and the one after
+    too many. On the ramp that split put one sample over the bar (980) with the next one under it (650): the
+    window began there, and its first sample inward was below the bar it is held to. It begins where the rate
+    holds the bar; the drain's end is trimmed alike."""
+    ramp = [600.0, 700.0, 980.0, 650.0]  # 780 and 850 split by a late scrape: 980 + 650
+    plateau = [920.0 + (15 if i % 2 else -15) for i in range(40)]
+    drain = [650.0, 980.0, 600.0, 300.0]  # and on the drain, 820 and 810
+    rs = [400.0, 500.0, *ramp, *plateau, *drain]
+    ts = [10.25 + 0.5 * i for i in range(len(rs))]
+    w = find_counter_window(ts, rs, 10.0, ts[-1] + 0.25, SteadyParams())
+    assert w is not None and w.found
+    inside = [(t, r) for t, r in zip(ts, rs, strict=True) if w.start_s <= t <= w.end_s]
+    assert inside[0][0] == ts[2 + len(ramp)] and inside[-1][0] == ts[1 + len(ramp) + len(plateau)]
+    # Each end and its neighbour hold the bar, so a window rounded to the millisecond keeps an edge at the bar.
+    assert all(r >= w.threshold for _, r in inside[:2] + inside[-2:]), (inside[:2], inside[-2:], w.threshold)
+    # Before this rule the same trace gave a window that opened on the late scrape's high half.
+    assert min(r for t, r in zip(ts, rs, strict=True) if w.start_s <= t <= w.end_s) >= w.threshold
+
+
 def test_a_late_scrape_spike_does_not_set_the_plateau_bar() -> None:
     """One scrape that saw two intervals' tokens (2x the rate) must not lift the threshold above the plateau."""
     def rate(t: float) -> float:

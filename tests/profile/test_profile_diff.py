@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -121,7 +123,7 @@ def test_textconv_reads_an_old_revisions_parent_at_that_revision_in_a_shell_with
     subprocess.run([sys.executable, "-m", "toolkit", "profile", "install-textconv"], cwd=repo, check=True,
                    env={**os.environ, "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}, capture_output=True)
     command = git("config", "diff.toolkit-profile.textconv").strip()
-    assert command.startswith("/") and command.endswith("-m toolkit profile textconv")
+    assert f"$({shlex.quote(sys.executable)} -m toolkit profile textconv " in command and sys.executable.startswith("/")
     git("add", ".")
     git("commit", "-qm", "1")
     # One commit raises the parent's cap and turns the child's graphs off: the child inherits 128 from now on.
@@ -147,3 +149,122 @@ def test_diff_exit_code(capsys) -> None:
     assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 1
     assert main(["profile", "diff", "glm5-tp8", "glm5-tp8", "--profiles-dir", profiles, "--exit-code"]) == 0
     assert main(["profile", "diff", "glm5-baseline", "glm5-tp8", "--profiles-dir", profiles]) == 0
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_diff_after_a_merge_commit_shows_the_knob_with_its_why(tmp_path: Path) -> None:
+    """A version last written by a merge commit (both sides changed the file, so only the merge holds that blob):
+    `git diff HEAD~1` and `git log -p` of the next change show the knob's -/+ lines with their whys, not raw YAML.
+    """
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    text = ("schema_version: 1\nname: p\ndescription: {desc}\nserver:\n  tp_size: 8\n  max_running_requests: {mrr}\n"
+            "why:\n  server.max_running_requests:\n    reason: {why}\n  server.tp_size:\n    reason: {tp_why}\n")
+    fields = {"desc": "one", "mrr": 512, "why": "the lab peaked at 150 running", "tp_why": "all 8 GPUs"}
+    path = repo / "profiles" / "p.yaml"
+    path.write_text(text.format(**fields))
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "TOOLKIT_PROFILES_DIR": ""}
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q", "-b", "main")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("config", "diff.toolkit-profile.textconv", f"{sys.executable} -m toolkit profile textconv")
+    git("add", ".")
+    git("commit", "-qm", "1")
+    git("checkout", "-qb", "topic")
+    path.write_text(text.format(**{**fields, "desc": "two"}))
+    git("commit", "-qam", "topic: the description")
+    git("checkout", "-q", "main")
+    path.write_text(text.format(**{**fields, "tp_why": "the whole model needs all 8 GPUs"}))
+    git("commit", "-qam", "main: a why")
+    git("merge", "-q", "--no-edit", "topic")  # the merged file is in neither parent
+    merged = git("rev-parse", "HEAD:profiles/p.yaml").strip()
+    assert merged not in {git("rev-parse", f"HEAD^{n}:profiles/p.yaml").strip() for n in (1, 2)}
+    path.write_text(text.format(desc="two", mrr=768, why="768 held the queue at zero in the lab",
+                                tp_why="the whole model needs all 8 GPUs"))
+    git("commit", "-qam", "768")
+    for out in (git("diff", "HEAD~1", "--", "profiles/p.yaml"), git("log", "-p", "-1", "--", "profiles/p.yaml")):
+        assert "shown as text" not in out, out
+        changed = [line for line in out.splitlines() if line.startswith(("+", "-")) and not line.startswith(
+            ("+++", "---"))]
+        assert changed == ["-server.max_running_requests = 512    # why: the lab peaked at 150 running",
+                           "+server.max_running_requests = 768    # why: 768 held the queue at zero in the lab"], out
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_diff_after_the_venv_moved_shows_text_and_how_to_fix_it(tmp_path: Path) -> None:
+    """The config line names an interpreter that is gone (the venv was rebuilt elsewhere, the clone moved): `git diff`
+    still works, showing the text under one line that says how to fix it, instead of dying."""
+    from toolkit.app.profiles import textconv_command
+
+    repo = tmp_path / "team"
+    (repo / "profiles").mkdir(parents=True)
+    shutil.copy(REPO / ".gitattributes", repo / ".gitattributes")
+    path = repo / "profiles" / "p.yaml"
+    path.write_text("schema_version: 1\nname: p\nserver:\n  max_running_requests: 512\n")
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=False)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    gone = tmp_path / "moved" / ".venv" / "bin" / "python"
+    git("config", "diff.toolkit-profile.textconv", textconv_command(str(gone)))
+    git("add", ".")
+    git("commit", "-qm", "1")
+    path.write_text(path.read_text().replace("512", "768"))
+    proc = git("diff", "-U9", "--", "profiles/p.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "+# toolkit textconv could not start" not in proc.stdout  # the same line on both sides: context
+    assert " # toolkit textconv could not start (" in proc.stdout and "run scripts/setup" in proc.stdout
+    assert "-  max_running_requests: 512" in proc.stdout and "+  max_running_requests: 768" in proc.stdout
+    # With the interpreter back in place, the same config line gives the knob view.
+    git("config", "diff.toolkit-profile.textconv", textconv_command(sys.executable))
+    proc = git("diff", "--", "profiles/p.yaml")
+    assert "+server.max_running_requests = 768" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_diff_across_revisions_and_every_profile_a_change_reaches(tmp_path: Path, monkeypatch, capsys) -> None:
+    """`profile diff REV:NAME NAME` compares a profile with itself at a revision (its parents read there too), and
+    `--since REV` lists every profile whose resolved spec or render moved: a parent's 1024 -> 768 shows in the
+    children that inherit it, and a profile that sets its own value is not listed."""
+    repo = tmp_path / "team"
+    shutil.copytree(REPO / "profiles", repo / "profiles")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TOOLKIT_PROFILES_DIR", raising=False)
+    monkeypatch.chdir(repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    git("add", ".")
+    git("commit", "-qm", "1")
+    tp8 = repo / "profiles" / "glm5-tp8.yaml"
+    tp8.write_text(tp8.read_text().replace("max_running_requests: 1024", "max_running_requests: 768", 1))
+    git("commit", "-qam", "768")
+
+    assert main(["profile", "diff", "HEAD~1:glm5-tp8", "glm5-tp8", "--json"]) == 0
+    changes = json.loads(capsys.readouterr().out)["changes"]
+    assert [(c["path"], c["old"], c["new"]) for c in changes] == [("server.max_running_requests", 1024, 768)]
+    assert main(["profile", "diff", "--since", "HEAD~1", "--json"]) == 0
+    listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)}
+    inheriting = {"glm5-tp8", "glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23"}
+    assert set(listed) == inheriting, listed  # glm5-baseline sets its own 64
+    for name in inheriting:
+        assert listed[name]["status"] == "changed" and "argv" in listed[name]["render_changed"]
+        assert [k["new"] for k in listed[name]["knobs"]] == [768]
+    assert main(["profile", "diff", "--since", "HEAD"]) == 0
+    assert capsys.readouterr().out == "profiles changed since HEAD: 0\n"
+    assert main(["profile", "diff", "nope~9:glm5-tp8", "glm5-tp8"]) == 2
+    assert "names no commit here" in capsys.readouterr().err

@@ -195,3 +195,34 @@ def test_every_image_of_data_not_measured_carries_its_watermark(scratch: Scratch
     # the plain one's few pink pixels are the red SLO lines' anti-aliased edges
     assert _count_near(marked, WATERMARK_RGB, tol=6) > 2000 > 10 * _count_near(plain, WATERMARK_RGB, tol=6)
     assert marked.size[0] <= 1100  # the report's width (10 in at 100 dpi, its tight box a little more or less)
+
+
+LAPTOP = (1366, 768)
+PLOT_BORDER_RGB = (0xDD, 0xDD, 0xDD)  # the plots' 1 px frame (img { border: 1px solid #ddd })
+
+
+def test_a_stale_lab_report_shows_the_power_plot_whole_at_1366x768(scratch: Scratch, tmp_path: Path) -> None:
+    """The commonest laptop screen, with both notices a changed lab profile carries (LAB and Stale): what ran, the
+    verdict and the whole power plot, its frame's bottom edge included, before the fold."""
+    assert main(["results", "record", str(scratch.run), "--profile", "glm5-tp8", "--profiles-dir",
+                 str(scratch.profiles)]) == 0
+    path = scratch.profiles / "glm5-tp8.yaml"
+    path.write_text(path.read_text().replace("max_running_requests: 1024", "max_running_requests: 768", 1))
+    html_file = tmp_path / "stale.html"
+    assert main(["report", "glm5-tp8", "--profiles-dir", str(scratch.profiles), "--html", str(html_file)]) == 0
+    text = html_file.read_text()
+    assert "<b>Stale:</b>" in text and "Every image below is marked SIMULATED" in text
+    img = screenshot(html_file, tmp_path / "laptop.png", tmp_path, LAPTOP)
+    assert_first_screen(img)
+    limit = _rows_of(img, LIMIT_RGB, tol=40, min_px=150)
+    frame = [y for y in _rows_of(img, PLOT_BORDER_RGB, tol=6, min_px=600) if y > limit[0]]
+    assert frame, "the power plot's bottom edge is below the fold at 1366x768"
+
+
+def test_the_terminal_summary_leads_with_the_verdict_and_states_its_clock(scratch: Scratch, tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    assert _report(scratch, "--markdown", str(tmp_path / "r.md")) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("verdict: busy-but-waiting (confidence 0.85)"), err[:300]
+    flat = " ".join(err.split())
+    assert "the benchmark: 10-50 s of the probe's clock" in flat and "(35.6 s) of the probe's clock" in flat

@@ -150,6 +150,17 @@ def test_sigint_and_sigkill_then_resume_and_promote(workdir: Path) -> None:
     shown = json.loads(out)
     assert shown["schema_version"] == 1 and shown["by_throughput"] == ranking["by_throughput"]
     assert "runner:" not in err  # nothing was run
+    # A past run is shown after its profile changed: its figures are its own (resuming it is what is refused).
+    base = workdir / "profiles" / "glm5-tp8.yaml"
+    base.write_text(base.read_text().replace("max_running_requests: 1024", "max_running_requests: 768", 1))
+    show = toolkit("sweep", "--show", run_id, "--json", *common(workdir), cwd=workdir)
+    out, err = show.communicate(timeout=60)
+    assert show.returncode == 0, err
+    assert json.loads(out)["by_throughput"] == ranking["by_throughput"]
+    assert "profile glm5-tp8 changed since this sweep" in " ".join(err.split())
+    resume = toolkit("sweep", "--resume", run_id, *common(workdir), cwd=workdir)
+    _out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 2 and "changed since this sweep started" in err
 
 
 def test_bad_input_exits_2_and_writes_nothing(workdir: Path) -> None:

@@ -83,3 +83,21 @@ def test_nothing_measured_ranks_nothing(fresh_state: SweepState) -> None:
     assert rank_by_throughput(fresh_state) == []
     assert pareto_front(fresh_state) == []
     assert best_variant(fresh_state) is None
+
+
+def test_the_tables_steady_column_holds_only_steady_figures_and_power_is_per_gpu() -> None:
+    from toolkit.core.sweep.ranking import RankedRow
+    from toolkit.core.sweep.report import RANK_HEADER, ranking_rows
+
+    common = dict(variant_index=0, label="k=1", concurrency=128, tokens_per_j=1.0, energy_per_output_token_j=1.0,
+                  verdict="x", outcome="done", data_source="f")
+    steady = RankedRow(rank=1, variant_id="v01", steady_output_tok_per_s=1400.0, power_w_total=1332.0, gpu_count=8,
+                       full_output_tok_per_s=1300.0, **common)  # type: ignore[arg-type]
+    whole = RankedRow(rank=2, variant_id="v02", steady_output_tok_per_s=1324.6, power_w_total=1500.0,
+                      throughput_window="full", **common)  # type: ignore[arg-type]
+    rows = [dict(zip(RANK_HEADER, r, strict=True)) for r in ranking_rows([steady, whole])]
+    assert (rows[0]["steady tok/s"], rows[0]["full-run tok/s"], rows[0]["W/GPU"]) == ("1,400.0", "1,300.0", "166.5")
+    # No steady state: nothing in the steady column; the whole run's rate in its own; a total without its count
+    # says so.
+    assert (rows[1]["steady tok/s"], rows[1]["full-run tok/s"]) == ("- (no steady state)", "1,324.6")
+    assert rows[1]["W/GPU"] == "1,500 (all GPUs)"

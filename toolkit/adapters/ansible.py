@@ -460,14 +460,27 @@ INVENTORY_ENV = "TOOLKIT_INVENTORY"
 DEFAULT_INVENTORY = Path("inventory/lab.yml")
 
 
+# An inventory whose hosts exist only while a path does (the lab's: its host's network namespace) names it here.
+VALID_WHILE_VAR = "toolkit_inventory_valid_while"
+
+
 def find_inventory(explicit: str | Path | None = None) -> Path:
-    """`-i INVENTORY`, else $TOOLKIT_INVENTORY, else inventory/lab.yml here or beside the toolkit's roles."""
-    given = explicit or os.environ.get(INVENTORY_ENV) or None
-    if given is not None:
-        return resolve_inventory(given)
+    """`-i INVENTORY`, else $TOOLKIT_INVENTORY, else inventory/lab.yml here or beside the toolkit's roles. An
+    inventory not given with -i is named on stderr, so no command targets one silently; the default one is
+    refused while the hosts it names are gone (its `toolkit_inventory_valid_while` path is missing)."""
+    if explicit:
+        return resolve_inventory(explicit)
+    from_env = os.environ.get(INVENTORY_ENV) or None
+    if from_env is not None:
+        path = resolve_inventory(from_env)
+        print(f"inventory: {path} (from ${INVENTORY_ENV})", file=sys.stderr)
+        return path
     for candidate in (DEFAULT_INVENTORY, share_dir() / DEFAULT_INVENTORY):
         if candidate.exists():
-            return candidate.resolve()
+            path = candidate.resolve()
+            _refuse_gone(path)
+            print(f"inventory: {path} (no -i given: the lab's)", file=sys.stderr)
+            return path
     # A second lab (TOOLKIT_LAB_INSTANCE, docs/lab.md) keeps its inventory in its state directory, which no
     # command reads by default: the fix names that file, not the checkout's.
     instance = os.environ.get("TOOLKIT_LAB_INSTANCE", "")
@@ -476,6 +489,17 @@ def find_inventory(explicit: str | Path | None = None) -> Path:
     raise ToolkitError.of("no inventory given, and no lab inventory here", field="--inventory",
                           fix=f"pass -i INVENTORY (shape: inventory/real-host.example.yml), set {INVENTORY_ENV}, or "
                           f"run `toolkit lab up` (it writes {lab_inventory}{then})")
+
+
+def _refuse_gone(path: Path) -> None:
+    hosts = read_inventory(path)
+    needed = {str(h.vars[VALID_WHILE_VAR]) for h in hosts.values() if h.vars.get(VALID_WHILE_VAR)}
+    gone = sorted(p for p in needed if not Path(p).exists())
+    if gone:
+        raise ToolkitError.of(f"no -i given, and the default inventory's hosts are gone ({gone[0]} is missing: "
+                              "the lab is down)", file=str(path), field="--inventory",
+                              fix="pass -i INVENTORY for your own hosts (`toolkit inventory add` writes one, "
+                              "docs/start.md), or bring the lab up: `toolkit lab up`")
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,11 @@ def index_blob(top: Path, relpath: str) -> str | None:
 
 
 def changes(top: Path, relpath: str, *, all_refs: bool = False) -> list[tuple[str, str]]:
-    """(commit, the blob it made `relpath`), newest first: HEAD's history, or every ref's (`all_refs`)."""
+    """(commit, the blob it made `relpath`), newest first: HEAD's history, or every ref's (`all_refs`). A merge
+    commit counts as making what differs from its first parent: `--raw` alone lists nothing for merges, and a
+    merge where both sides changed the file holds a blob no other commit has."""
     out = _git(["log", *(["--all"] if all_refs else []), "--format=commit %H", "--raw", "--no-abbrev",
-                "--no-renames", "--", relpath], top)
+                "--no-renames", "--diff-merges=first-parent", "--", relpath], top)
     found, commit = [], None
     for line in (out or "").splitlines():
         if line.startswith("commit "):
@@ -68,3 +70,16 @@ def show(top: Path, revision: str, relpath: str) -> str | None:
 
 def set_config(top: Path, key: str, value: str, *, global_: bool = False) -> bool:
     return _git(["config", *(["--global"] if global_ else []), key, value], top) is not None
+
+
+def names_at(top: Path, revision: str, rel_dir: str) -> list[str] | None:
+    """The files directly in `rel_dir` at a revision (names only), None when the revision is not one."""
+    out = _git(["ls-tree", "--name-only", f"{revision}:{rel_dir}"], top) if rel_dir not in ("", ".") else \
+        _git(["ls-tree", "--name-only", revision], top)
+    return None if out is None else [line for line in out.splitlines() if line]
+
+
+def verify(top: Path, revision: str) -> str | None:
+    """The commit a revision names, None when it names none."""
+    out = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], top)
+    return out.strip() if out else None

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.server_trace import (
     VALUE_COLUMNS,
     Row,
@@ -184,3 +185,34 @@ class ServerScraper:
         return {"url": self.base_url, "scrape_hz": self.scrape_hz, "metrics_enabled": self.metrics_enabled,
                 "rows": self.rows, "gaps": self.gaps, "resets": self.resets,
                 "gap_errors": dict(sorted(self.errors.items())), "what_was_not_seen": self.what_was_not_seen()}
+
+
+def server_info(base_url: str, *, api_key: str | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The server's /server_info (SGLang's resolved server arguments and `version`), or /get_server_info where a
+    release has only the older path."""
+    key = api_key if api_key is not None else os.environ.get("SGLANG_API_KEY") or None
+    last = ""
+    for path in ("/server_info", "/get_server_info"):
+        req = urllib.request.Request(base_url.rstrip("/") + path)
+        if key:
+            req.add_header("Authorization", f"Bearer {key}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                body = json.loads(resp.read(MAX_BODY_BYTES).decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as err:
+            last = f"{path} answered HTTP {err.code}"
+            if err.code in (401, 403):
+                raise ToolkitError.of(f"{base_url}{path} answered HTTP {err.code}: the server wants an API key",
+                                      field="--server-url", fix="export SGLANG_API_KEY=... and run it again"
+                                      ) from None
+            continue
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            reason = getattr(err, "reason", err)
+            raise ToolkitError.of(f"{base_url}{path}: {_one_line(str(reason)) or type(err).__name__}",
+                                  field="--server-url", fix="give the URL the SGLang server listens on, e.g. "
+                                  "http://127.0.0.1:30000") from None
+        if isinstance(body, dict):
+            return body
+        last = f"{path} answered {type(body).__name__}, not a JSON object"
+    raise ToolkitError.of(f"{base_url} is no SGLang server: {last}", field="--server-url",
+                          fix="give the URL the SGLang server listens on, e.g. http://127.0.0.1:30000")

@@ -51,7 +51,7 @@ class ProbeRequest:
     sample_hz: float | None = None
     out: Path | None = None  # default runs/probe-<UTC time>
     profile: str | None = None
-    base_url: str = "http://127.0.0.1:30000"  # the server the profile's bench targets
+    base_url: str | None = None  # the server the profile's bench targets; default: the profile's server
     target: dict[str, Any] = field(default_factory=dict)  # merged over the profile's run target
     gpu_source: str = "nvml"  # nvml, replay:FILE, or a plug-in's NAME:ARG (toolkit.app.plugins)
     gpm: bool = True
@@ -91,7 +91,7 @@ class _Plan:
     server_scrape_hz: float = 2.0
 
 
-def _profile_plan(name: str, base_url: str, bench_jsonl: Path, argv: list[str]) -> _Plan:
+def _profile_plan(name: str, base_url: str | None, bench_jsonl: Path, argv: list[str]) -> _Plan:
     """The profile's bench command (unless `argv` is given), probe settings and target."""
     import sys
 
@@ -102,15 +102,16 @@ def _profile_plan(name: str, base_url: str, bench_jsonl: Path, argv: list[str]) 
     store = open_store()
     resolved = store.resolve(name)
     spec = resolved.spec
+    server_url = client_url(spec.server.host, spec.server.port)
     return _Plan(
-        argv=argv or render_bench_argv(resolved, base_url=base_url, output_file=str(bench_jsonl),
+        argv=argv or render_bench_argv(resolved, base_url=base_url or server_url, output_file=str(bench_jsonl),
                                        python=sys.executable),
         idle_s=float(spec.probe.idle_s),
         sample_hz=float(spec.probe.sample_hz),
         steady_state=spec.probe.steady_state.model_dump(),
         # Next steps name only variants that exist beside this profile, and the knobs' current values.
         target=run_target(resolved.name, spec.model_dump(mode="json"), set(store.names())),
-        server_url=client_url(spec.server.host, spec.server.port),
+        server_url=server_url,
         server_scrape_hz=float(spec.probe.server_scrape_hz),
     )
 

@@ -120,6 +120,99 @@ def textconv(file: str | Path, profiles_dir: str | None = None, *, text: str | N
         return f"# toolkit textconv: shown as text ({err.problems[0].message if err.problems else err})\n" + text
 
 
+def _at_revision(store: ProfileStore, revision: str) -> tuple[Path, str, str]:
+    """(the work tree's top, the profiles directory relative to it, the commit) for profiles at `revision`."""
+    from toolkit.adapters import git
+
+    top = git.toplevel(store.dir)
+    if top is None:
+        raise ToolkitError.of(f"{store.dir} is not in a git repository: there is no revision {revision!r} to read",
+                              field="REV", fix="run it inside your clone, or compare profile names")
+    commit = git.verify(top, revision)
+    if commit is None:
+        raise ToolkitError.of(f"{revision!r} names no commit here", field="REV",
+                              fix="a commit, branch or tag: HEAD~1, main, a hash")
+    try:
+        rel_dir = store.dir.resolve().relative_to(top.resolve()).as_posix()
+    except ValueError:
+        raise ToolkitError.of(f"{store.dir} is outside the repository {top}", field="--profiles-dir",
+                              fix="use the profiles directory of the clone") from None
+    return top, rel_dir, commit
+
+
+def resolve_at(spec: str, store: ProfileStore) -> ResolvedProfile:
+    """NAME, the profile as it is here; or REV:NAME (REV:profiles/NAME.yaml too), the profile and its parents as
+    they were at git revision REV."""
+    from toolkit.adapters import git
+    from toolkit.adapters.sglang_catalogue import load_catalogue
+    from toolkit.core.profile.resolve import resolve
+    from toolkit.core.profile.source import ProfileSource, parse_profile_text
+
+    if ":" not in spec:
+        return store.resolve(spec)
+    revision, name = spec.rsplit(":", 1)
+    name = Path(name).stem if name.endswith(".yaml") else name
+    top, rel_dir, commit = _at_revision(store, revision)
+
+    def loader(n: str) -> ProfileSource:
+        rel = f"{rel_dir}/{n}.yaml" if rel_dir != "." else f"{n}.yaml"
+        text = git.show(top, commit, rel)
+        if text is None:
+            raise ToolkitError.of(f"{rel} does not exist at {revision}", field="REV:NAME",
+                                  fix=f"`git ls-tree {revision} {rel_dir}/` lists the profiles there")
+        return parse_profile_text(n, f"{revision}:{rel}", text)
+
+    return resolve(name, loader, load_catalogue)
+
+
+@dataclass(frozen=True)
+class ProfileChange:
+    name: str
+    status: str  # "changed", "added", "removed", "unresolved"
+    knobs: list[Any]  # KnobChange: what differs in the resolved spec
+    render_changed: list[str]  # which renders differ: argv, env, unit, config
+    note: str = ""  # why a side did not resolve
+
+
+def changes_since(revision: str, store: ProfileStore) -> list[ProfileChange]:
+    """Every profile whose resolved spec or rendered launch differs between `revision` and now, a child changed
+    through its parent included."""
+    from toolkit.adapters import git
+    from toolkit.core.profile.diff import diff_profiles
+    from toolkit.core.profile.render import render_env, render_launch_argv, render_sglang_config_yaml
+
+    top, rel_dir, _ = _at_revision(store, revision)
+    then_files = git.names_at(top, revision, rel_dir) or []
+    then = {Path(n).stem for n in then_files if n.endswith(".yaml")}
+    now = set(store.names())
+    out: list[ProfileChange] = []
+    renders = {"argv": render_launch_argv, "env": render_env, "config": render_sglang_config_yaml}
+    for name in sorted(then | now):
+        if name not in then:
+            out.append(ProfileChange(name, "added", [], []))
+            continue
+        if name not in now:
+            out.append(ProfileChange(name, "removed", [], []))
+            continue
+        try:
+            old, new = resolve_at(f"{revision}:{name}", store), store.resolve(name)
+        except ToolkitError as err:
+            out.append(ProfileChange(name, "unresolved", [], [], err.problems[0].message if err.problems else
+                                     str(err)))
+            continue
+        knob_changes = diff_profiles(old, new).changes
+        differ = []
+        for kind, render in renders.items():
+            try:
+                if render(old) != render(new):
+                    differ.append(kind)
+            except ToolkitError:
+                differ.append(kind)
+        if knob_changes or differ:
+            out.append(ProfileChange(name, "changed", list(knob_changes), differ))
+    return out
+
+
 def _revision_of(path: Path, store: ProfileStore, *, stdin: bool) -> tuple[Callable[[], str], Any]:
     """(a header line saying where the parents come from, name -> ProfileSource of that revision)."""
     from toolkit.adapters import git
@@ -188,11 +281,24 @@ def _revision_of(path: Path, store: ProfileStore, *, stdin: bool) -> tuple[Calla
     return header, parent_of
 
 
+def textconv_command(python: str) -> str:
+    """The git config line: `python -m toolkit profile textconv FILE`, and where that cannot start (the venv was
+    rebuilt elsewhere, the clone moved) the file as text under one line saying how to fix it, so `git diff` shows
+    something rather than dying (`fatal: unable to read files to diff`). git runs it with the shell and appends
+    the file."""
+    import shlex
+
+    py = shlex.quote(python)
+    note = (f"# toolkit textconv could not start ({python} -m toolkit): shown as text; run scripts/setup, or "
+            "`toolkit profile install-textconv`, in the clone")
+    return (f"tk_textconv() {{ out=$({py} -m toolkit profile textconv \"$1\" 2>/dev/null) && printf '%s\\n' "
+            f"\"$out\" || {{ echo {shlex.quote(note)}; cat \"$1\"; }}; }}; tk_textconv")
+
+
 def install_textconv(*, global_: bool = False, cwd: Path | None = None) -> tuple[str, str]:
     """Wire `git diff` of profiles to the textconv in this clone's git config (or the user's, `global_`), as an
     absolute command: this interpreter and `-m toolkit`, so it works in a shell without the venv. Returns the
     key and the command written."""
-    import shlex
     import sys
 
     from toolkit.adapters import git
@@ -202,7 +308,7 @@ def install_textconv(*, global_: bool = False, cwd: Path | None = None) -> tuple
         raise ToolkitError.of("not inside a git repository", field="install-textconv",
                               fix="run it inside your clone, or pass --global for every repository")
     key = "diff.toolkit-profile.textconv"
-    command = f"{shlex.quote(sys.executable)} -m toolkit profile textconv"
+    command = textconv_command(sys.executable)
     if not git.set_config(top or Path.cwd(), key, command, global_=global_):
         raise ToolkitError.of(f"git config {key} failed", field="install-textconv",
                               fix="check that git is installed and the repository's config is writable")

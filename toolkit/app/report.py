@@ -97,7 +97,10 @@ def report(req: ReportRequest) -> ReportOutcome:
             data.notes.append(f"`{shown_run}` has no summary.json: no plots (`toolkit probe replay DIR --write`)")
         else:
             bench = run.summary.get("benchmark") or {}
+            manifest = run.manifest if isinstance(run.manifest, dict) else {}
             data.run_facts = {"duration_s": bench.get("duration_s"),
+                              "bench_start_s": manifest.get("bench_start_s"),
+                              "bench_end_s": manifest.get("bench_end_s"),
                               "request_per_s": ((run.summary.get("full") or {}).get("throughput") or {})
                               .get("request_per_s")}
             data.watermark = watermark_of(str(run.summary.get("data_source") or ""))

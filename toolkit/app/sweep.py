@@ -29,6 +29,7 @@ from toolkit.core.sweep.state import (
     new_state,
     parse_concurrency,
     retry_failed,
+    spec_hash,
 )
 from toolkit.core.sweep.variants import parse_axes, plan
 
@@ -89,8 +90,20 @@ def existing_run(store: SweepStore, profiles: ProfileStore, *, resume: str | Non
     if profile and profile != state.profile:
         raise ToolkitError.of(f"{store.kind} {state.run_id} is of profile {state.profile}, not {profile}",
                               field="profile", fix=f"leave the profile out or give {state.profile}")
+    moved = show is not None and state.run_id != run_id
+    if moved:
+        # A run kept under another name (docs/tune-lab-goodput): its files are in the directory it was named by.
+        state.run_id = run_id
     base = profiles.resolve(state.profile)
-    return SweepSession(store, profiles, base, base_spec(base), state)
+    session = SweepSession(store, profiles, base, base_spec(base), state)
+    if moved:
+        session.notes.append(f"{store.kind} {run_id} was saved as another run id; its report is written here")
+    if show and spec_hash(session.spec) != state.base_spec_hash:
+        # Showing a past run reads only what it measured: a profile changed since does not stop it (resuming does).
+        session.notes.append(f"profile {state.profile} changed since this {store.kind} (its spec hash is now "
+                             f"{spec_hash(session.spec)[:12]}, the {store.kind} measured {state.base_spec_hash[:12]}): "
+                             "the figures are the run's own; knobs named as today's profile has them")
+    return session
 
 
 def open_session(req: SweepRequest) -> SweepSession:
@@ -102,7 +115,8 @@ def open_session(req: SweepRequest) -> SweepSession:
         state, base, spec = session.state, session.base, session.spec
         axes = parse_axes(req.vary, spec) if req.vary else None
         lv = levels(req.concurrency, base) if req.concurrency else None
-        check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=lv)
+        if not req.show:
+            check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=axes, concurrency=lv)
         if req.budget is not None:
             apply_budget(state, req.budget)
             store.save(state)

@@ -82,7 +82,8 @@ def open_session(req: TuneRequest) -> TuneSession:
         state, base, spec = session.state, session.base, session.spec
         state.tune = check_log(state.tune, file=str(store.state_path(state.run_id)))
         lv = _levels(req, base) if req.concurrency else None
-        check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=None, concurrency=lv)
+        if not req.show:  # showing a past tune reads only what it measured (sweep.existing_run says what changed)
+            check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=None, concurrency=lv)
         if req.budget is not None and req.resume:
             raise_budget(state.tune, req.budget)
             store.save(state)

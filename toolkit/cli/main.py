@@ -7,10 +7,12 @@ Each group lives in its own module and is imported only when it is asked for, so
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from toolkit import __version__
 from toolkit.core.errors import EXIT_BAD_INPUT, ToolkitError
@@ -23,6 +25,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "results": ("toolkit.cli.results_cmd", "record measured results into a profile, compare them"),
     "report": ("toolkit.cli.report_cmd", "Markdown and HTML report with plots for a profile's results"),
     "lab": ("toolkit.cli.lab_cmd", "local test hosts that stand in for a Proxmox host and its GPU container"),
+    "inventory": ("toolkit.cli.inventory_cmd", "write an inventory of your own Proxmox hosts and GPU containers"),
     "host": ("toolkit.cli.host_cmd", "provision a Proxmox GPU host and its container through Ansible"),
     "doctor": ("toolkit.cli.doctor_cmd", "read-only checks of a host and its container"),
     "apply": ("toolkit.cli.apply_cmd", "deploy a profile as a service, then measure and record it"),
@@ -39,6 +42,41 @@ class Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """argparse's, except that an unknown option is reported by the subcommand it was given to, with its usage
+        and the nearest of its own options (`--resolv`: did you mean --resolved?)."""
+        tokens = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(tokens, namespace)
+        if extras:
+            target = self._deepest(tokens)
+            options = sorted({o for a in target._actions for o in a.option_strings if o.startswith("--")})
+            hints = [m[0] for x in extras if x.startswith("--")
+                     for m in [difflib.get_close_matches(x.split("=", 1)[0], options, n=1, cutoff=0.6)] if m]
+            target.error(f"unrecognized arguments: {' '.join(extras)}"
+                         + (f" (did you mean {' '.join(hints)}?)" if hints else ""))
+        return parsed
+
+    def _deepest(self, tokens: list[str]) -> argparse.ArgumentParser:
+        """The subcommand's parser the tokens reach (`profile show` for `profile show x --resolv`)."""
+        parser: argparse.ArgumentParser = self
+        for token in tokens:
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            if sub is None:
+                break
+            if token in sub.choices:
+                parser = sub.choices[token]
+        return parser
+
+    def error(self, message: str) -> NoReturn:
+        """argparse's, with the nearest choice for a mistyped command (`profile lst`: did you mean list?)."""
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = [c.strip().strip("'") for c in match.group(2).split(",")]  # quoted up to Python 3.11
+            near = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
+            if near:
+                message += f" (did you mean {near[0]}?)"
+        super().error(message)
 
 
 def build_parser(group: str | None) -> argparse.ArgumentParser:

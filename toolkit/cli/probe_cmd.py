@@ -27,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--hz", type=float, default=None, help="samples per second (default: profile's, or 10)")
     run.add_argument("--out", type=Path, default=None, help="artifact directory (default runs/probe-<UTC time>)")
     run.add_argument("--profile", default=None, help="profile NAME: benchmark its bench section, judge its target")
-    run.add_argument("--base-url", default="http://127.0.0.1:30000", help="server URL for the profile's bench")
+    run.add_argument("--base-url", default=None, metavar="URL",
+                     help="server URL for the profile's bench (default: the profile's server host and port)")
     run.add_argument("--target-json", default=None, metavar="JSON",
                      help="the run's target as a JSON object (profile, knobs, why, variants...), merged over the "
                      "--profile's; `toolkit apply --probe` passes the deployed profile's this way")

@@ -40,6 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("name", help="a profile name, or `all`")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--strict", action="store_true", help="treat warnings as errors")
+    p.add_argument("--verbose", action="store_true",
+                   help="print the acknowledged and info lines too (by default only counted on the status line)")
     p.set_defaults(func=cmd_validate)
 
     p = add("render", "print the launch argv, environment, systemd unit, SGLang --config YAML and bench argv")
@@ -53,8 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_render)
 
     p = add("diff", "semantic diff: knobs changed, added, removed through extends:, each with its why")
-    p.add_argument("a", help="the profile to compare from")
-    p.add_argument("b", help="the profile to compare to")
+    p.add_argument("a", nargs="?", help="the profile to compare from: NAME, or REV:NAME as it was at git revision REV")
+    p.add_argument("b", nargs="?", help="the profile to compare to: NAME, or REV:NAME")
+    p.add_argument("--since", metavar="REV",
+                   help="instead of A B: every profile whose resolved spec or launch render changed since REV, "
+                   "a child changed through its parent included")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--exit-code", action="store_true",
                    help="exit 1 when a knob differs, 0 when none does (as `git diff --exit-code`)")
@@ -90,6 +95,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="write nothing: re-resolve and compare with the committed lock (exit 1 on a difference)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_lock)
+    p = add("import", "write a new profile from a running SGLang server (its /server_info, and its command line)")
+    p.add_argument("--name", required=True,
+                   help="the new profile's name (profiles/NAME.yaml; an existing file is never replaced)")
+    p.add_argument("--server-url", metavar="URL", required=True, help="the server, e.g. http://127.0.0.1:30000")
+    p.add_argument("--sglang-version", metavar="X.Y.Z",
+                   help="the release, where the server does not report its own (default: its /server_info)")
+    p.add_argument("--gpu-count", type=int, metavar="N", help="GPUs per node (target.gpu_count)")
+    p.add_argument("--compute-capability", metavar="SMxx", help="the GPUs' compute capability, e.g. SM90 for H100")
+    p.add_argument("--gpu-model", metavar="NAME", help="the GPU, as nvidia-smi names it (target.gpu_model)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- COMMAND...: the server's launch command; its flags no typed knob holds go to "
+                   "server.extra_args")
+    p.set_defaults(func=cmd_import)
 
     p = sub.add_parser(
         "install-textconv",
@@ -215,6 +233,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 SEVERITY_ORDER = ("error", "warning", "acknowledged", "info")
+QUIET_SEVERITIES = ("acknowledged", "info")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -235,22 +254,31 @@ def cmd_validate(args: argparse.Namespace) -> int:
     # One line per profile on stdout; every problem once, on stderr, under the first profile that has it (a
     # parent's warning is not repeated for each child: the child's line says where it was shown).
     shown: dict[tuple[object, ...], str] = {}
+    hidden = 0
     for name in _parents_first(store, names):
         problems = results[name]
         keys = [(p.file, p.line, p.field, p.message, p.rule_id, p.severity) for p in problems]
         counts = {s: sum(p.severity == s for p in problems) for s in SEVERITY_ORDER}
         summary = ", ".join(f"{n} {s}{'s' if n != 1 and s != 'acknowledged' else ''}" for s, n in counts.items()
                             if n)
-        elsewhere = sorted({shown[k] for k in keys if k in shown})
+        loud = [k for k, p in zip(keys, problems, strict=True) if args.verbose or p.severity not in QUIET_SEVERITIES]
+        elsewhere = sorted({shown[k] for k in loud if k in shown})
         if elsewhere:
-            summary += f"; {sum(k in shown for k in keys)} shown under {', '.join(elsewhere)}"
+            summary += f"; {sum(k in shown for k in loud)} shown under {', '.join(elsewhere)}"
         print(f"{'FAIL' if name in bad else 'ok':4} {printable(name)}" + (f" ({summary})" if summary else ""),
               flush=True)
         own = sorted((p for p, k in zip(problems, keys, strict=True) if k not in shown),
                      key=lambda p: SEVERITY_ORDER.index(p.severity) if p.severity in SEVERITY_ORDER else 9)
         for p in own:
+            # Acknowledged and info lines are the profile's own record, not news: as ansible-lint keeps skipped
+            # rules quiet, they are a count on the status line unless asked for.
+            if p.severity in QUIET_SEVERITIES and not args.verbose:
+                hidden += 1
+                continue
             print(p.render(), file=sys.stderr, flush=True)
         shown.update({k: name for k in keys if k not in shown})
+    if hidden:
+        print(f"({hidden} acknowledged/info line(s) not shown: --verbose prints them)", file=sys.stderr)
     return EXIT_BAD_INPUT if bad else EXIT_OK
 
 
@@ -348,17 +376,65 @@ def _refuse_errors(store: Any, name: str) -> None:
         raise ToolkitError(errors)
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from toolkit.app.profile_import import import_profile
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    outcome = import_profile(args.server_url, args.name, profiles_dir=args.profiles_dir, command=command,
+                             sglang_version=args.sglang_version,
+                             target={"gpu_model": args.gpu_model, "gpu_count": args.gpu_count,
+                                     "compute_capability": args.compute_capability})
+    print(f"wrote {outcome.file}: {len(outcome.knobs)} knob(s) that differ from SGLang's defaults"
+          + (f" ({', '.join(f'{k}={v}' for k, v in outcome.knobs.items())})" if outcome.knobs else ""))
+    for note in outcome.notes:
+        print(f"note: {note}")
+    for problem in outcome.problems:
+        print(problem.render(), file=sys.stderr)
+    print(f"next: toolkit probe run --profile {args.name} --server-url {args.server_url} --record, then "
+          f"toolkit report {args.name} --html report/{args.name}.html")
+    return EXIT_OK
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
+    from toolkit.app.profiles import resolve_at
     from toolkit.core.results.profile_diff import profile_diff
     from toolkit.core.text import redact_data, safe
 
     store = _store(args)
-    result = profile_diff(store.resolve(args.a), store.resolve(args.b))
+    if args.since is not None:
+        return _diff_since(args, store)
+    if args.a is None or args.b is None:
+        raise ToolkitError.of("give two profiles (A B), or --since REV", field="profile diff",
+                              fix="e.g. toolkit profile diff HEAD~1:glm5-tp8 glm5-tp8, or --since main")
+    result = profile_diff(resolve_at(args.a, store), resolve_at(args.b, store))
     if args.json:
         _print_json(redact_data(result.to_json()))
     else:
         sys.stdout.write(safe(result.render(), keep_newlines=True))
     return 1 if args.exit_code and result.changes else EXIT_OK
+
+
+def _diff_since(args: argparse.Namespace, store: Any) -> int:
+    from toolkit.app.profiles import changes_since
+
+    if args.a is not None or args.b is not None:
+        raise ToolkitError.of("--since compares every profile: give no names with it", field="--since",
+                              fix=f"toolkit profile diff --since {args.since}, or toolkit profile diff "
+                              f"{args.since}:NAME NAME")
+    changes = changes_since(args.since, store)
+    if args.json:
+        _print_json([{**c.__dict__, "knobs": [k.__dict__ for k in c.knobs]} for c in changes])
+    else:
+        print(f"profiles changed since {args.since}: {len(changes)}")
+        for c in changes:
+            detail = (f"{len(c.knobs)} knob(s)" + (f"; renders {', '.join(c.render_changed)}" if c.render_changed
+                                                   else "") if c.status == "changed" else c.note)
+            print(f"{c.status:10} {c.name}" + (f" ({detail})" if detail else ""))
+            for k in c.knobs:
+                print("  " + k.render().replace("\n", "\n  "))
+    return 1 if args.exit_code and changes else EXIT_OK
 
 
 def cmd_textconv(args: argparse.Namespace) -> int:

@@ -52,7 +52,7 @@ def _summary(report: object, written: list[Path]) -> None:
     from rich.table import Table
 
     from toolkit.cli.render import figure_column, print_wide, text_column
-    from toolkit.core.results.report import ReportData, headline_rows, what_ran
+    from toolkit.core.results.report import ReportData, headline_rows, verdict_line, what_ran
 
     assert isinstance(report, ReportData)
     out: list[object] = []
@@ -60,6 +60,9 @@ def _summary(report: object, written: list[Path]) -> None:
     if e is None:
         out.append(f"{escape(report.profile)}: no results recorded yet")
     else:
+        # The verdict first: it is what the run was for (the Markdown and HTML lead with it too).
+        out.append("[bold]verdict:[/bold] " + escape(verdict_line(e).replace("**", "")))
+        out += [f"  next: {escape(step)}" for step in report.next_steps[:3]]
         table = Table(title=f"{escape(report.profile)}: {escape(e.run_id)}" + (" [red](STALE)[/]" if report.stale
                                                                                else ""), show_header=False)
         text_column(table, "what")

@@ -83,6 +83,8 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     log = state.tune or {}
     con.print(f"[bold]tune {state.run_id}[/] of {state.profile} ({log['objective']}): "
               f"{session.store.run_dir(state.run_id)}")
+    for note in session.notes:
+        con.print(f"note: {note}", markup=False, highlight=False)
     interrupted = False
     if not args.show and not log.get("stop"):
         runner = tune.runner(session, req)

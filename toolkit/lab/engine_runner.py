@@ -296,6 +296,7 @@ class EngineModelRunner:
             tokens_per_j=round(out_w / energy_j, 6),
             energy_per_output_token_j=round(energy_j / out_w, 6),
             power_w_total=round(power_total_w, 1),
+            gpu_count=eng.tp,
             verdict=cls,
             data_source=DATA_SOURCE,
             throughput_window="full" if closed else "steady",

@@ -517,6 +517,9 @@ def render_inventory(state: LabState) -> str:
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "toolkit_overlay": "lab",
                 "toolkit_notes": inventory_notes(c),
+                # pve1's network namespace: gone when the lab is down or the machine rebooted, and with it the
+                # hosts this file names (a command without -i refuses the file then).
+                "toolkit_inventory_valid_while": f"/run/netns/{NETNS}",
             },
             "children": {
                 "proxmox_hosts": {"hosts": {HOSTNAME: pve1}},

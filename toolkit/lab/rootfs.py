@@ -126,17 +126,18 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
 
 
 def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
-              side_by_side: bool = True) -> tuple[Path, dict[str, Path]]:
+              side_by_side: bool = True, suites: tuple[str, ...] = tuple(template.APPLIANCES)
+              ) -> tuple[Path, dict[str, Path]]:
     """pve1's userland and every CT template, built where not cached. Side by side: each is its own
     debootstrap that waits mostly on the mirror and on dpkg, so on a cold machine (every CI run) the three at
     once take little more than the longest alone (benchmarks/bench_cold_caches.py). An error in one is
     raised once the others are done, so what they built is kept for the next `up`."""
     if not side_by_side:
-        return build(cache_dir, mirror), {s: build_template(s, cache_dir, mirror) for s in template.APPLIANCES}
+        return build(cache_dir, mirror), {s: build_template(s, cache_dir, mirror) for s in suites}
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=len(template.APPLIANCES), thread_name_prefix="template") as pool:
-        futures = {s: pool.submit(build_template, s, cache_dir, mirror) for s in template.APPLIANCES}
+    with ThreadPoolExecutor(max_workers=len(suites), thread_name_prefix="template") as pool:
+        futures = {s: pool.submit(build_template, s, cache_dir, mirror) for s in suites}
         lower = build(cache_dir, mirror)
         return lower, {s: f.result() for s, f in futures.items()}
 

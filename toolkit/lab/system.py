@@ -407,9 +407,14 @@ def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -
 # ---------------------------------------------------------------- stock flavours (issue 13)
 
 
-def build_flavour(config: LabConfig, lower: Path) -> tuple[list[Path], Any]:
-    """The installers (the asked version and any extra ones) and, for a stock flavour, its mirror."""
-    installers = [build_installer(v) for v in config.mirror_driver_versions]
+def build_installers(config: LabConfig) -> list[Path]:
+    """The installers: the asked version and every other one the flavour's mirror serves."""
+    return [build_installer(v) for v in config.mirror_driver_versions]
+
+
+def build_flavour(config: LabConfig, lower: Path, installers: list[Path] | None = None) -> tuple[list[Path], Any]:
+    """The installers (built here unless given) and, for a stock flavour, its mirror."""
+    installers = installers if installers is not None else build_installers(config)
     if not config.flavour_spec.stock:
         return installers, None
     from toolkit.lab import aptrepo
@@ -750,12 +755,19 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
         down(progress=progress)
     preflight(config)
 
-    progress("Debian 12 userland and the CT templates with the package sets of Proxmox's debian-12-standard "
-             "and debian-13-standard, side by side (cached after the first up)")
-    lower, template_files = rootfs.build_all()
-    progress("stand-ins: compiling libcuda, packing the driver installer" +
-             (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
-    installers, mirror = build_flavour(config, lower)
+    suites = template.suites_wanted(os.environ.get(template.TEMPLATES_ENV))
+    progress("Debian 12 userland and the CT template" + ("s" if len(suites) > 1 else "") + " with the package sets of "
+             "Proxmox's " + " and ".join(template.APPLIANCES[s].name for s in suites) + ", side by side (cached "
+             f"after the first up; {template.TEMPLATES_ENV}=all adds the others)")
+    from concurrent.futures import ThreadPoolExecutor
+
+    # The stand-in installers need no userland: they are built (gcc, tar) while debootstrap waits on the mirror.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
+        built = pool.submit(build_installers, config)
+        lower, template_files = rootfs.build_all(suites=suites)
+        progress("stand-ins: compiling libcuda, packing the driver installer (beside the userland)" +
+                 (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
+        installers, mirror = build_flavour(config, lower, built.result())
     installer = installers[0]
     key = ensure_ssh_key()
     state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),

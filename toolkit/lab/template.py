@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from toolkit.core.errors import ToolkitError
+
 
 # dab's appliance names and versions (dab-pve-appliances 0ed1617: debian-12 12.12-1, debian-13 13.1-2).
 @dataclass(frozen=True)
@@ -37,6 +39,24 @@ APPLIANCES = {
     "trixie": Appliance("trixie", "debian-13-standard", "13.1-2", "Debian 13 Trixie (standard)"),
 }
 DEFAULT_SUITE = "bookworm"
+# Which templates `lab up` builds and pve1's `pveam available` lists: the one the roles take by default
+# (lxc_gpu_container_template_pattern: debian-12-standard) unless this names more, e.g. `bookworm,trixie` or `all`
+# for an inventory that picks debian-13-standard. Each is a debootstrap of its own on a cold machine.
+TEMPLATES_ENV = "TOOLKIT_LAB_TEMPLATES"
+
+
+def suites_wanted(value: str | None) -> tuple[str, ...]:
+    """The suites to build for `TOOLKIT_LAB_TEMPLATES` (unset or empty: the default one only)."""
+    if not value or not value.strip():
+        return (DEFAULT_SUITE,)
+    if value.strip() == "all":
+        return tuple(APPLIANCES)
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in APPLIANCES]
+    if unknown:
+        raise ToolkitError.of(f"{TEMPLATES_ENV}: no CT template for {', '.join(unknown)}", field=TEMPLATES_ENV,
+                              fix=f"name Debian suites among {', '.join(APPLIANCES)}, or all")
+    return names if DEFAULT_SUITE in names else (DEFAULT_SUITE, *names)
 # Names of older index entries a host may still have downloaded; `pveam available` no longer lists them.
 RETIRED_FILE_NAMES = ("debian-12-standard_12.7-1_amd64.tar.zst",)
 

@@ -11,7 +11,8 @@ every forward pass), `find_counter_window`:
 2. smoothed with a centred moving average `smooth_s` wide; peak = the 90th percentile of the smoothed rate (a
    late scrape's catch-up spike does not set it); threshold = `plateau_fraction` x peak;
 3. runs of the smoothed rate at or above the threshold, a dip shorter than `smooth_s` kept inside; the window
-   is the LONGEST run, its ends trimmed until the raw rate there is at or above the threshold too. A drain (the
+   is the LONGEST run, its ends trimmed until the raw rate there and at the next scrape inward is at or above the
+   threshold too (a late scrape's high half of a split interval is no edge). A drain (the
    rate falling as the last requests finish, never recovering) or a ramp is never inside it, where the GPU
    rule's first-to-last span keeps everything between;
 4. peak zero (no tokens) or a window shorter than `min_window_s`: no steady state, the reason given.
@@ -221,9 +222,12 @@ def find_counter_window(t_s: list[float], rate: list[float], bench_start_s: floa
             runs.append([i, i])
     best: tuple[int, int] | None = None
     for lo, hi in runs:
-        while lo < hi and raw[lo] < threshold:
+        # An edge is where the raw rate reaches the bar and holds it: this sample and the next one inward. A lone
+        # sample at the bar is no edge: a scrape that read the counter late splits two intervals' tokens into a
+        # low rate and a high one, and on a ramp the high one crosses the bar before the rate has got there.
+        while lo < hi and (raw[lo] < threshold or raw[lo + 1] < threshold):
             lo += 1
-        while hi > lo and raw[hi] < threshold:
+        while hi > lo and (raw[hi] < threshold or raw[hi - 1] < threshold):
             hi -= 1
         if best is None or t[hi] - t[lo] > t[best[1]] - t[best[0]]:
             best = (lo, hi)

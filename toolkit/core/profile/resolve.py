@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import types
 import typing
 from collections.abc import Callable
@@ -207,12 +208,27 @@ def _pydantic_problem(source: ProfileSource, loc: Path, errors: list[Any]) -> Pr
         allowed = _allowed_keys(parent)
         close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""
+        if not close and not parent:  # a knob dedented to the top: name the section it belongs to
+            sections = [f"{name}.{key}" for name in allowed if key in (_allowed_keys((name,)) or ())]
+            if sections:
+                hint = f"did you mean {sections[0]}? (indent it under {sections[0].split('.')[0]}:) "
         return Problem(
             f"unknown key {key!r}",
             file=source.file,
             line=source.line_of(loc),
             field=dotted(loc),
             fix=f"{hint}allowed here: {', '.join(sorted(allowed))}" if allowed else "remove it",
+        )
+    if loc[:1] == ("why",) and len(loc) == 2 and loc[1] in ("reason", "link") and kind in ("model_type", "dict_type"):
+        # `reason:` at the level of the knobs under why: YAML made it a knob named reason
+        knobs = [k for k in (source.data.get("why") or {}) if k not in ("reason", "link")]
+        before = knobs[-1] if knobs else "KNOB"
+        return Problem(
+            f"{loc[1]!r} is not a knob: it belongs to a knob's why and is indented at the knobs' level",
+            file=source.file,
+            line=source.line_of(loc),
+            field=dotted(loc),
+            fix=f"indent it under why.{before} (two more spaces than `{before}:`)",
         )
     if kind == "missing":
         return Problem(
@@ -258,6 +274,8 @@ def value_message(errors: list[Any], loc: Path = ()) -> str:
         message += "; YAML 1.1 reads yes/no/on/off/true/false as booleans, not numbers"
     elif isinstance(got, float) and "int_type" in kinds:
         message += "; a fraction is no whole number (write 8, not 8.0)"
+    elif isinstance(got, str) and kinds & _NUMBER_TYPES and _UNIT.match(got):
+        message += f"; a number with a unit: write {_unit_free(got)}"
     elif isinstance(got, str) and kinds & _NUMBER_TYPES:
         message += "; a quoted number is text (write it without quotes)"
     elif "finite_number" in kinds:
@@ -290,6 +308,19 @@ def secret_field(loc: Path) -> bool:
 
 
 _NUMBER_TYPES = {"int_type", "float_type", "int_parsing", "float_parsing", "int_from_float"}
+# `8k`, `450W`, `0.9 GiB`: a number with a unit or a multiplier, which YAML reads as text.
+_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z%]+)\s*$")
+_MULTIPLIERS = {"k": 1024, "K": 1024, "m": 1024**2, "M": 1024**2}
+
+
+def _unit_free(text: str) -> str:
+    """What to write instead: `8k` -> 8192 (SGLang's sizes are counts of tokens), `450W` -> 450."""
+    match = _UNIT.match(text)
+    assert match
+    number, unit = match.groups()
+    if unit in _MULTIPLIERS and "." not in number:
+        return str(int(number) * _MULTIPLIERS[unit])
+    return number
 
 
 def _field_model(parent: Path) -> type[BaseModel] | None:

@@ -303,6 +303,11 @@ def _yaml_error(file: str, text: str, err: yaml.YAMLError, where: Path) -> Toolk
             field=dotted(where) if where[:1] == ("results",) else "results",
             fix=_RESULTS_FIX,
         )
+    named = _named_syntax_error(text, line, what)
+    if named is not None:
+        line, message, fix = named
+        return ToolkitError.of(message, file=file, line=line, field=dotted(_path_of_line(text, line)) or None,
+                               fix=fix)
     return ToolkitError.of(
         f"not valid YAML: {what}",
         file=file,
@@ -312,6 +317,30 @@ def _yaml_error(file: str, text: str, err: yaml.YAMLError, where: Path) -> Toolk
         if isinstance(err, yaml.reader.ReaderError)
         else "fix the YAML syntax at that line (indentation, a missing ':' or an unclosed quote)",
     )
+
+
+_KEY_WITHOUT_COLON = re.compile(r"^(\s*)([A-Za-z_][\w.-]*)[ \t]+([^\s:#][^:#]*?)\s*$")
+
+
+def _named_syntax_error(text: str, line: int | None, what: str) -> tuple[int, str, str] | None:
+    """(line, message, fix) for the YAML mistakes people make, in their words rather than the parser's: a tab in
+    the indentation, a key without its colon (which YAML reports at the line after it)."""
+    if line is None:
+        return None
+    lines = text.splitlines()
+    for n in (line, line - 1):
+        indent = lines[n - 1][: len(lines[n - 1]) - len(lines[n - 1].lstrip())] if 0 < n <= len(lines) else ""
+        if "\t" in indent or ("tab" in what and 0 < n <= len(lines) and "\t" in lines[n - 1]):
+            return (n, f"tab character at line {n}; YAML indents with spaces",
+                    "replace the tab with spaces, as many as the lines around it are indented")
+    if "mapping values are not allowed" in what or "could not find expected ':'" in what:
+        for n in range(line - 1, max(0, line - 3), -1):
+            match = _KEY_WITHOUT_COLON.match(lines[n - 1]) if 0 < n <= len(lines) else None
+            if match:
+                key, value = match.group(2), match.group(3)
+                return (n, f"missing ':' after {key!r} at line {n}",
+                        f"write `{key}: {value}`")
+    return None
 
 
 # Characters that make a file read differently from how it looks, refused anywhere in it (comments included):

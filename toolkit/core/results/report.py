@@ -339,16 +339,25 @@ def what_ran(r: ReportData) -> list[tuple[str, str]]:
     duration = e.bench.duration_s if e.bench.duration_s is not None else r.run_facts.get("duration_s")
     rps = (e.throughput.full_run.request_per_s if e.throughput.full_run.request_per_s is not None
            else r.run_facts.get("request_per_s"))
+    # Every time below is on one clock, the probe's (0 s = its start, the idle baseline first), as the plots' x-axes
+    # are; the benchmark's own duration is said as its span there.
+    b0, b1 = r.run_facts.get("bench_start_s"), r.run_facts.get("bench_end_s")
     if duration is not None or rps is not None:
+        span = (f" (the benchmark: {figure(b0)}-{figure(b1)} s of the probe's clock)"
+                if isinstance(b0, int | float) and isinstance(b1, int | float) else "")
         rows.append(("duration", f"{figure(duration)} s" + (f", {figure(rps)} requests/s" if rps is not None
-                                                           else "")))
+                                                           else "") + span))
     s = e.throughput.steady_state
     if e.throughput.no_steady_state:
         rows.append(("steady window", f"no steady state: {e.throughput.no_steady_state}"))
     elif s is not None and s.window_s:
-        rows.append(("steady window", f"{figure(s.window_s[0])}-{figure(s.window_s[1])} s"
-                     + (f" ({s.source})" if s.source else "")))
+        rows.append(("steady window", f"{figure(s.window_s[0])}-{figure(s.window_s[1])} s "
+                     f"({figure(s.window_s[1] - s.window_s[0])} s) {PROBE_CLOCK}"
+                     + (f"; {s.source}" if s.source else "")))
     return rows
+
+
+PROBE_CLOCK = "of the probe's clock (the plots' x-axis)"
 
 
 def headline_rows(e: ResultsEntry) -> list[tuple[str, str]]:

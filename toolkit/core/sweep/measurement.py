@@ -24,6 +24,7 @@ def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
         tokens_per_j=energy.output_tok_per_j if energy else None,
         energy_per_output_token_j=energy.j_per_output_tok if energy else None,
         power_w_total=round(power.mean_w * count, 1) if power and power.mean_w is not None else None,
+        gpu_count=count if power and power.mean_w is not None else None,
         verdict=entry.verdict_class(),
         # The entry's own lab note (simulated GPUs, a replayed trace): the report and a promoted profile's whys
         # quote it, so no one reads lab figures as a GPU's.

@@ -30,6 +30,15 @@ class RankedRow:
     throughput_window: str = "steady"
     request_rate: float | None = None  # under an SLO: the capacity rate the figures were measured at
     goodput_tok_per_s: float | None = None  # under an SLO: the output tok/s that rate carries (capacity.py)
+    full_output_tok_per_s: float | None = None  # over the whole run, ramp and drain included
+    gpu_count: int | None = None  # GPUs power_w_total is summed over
+
+    @property
+    def power_w_per_gpu(self) -> float | None:
+        """Mean power per GPU, as every other table says it (None where the count was not recorded)."""
+        if self.power_w_total is None or not self.gpu_count:
+            return None
+        return self.power_w_total / self.gpu_count
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,8 @@ def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: flo
         throughput_window=m.throughput_window,
         request_rate=rate,
         goodput_tok_per_s=goodput,
+        full_output_tok_per_s=m.output_tok_per_s,
+        gpu_count=m.gpu_count,
     )
 
 

@@ -30,10 +30,15 @@ def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
             r.variant_id,
             r.label,
             str(r.concurrency),
-            _f(r.steady_output_tok_per_s, ",.1f") + ("" if r.throughput_window == "steady" else " (full run)"),
+            # Each column one kind of figure: no steady state leaves the steady cell empty (ranked by the
+            # whole run's rate, in its own column).
+            _f(r.steady_output_tok_per_s, ",.1f") if r.throughput_window == "steady" else "- (no steady state)",
+            _f(r.full_output_tok_per_s if r.full_output_tok_per_s is not None or r.throughput_window == "steady"
+               else r.steady_output_tok_per_s, ",.1f"),
             _f(r.tokens_per_j, ".3f"),
             _f(r.energy_per_output_token_j, ".3f"),
-            _f(r.power_w_total, ",.0f"),
+            _f(r.power_w_per_gpu, ",.1f") if r.power_w_per_gpu is not None
+            else _f(r.power_w_total, ",.0f") + (" (all GPUs)" if r.power_w_total is not None else ""),
             r.verdict or "-",
             r.outcome,
         ]
@@ -43,7 +48,8 @@ def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
 
 RANKING_SCHEMA_VERSION = 1  # of ranking.json (and `toolkit sweep --json`)
 
-RANK_HEADER = ["#", "variant", "knobs", "concurrency", "steady tok/s", "tok/J", "J/tok", "power W", "verdict", "runs"]
+RANK_HEADER = ["#", "variant", "knobs", "concurrency", "steady tok/s", "full-run tok/s", "tok/J", "J/tok", "W/GPU",
+               "verdict", "runs"]
 
 
 def not_measured(state: SweepState) -> list[tuple[str, str, str]]:
@@ -102,8 +108,8 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(markdown_table(header, rows))
 
 
-GOODPUT_HEADER = ["#", "variant", "knobs", "rate req/s", "goodput tok/s", "tok/J", "J/tok", "power W", "verdict",
-                  "runs"]
+GOODPUT_HEADER = ["#", "variant", "knobs", "rate req/s", "goodput tok/s", "full-run tok/s", "tok/J", "J/tok",
+                  "W/GPU", "verdict", "runs"]
 
 
 def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:

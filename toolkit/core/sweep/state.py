@@ -44,6 +44,7 @@ class Measurement:
     tokens_per_j: float | None = None  # output tokens per joule of all GPUs, steady window
     energy_per_output_token_j: float | None = None
     power_w_total: float | None = None  # all GPUs together, mean over the steady window
+    gpu_count: int | None = None  # how many GPUs power_w_total is summed over (None: not recorded)
     verdict: str | None = None
     # Where the numbers come from: "measured", or "lab data" / "recorded run" for stand-ins; shown with them.
     data_source: str = "measured"
