@@ -1,0 +1,148 @@
+"""The engine lock's file formats and comparisons (toolkit/core/engine_lock.py): pure, milliseconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolkit.core.engine_lock import (
+    PLATFORM_TAGS,
+    EngineLock,
+    LockEntry,
+    LockRefusal,
+    compare,
+    format_lock,
+    format_refusal,
+    lock_path,
+    parse_lock,
+    parse_refusal,
+    refusal_path,
+    subset,
+)
+from toolkit.core.errors import ToolkitError
+
+REPO = Path(__file__).resolve().parents[2]
+H1, H2, H3 = "a" * 64, "b" * 64, "c" * 64
+
+
+def _lock(*entries: LockEntry, release: str = "0.5.9") -> EngineLock:
+    return EngineLock(release, "3.11", (LockEntry("sglang", release, (H3,), f"sglang-{release}-py3-none-any.whl"),
+                                        *entries), pip_version="23.2.1")
+
+
+def test_paths_follow_release_and_python() -> None:
+    assert lock_path("0.5.9", "3.11") == "profiles/requirements/sglang-0.5.9-cp311.lock"
+    assert refusal_path("0.5.23", "3.13") == "profiles/requirements/sglang-0.5.23-cp313.lock.refused"
+    with pytest.raises(ToolkitError, match="not a CPython version"):
+        lock_path("0.5.9", "311")
+    with pytest.raises(ToolkitError, match="not an SGLang release"):
+        lock_path("../0.5.9", "3.11")
+
+
+def test_round_trip_sorts_by_normalized_name() -> None:
+    lock = _lock(LockEntry("torch", "2.9.1", (H1,), "torch-2.9.1-cp311-cp311-manylinux_2_28_x86_64.whl"),
+                 LockEntry("flashinfer-python", "0.6.3", (H2, H1)))
+    text = format_lock(lock)
+    again = parse_lock(text, "x.lock")
+    assert again == lock
+    assert format_lock(again) == text
+    assert again.names == ("flashinfer-python", "sglang", "torch")
+    assert again.get("Flashinfer_Python") == LockEntry("flashinfer-python", "0.6.3", (H2, H1))
+    assert "TORCH" in again and "numpy" not in again
+    assert again.get("torch").wheel.startswith("torch-2.9.1")  # type: ignore[union-attr]
+
+
+def test_digest_follows_the_engine_not_the_header() -> None:
+    lock = _lock(LockEntry("torch", "2.9.1", (H1,)))
+    newer_pip = EngineLock(lock.sglang_version, lock.python, lock.entries, pip_version="25.0")
+    other_file = _lock(LockEntry("torch", "2.9.1", (H2,)))
+    assert lock.digest == newer_pip.digest
+    assert lock.digest != other_file.digest
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("torch>=2.9 \\\n    --hash=sha256:" + H1, "not a locked requirement"),
+    ("torch==2.9.1", "not a locked requirement"),
+    ("torch==2.9.1 ; sys_platform == 'linux' --hash=sha256:" + H1, "not a locked requirement"),
+    ("torch==2.9.1 \\\n    --hash=sha256:" + H1 + "\nTorch==2.9.1 \\\n    --hash=sha256:" + H1, "locked twice"),
+])
+def test_bad_lines_are_refused_with_their_line(line: str, message: str) -> None:
+    text = format_lock(_lock()) + line + "\n"
+    with pytest.raises(ToolkitError, match=message) as err:
+        parse_lock(text, "profiles/requirements/x.lock")
+    problem = err.value.problems[0]
+    assert problem.file == "profiles/requirements/x.lock"
+    assert problem.line is not None and problem.line > 10
+    assert "toolkit profile lock --sglang-version 0.5.9 --python 3.11" in (problem.fix or "")
+
+
+def test_a_plain_requirements_file_is_not_a_lock() -> None:
+    with pytest.raises(ToolkitError, match="not a toolkit engine lock") as err:
+        parse_lock("sglang==0.5.9\ntorch==2.9.1\n", "profiles/requirements/sglang-0.5.9.txt")
+    assert "hand-written" in (err.value.problems[0].fix or "")
+
+
+def test_header_release_must_match_the_sglang_line() -> None:
+    text = format_lock(_lock()).replace("# sglang: 0.5.9", "# sglang: 0.5.10")
+    with pytest.raises(ToolkitError, match=r"says SGLang 0\.5\.10 but the lock has sglang==0\.5\.9"):
+        parse_lock(text, "x.lock")
+
+
+def test_newer_schema_is_refused() -> None:
+    text = format_lock(_lock()).replace("# lock-schema: 1", "# lock-schema: 9")
+    with pytest.raises(ToolkitError, match="newer than this toolkit reads"):
+        parse_lock(text, "x.lock")
+
+
+def test_compare_closed_added_dropped_changed() -> None:
+    committed = _lock(LockEntry("torch", "2.9.1", (H1,)), LockEntry("numpy", "2.0.0", (H1,)))
+    assert not compare(committed, committed)
+    resolved = _lock(LockEntry("torch", "2.9.2", (H2,)), LockEntry("triton", "3.5.1", (H1,)))
+    diff = compare(committed, resolved)
+    assert [e.name for e in diff.added] == ["triton"]
+    assert [e.name for e in diff.dropped] == ["numpy"]
+    assert [(o.version, n.version) for o, n in diff.changed] == [("2.9.1", "2.9.2")]
+    assert diff.lines() == ["+ triton==3.5.1 (pip adds it)", "- numpy==2.0.0 (pip no longer wants it)",
+                            "~ torch==2.9.1 -> torch==2.9.2 (version)"]
+    rehashed = _lock(LockEntry("torch", "2.9.1", (H2,)), LockEntry("numpy", "2.0.0", (H1,)))
+    assert compare(committed, rehashed).lines() == ["~ torch==2.9.1 -> torch==2.9.1 (file (sha256))"]
+
+
+def test_subset_in_lock_order_and_refuses_unknown_names() -> None:
+    lock = _lock(LockEntry("torch", "2.9.1", (H1,)), LockEntry("numpy", "2.0.0", (H1,)))
+    assert [e.name for e in subset(lock, ["sglang", "NumPy"])] == ["numpy", "sglang"]
+    with pytest.raises(ToolkitError, match="has no triton"):
+        subset(lock, ["triton"])
+
+
+def test_refusal_round_trip_and_reason() -> None:
+    refusal = LockRefusal("0.5.23", "3.11", "nvidia-nccl-cu13==2.30.7", "torch==2.14.1",
+                          index_url="https://user:token@pypi.example/simple", pip_version="23.2.1",
+                          detail="ERROR: Could not find a version that satisfies the requirement X")
+    text = format_refusal(refusal)
+    assert "token" not in text
+    again = parse_refusal(text, refusal.path)
+    assert again.missing == "nvidia-nccl-cu13==2.30.7" and again.required_by == "torch==2.14.1"
+    assert again.reason() == ("SGLang 0.5.23 cannot be locked for CPython 3.11: https://pypi.example/simple has no "
+                              "nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)")
+    assert "--index-url https://pypi.example/simple" in again.command
+    with pytest.raises(ToolkitError, match="not a toolkit lock refusal"):
+        parse_refusal("missing: x\n", "y.refused")
+
+
+def test_every_glibc_tag_up_to_debian_12_is_offered() -> None:
+    # NVIDIA's CUDA wheels are manylinux_2_27: pip matches tags exactly, so each must be listed.
+    assert "manylinux_2_27_x86_64" in PLATFORM_TAGS
+    assert "manylinux_2_36_x86_64" in PLATFORM_TAGS and "manylinux_2_37_x86_64" not in PLATFORM_TAGS
+    assert {"manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64"} <= set(PLATFORM_TAGS)
+
+
+def test_committed_locks_parse_and_carry_the_engine() -> None:
+    locks = sorted((REPO / "profiles" / "requirements").glob("*.lock"))
+    assert locks, "no lock is committed"
+    for path in locks:
+        lock = parse_lock(path.read_text(), str(path))
+        assert str(path).endswith(lock.path)
+        assert "torch" in lock and all(e.sha256s for e in lock.entries)
+        assert format_lock(lock) == path.read_text(), f"{path} is not in the canonical format"
