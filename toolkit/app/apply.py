@@ -60,6 +60,7 @@ class OverlayContext:
     bench_argv: list[str]
     num_prompts: int | None  # the request's --num-prompts (None: the overlay may choose)
     toolkit_wheel: Path
+    lock_src: Path | None = None  # the engine lock the venv is installed from (sglang_venv_lock_src)
 
 
 @dataclass
@@ -71,6 +72,9 @@ class Amendment:
     bench_argv: list[str] | None = None
     probe_args: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The engine check's imports instead of the profile's (deploy.engine_imports), announced in the notes; the
+    # distribution check always stays whole.
+    engine_imports: list[deploy.EngineImport] | None = None
 
 
 @dataclass
@@ -186,11 +190,12 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     status = on_status or (lambda _: None)
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
     wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
+    lock_src = engine_lock_src(inputs.sglang_version, share_dir())
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
                                            bench_argv=bench_argv, num_prompts=req.num_prompts,
-                                           toolkit_wheel=wheelhouse.toolkit_wheel))
+                                           toolkit_wheel=wheelhouse.toolkit_wheel, lock_src=lock_src))
     extravars = deploy.build_extravars(
         inputs,
         run_id=run_id,
@@ -203,7 +208,11 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         probe_args=[*probe_args, *amendment.probe_args],
         nodes=nodes,
     )
+    extravars.setdefault("sglang_venv_lock_src", str(lock_src))
     extravars.update(amendment.extravars)
+    imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
+    extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]), share_dir(),
+                                                         imports)
     extravars.update(_power_limit(resolved, inventory, hosts))
     extravars["deploy_probe"] = bool(req.probe)
     secrets, key_vars = _api_key(inputs.api_key_secret)
@@ -212,6 +221,39 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
                       [*notes, *amendment.notes])
+
+
+def engine_lock_src(sglang_version: str, repo_root: Path) -> Path:
+    """The engine lock of this release for the containers' CPython (the first of the container Pythons with a
+    lock); refused, before any host is touched, when the release has none."""
+    from toolkit.core.engine_lock import CONTAINER_PYTHONS, lock_path, refusal_path
+
+    for python in CONTAINER_PYTHONS:
+        path = repo_root / lock_path(sglang_version, python)
+        if path.is_file():
+            return path
+    refused = [repo_root / refusal_path(sglang_version, p) for p in CONTAINER_PYTHONS]
+    why = next((f" ({p.name} says why it cannot be locked)" for p in refused if p.is_file()), "")
+    raise ToolkitError.of(
+        f"SGLang {sglang_version} has no engine lock for CPython {' or '.join(CONTAINER_PYTHONS)}{why}: a venv "
+        "installed without one would not be the engine the release needs",
+        file=str(repo_root / lock_path(sglang_version, CONTAINER_PYTHONS[0])), field="engine.sglang_version",
+        fix=f"lock it (`toolkit profile lock --sglang-version {sglang_version} --python 3.11`), or pin a release "
+        "that has a lock")
+
+
+def engine_check(lock_src: Path, repo_root: Path, imports: list[deploy.EngineImport]) -> dict[str, Any]:
+    """The engine check's inputs (the role's sglang_venv_engine_check) from the lock file the venv is installed
+    from, parsed by the toolkit's one lock parser."""
+    from toolkit.core.engine_lock import parse_lock
+
+    name = str(lock_src.relative_to(repo_root)) if lock_src.is_relative_to(repo_root) else str(lock_src)
+    try:
+        text = lock_src.read_text()
+    except OSError as err:
+        raise ToolkitError.of(f"cannot read the engine lock {lock_src}: {err.strerror}", field="sglang_venv_lock_src",
+                              fix="write it with `toolkit profile lock`") from None
+    return deploy.engine_check_inputs(parse_lock(text, name), name, imports)
 
 
 def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, InventoryHost]) -> dict[str, Any]:
