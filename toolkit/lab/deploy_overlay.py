@@ -9,6 +9,10 @@ no tokenizer or text to sample. Through the roles' generic inputs, the same a re
 - the bench runs fewer prompts (160 unless `--num-prompts` says), with that tokenizer and text, and, for a pin
   past 0.5.9 (whose own client imports torch), through SGLang 0.5.9's client (standin_server/bench_client.py);
 - the probe reads the stand-in's SIMULATED GPUs (`--gpu-source simulated:URL`, toolkit.lab.simulated_gpus).
+- the engine lock is installed as on a real host, from a lab lock whose GPU-only lines (torch, triton, FlashInfer,
+  sgl-kernel, nvidia-*, cuda-*: toolkit.lab.engine_standins) are stand-in wheels of the same name and version,
+  the rest the lock's real wheels, hash-checked; the engine check's distribution check stays whole, its imports
+  narrowed to the stand-ins' own modules (SGLang's server_args imports the real torch and triton).
 The unit itself stays exactly what `toolkit profile render` prints. What the lab's inventory sets for the roles
 (no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
 
@@ -23,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.app.apply import Amendment, OverlayContext
-from toolkit.core.deploy import systemd_exec_line, with_bench_flags
+from toolkit.core.deploy import EngineImport, engine_imports, systemd_exec_line, with_bench_flags
+from toolkit.core.engine_lock import normalize_name, parse_lock
 from toolkit.core.errors import ToolkitError
+from toolkit.lab import engine_standins
 
 # 1024 prompts (the story's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
 # time at the story's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
@@ -116,6 +122,51 @@ def through_bench_client(bench_argv: Sequence[str]) -> list[str]:
                           fix="render the profile's bench command (`toolkit profile render NAME --only bench`)")
 
 
+def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tuple[list[EngineImport], list[str]]:
+    """The engine check's imports the lab can pass: the stand-ins' own top-level modules (a submodule such as
+    sgl_kernel.flash_attn is the stand-in's package); a module of a real distribution that imports the real torch
+    (sglang.srt.server_args) is dropped. Returns the imports and the dropped modules."""
+    kept: dict[str, EngineImport] = {}
+    dropped = []
+    for i in imports:
+        if normalize_name(i.distribution) in standins:
+            top = engine_standins.import_name(normalize_name(i.distribution))
+            kept.setdefault(top, EngineImport(top, i.distribution, i.why))
+        else:
+            dropped.append(i.module)
+    return list(kept.values()), dropped
+
+
+def lab_wheelhouse(lock_src: Path, root: Path | None = None) -> tuple[Path, Path, engine_standins.LabLock]:
+    """The lab lock of `lock_src` and its wheelhouse: the lock's real wheels (from the engine lock's content-addressed
+    cache, each checked against its sha256 there) and the stand-in wheels, in one directory and its tar, beside
+    the lab lock. Built once per lab lock (its digest names the directory)."""
+    from toolkit.adapters import cache_lock, wheelhouse
+
+    real = parse_lock(lock_src.read_text(), str(lock_src))
+    base = (root or wheelhouse.cache_root()) / "lab"
+    standin_dir = base / "standins" / real.digest[:16]
+    lab = engine_standins.lab_lock(real, lock_src.name, standin_dir)
+    dest = base / f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}"
+    lock_file = dest.with_name(dest.name + ".lock")
+
+    def build() -> None:
+        # The engine lock's wheelhouse for the real lines: fetched into its content-addressed cache, each file
+        # checked against its sha256, then staged with the stand-ins into one directory and its tar.
+        lock_api: Any = wheelhouse
+        files = lock_api.fill_from_lock(lab.real, real.python)
+        lock_api.stage_lock_files(
+            lock_api.LockFiles({**files.files, **lab.standins}, files.downloaded, files.size_bytes), dest)
+        lock_api._tarball(dest)
+        from toolkit.adapters.files import write_atomic
+
+        write_atomic(lock_file, lab.text)
+
+    tar = wheelhouse.tarball_path(dest)
+    cache_lock.build_once(dest, lambda: lock_file.exists() and tar.exists(), build)
+    return lock_file, dest, lab
+
+
 def amend(ctx: OverlayContext) -> Amendment:
     """The lab's changes to one apply (toolkit.app.apply's overlay seam; registered as the entry point `lab`)."""
     from toolkit.lab.standin_server import bench_client
@@ -149,12 +200,24 @@ def amend(ctx: OverlayContext) -> Amendment:
             f"lab: the benchmark client is SGLang {bench_client.RELEASE}'s bench_serving with the same flags "
             f"({bench_client.MODULE}): SGLang {ctx.inputs.sglang_version}'s imports torch, which the lab has not"
         )
+    extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
+    imports = None
+    if ctx.lock_src is not None:
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src)
+        from toolkit.adapters.wheelhouse import tarball_path
+
+        extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
+                      "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
+        imports, dropped = narrowed_imports(engine_imports(ctx.resolved), set(lab.standins))
+        notes.append(f"lab: the engine lock {ctx.lock_src.name} is installed from a lab lock ({lock_file}): "
+                     f"{len(lab.standins)} GPU-only line(s) are lab stand-in wheels of the same name and version "
+                     f"({', '.join(sorted(lab.standins))}), the other {len(lab.real)} the lock's real wheels")
+        notes.append(f"lab: the engine check imports {', '.join(i.module for i in imports)} (the stand-ins) and not "
+                     f"{', '.join(dropped)} (they import the real torch and triton); its distribution check is whole")
     return Amendment(
-        extravars={
-            "sglang_venv_extra_wheels": wheels,
-            "sglang_service_dropins_by_host": by_host,
-        },
+        extravars=extravars,
         bench_argv=bench,
         probe_args=["--gpu-source", f"simulated:http://127.0.0.1:{ctx.inputs.port}"],
         notes=notes,
+        engine_imports=imports,
     )
