@@ -137,33 +137,37 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
     return list(kept.values()), dropped
 
 
-def lab_wheelhouse(lock_src: Path, root: Path | None = None) -> tuple[Path, Path, engine_standins.LabLock]:
+def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None = None,
+                   ) -> tuple[Path, Path, engine_standins.LabLock]:
     """The lab lock of `lock_src` and its wheelhouse: the lock's real wheels (from the engine lock's content-addressed
-    cache, each checked against its sha256 there) and the stand-in wheels, in one directory and its tar, beside
-    the lab lock. Built once per lab lock (its digest names the directory)."""
+    cache, each checked against its sha256 there), the stand-in wheels and the wheels `also` names (the probe's,
+    which bench_probe installs from the same directory on the host), in one directory and its tar, beside the lab
+    lock. Built once per lab lock and `also` (the lab lock's digest names the directory)."""
     from toolkit.adapters import cache_lock, wheelhouse
+    from toolkit.adapters.files import write_atomic
 
     real = parse_lock(lock_src.read_text(), str(lock_src))
     base = (root or wheelhouse.cache_root()) / "lab"
-    standin_dir = base / "standins" / real.digest[:16]
-    lab = engine_standins.lab_lock(real, lock_src.name, standin_dir)
+    lab = engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16])
     dest = base / f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}"
-    lock_file = dest.with_name(dest.name + ".lock")
+    lock_file, stamp = dest.with_name(dest.name + ".lock"), dest.with_name(dest.name + ".complete")
+    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
 
     def build() -> None:
         # The engine lock's wheelhouse for the real lines: fetched into its content-addressed cache, each file
-        # checked against its sha256, then staged with the stand-ins into one directory and its tar.
+        # checked against its sha256, then staged with the stand-ins into one directory and its tar. The lock's
+        # files come last, so a probe wheel of the same file name never stands in for one.
         lock_api: Any = wheelhouse
         files = lock_api.fill_from_lock(lab.real, real.python)
-        lock_api.stage_lock_files(
-            lock_api.LockFiles({**files.files, **lab.standins}, files.downloaded, files.size_bytes), dest)
+        staged = {f"also:{p.name}": p for p in also} | files.files | lab.standins
+        lock_api.stage_lock_files(lock_api.LockFiles(staged, files.downloaded, files.size_bytes), dest)
         lock_api._tarball(dest)
-        from toolkit.adapters.files import write_atomic
-
         write_atomic(lock_file, lab.text)
+        write_atomic(stamp, wanted)
 
     tar = wheelhouse.tarball_path(dest)
-    cache_lock.build_once(dest, lambda: lock_file.exists() and tar.exists(), build)
+    cache_lock.build_once(dest, lambda: lock_file.exists() and tar.exists() and stamp.exists()
+                          and stamp.read_text() == wanted, build)
     return lock_file, dest, lab
 
 
@@ -203,8 +207,10 @@ def amend(ctx: OverlayContext) -> Amendment:
     extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
     imports = None
     if ctx.lock_src is not None:
-        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src)
-        from toolkit.adapters.wheelhouse import tarball_path
+        from toolkit.adapters.wheelhouse import cache_root, directory, tarball_path
+
+        probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels)
 
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
