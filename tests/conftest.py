@@ -65,6 +65,17 @@ def lab() -> Iterator[object]:
         toolkit.lab.down()
 
 
+@pytest.fixture(scope="session")
+def pypi() -> None:
+    """Skips, saying why, where pypi.org cannot be reached (CI reaches it): tests that ask the real index."""
+    import socket
+
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=5).close()
+    except OSError as err:
+        pytest.skip(f"pypi.org:443 is unreachable from here ({err}); CI reaches it")
+
+
 @pytest.fixture
 def reliability(request: pytest.FixtureRequest) -> Iterator[Callable[..., None]]:
     """`reliability(fault=..., user_saw=..., recorded=..., next_run=...)`: this test's row of the reliability

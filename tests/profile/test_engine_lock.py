@@ -15,8 +15,10 @@ from toolkit.core.engine_lock import (
     format_lock,
     format_refusal,
     lock_path,
+    lock_problems,
     parse_lock,
     parse_refusal,
+    profile_lock_paths,
     refusal_path,
     subset,
 )
@@ -146,3 +148,74 @@ def test_committed_locks_parse_and_carry_the_engine() -> None:
         assert str(path).endswith(lock.path)
         assert "torch" in lock and all(e.sha256s for e in lock.entries)
         assert format_lock(lock) == path.read_text(), f"{path} is not in the canonical format"
+
+
+REFUSED_313 = format_refusal(LockRefusal("0.5.9", "3.13", "outlines_core==0.1.26", "outlines==0.1.11"))
+
+
+def _files(**texts: str | None) -> dict[str, str | None]:
+    paths = {"l311": lock_path("0.5.9", "3.11"), "l313": lock_path("0.5.9", "3.13"),
+             "r311": refusal_path("0.5.9", "3.11"), "r313": refusal_path("0.5.9", "3.13")}
+    return {paths[k]: v for k, v in texts.items()}
+
+
+def test_a_profile_with_both_locks_is_clean() -> None:
+    lock311, lock313 = format_lock(_lock()), format_lock(EngineLock("0.5.9", "3.13", _lock().entries))
+    assert lock_problems("0.5.9", None, _files(l311=lock311, l313=lock313), profile_file="p.yaml") == []
+
+
+def test_a_missing_lock_names_the_file_and_the_command() -> None:
+    (problem,) = lock_problems("0.5.9", None, _files(l311=format_lock(_lock()), r313=REFUSED_313, l313=None)
+                               | {lock_path("0.5.9", "3.13"): None, refusal_path("0.5.9", "3.13"): None},
+                               profile_file="p.yaml")
+    assert problem.severity == "error" and problem.file == "p.yaml" and problem.field == "engine.sglang_version"
+    assert "profiles/requirements/sglang-0.5.9-cp313.lock does not exist" in problem.message
+    assert "toolkit profile lock --sglang-version 0.5.9 --python 3.13" in (problem.fix or "")
+
+
+def test_a_release_refused_on_one_python_warns_and_on_all_refuses() -> None:
+    (warning,) = lock_problems("0.5.9", None, _files(l311=format_lock(_lock()), r313=REFUSED_313),
+                               profile_file="p.yaml")
+    assert warning.severity == "info" and warning.file == refusal_path("0.5.9", "3.13")
+    assert "has no outlines_core==0.1.26 (required by outlines==0.1.11)" in warning.message
+    assert "containers with CPython 3.13 are refused, those with 3.11 deploy" in warning.message
+    refused_311 = format_refusal(LockRefusal("0.5.9", "3.11", "outlines_core==0.1.26", "outlines==0.1.11"))
+    errors = lock_problems("0.5.9", None, _files(r311=refused_311, r313=REFUSED_313), profile_file="p.yaml")
+    assert [p.severity for p in errors] == ["error", "error"]
+    assert all(p.file == "p.yaml" and "cannot be locked for CPython 3.1" in p.message for p in errors)
+
+
+def test_a_requirements_file_that_is_not_a_lock_is_refused_with_the_fix() -> None:
+    (problem,) = lock_problems("0.5.9", "profiles/requirements/sglang-0.5.9.txt", {}, profile_file="p.yaml")
+    assert problem.field == "engine.requirements" and "is not an engine lock" in problem.message
+    assert "delete engine.requirements" in (problem.fix or "")
+
+
+def test_named_locks_must_be_of_the_pinned_release() -> None:
+    paths = profile_lock_paths("0.5.23", "profiles/requirements/custom-cp311.lock")
+    assert paths == {"3.11": "profiles/requirements/custom-cp311.lock",
+                     "3.13": "profiles/requirements/custom-cp313.lock"}
+    files = {p: format_lock(EngineLock("0.5.9", py, _lock().entries)) for py, p in paths.items()}
+    problems = lock_problems("0.5.23", "profiles/requirements/custom-cp311.lock", files, profile_file="p.yaml")
+    assert len(problems) == 2 and all("locks SGLang 0.5.9" in p.message for p in problems)
+
+
+def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(tmp_path: Path, capsys) -> None:
+    """validate all names the refusal; apply's check (resolve_checked, run before any playbook) raises it."""
+    import shutil
+
+    from toolkit.app.profiles import resolve_checked
+    from toolkit.cli.main import main
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    (tmp_path / lock_path("0.5.23", "3.11")).unlink()
+    (tmp_path / refusal_path("0.5.23", "3.11")).write_text(format_refusal(LockRefusal(
+        "0.5.23", "3.11", "nvidia-nccl-cu13==2.30.7", "torch==2.14.1")))
+    assert main(["profile", "validate", "all", "--profiles-dir", str(tmp_path / "profiles")]) == 2
+    out, err = capsys.readouterr()
+    assert [line.split()[0] for line in out.splitlines()] == ["ok", "ok", "ok", "ok", "FAIL"]
+    assert "glm5-tp8-0.5.23.yaml: engine.sglang_version: SGLang 0.5.23 cannot be locked for CPython 3.11: " \
+           "https://pypi.org/simple has no nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)" in err
+    with pytest.raises(ToolkitError, match=r"cannot be locked for CPython 3\.11"):
+        resolve_checked("glm5-tp8-0.5.23", str(tmp_path / "profiles"))
+    resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11

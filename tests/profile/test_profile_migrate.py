@@ -200,7 +200,7 @@ def test_as_new_writes_a_profile_that_extends_the_old_one(shipped) -> None:
 
     doc = parse_profile_text("x", "x.yaml", mig.text).data
     assert doc["extends"] == "glm5-tp8" and doc["engine"] == {
-        "sglang_version": "0.5.23", "requirements": "profiles/requirements/sglang-0.5.23.txt", "patches": []
+        "sglang_version": "0.5.23", "patches": []
     }
     assert "--dsa-decode-backend trtllm" in doc["why"]["engine.sglang_version"]["reason"]
     assert "results" not in doc and "server" not in doc

@@ -11,6 +11,13 @@ Python imports that install without a GPU (toolkit.core.deploy.SERVING_REQUIREME
 own pins), and the toolkit's probe (its wheel, plus rich, nvidia-ml-py, pyyaml and prometheus-client).
 What SGLang requires and is left out (torch, flashinfer, sgl-kernel, ...) is written to LEFT_OUT.txt, so the
 closing note can say exactly which.
+
+The engine lock's files (`fill_from_lock`): every wheel an engine lock (toolkit/core/engine_lock.py) names, in a
+content-addressed cache (`files/sha256/<2 hex>/<sha256>/<wheel>`) shared by every release and Python, so a torch
+that two releases lock is downloaded once. Only what the cache lacks is downloaded, by `pip download
+--require-hashes --no-deps -r` on the missing lines (pip checks each file against its hash, and so does this
+module before a file enters the cache); `stage_lock_files` lays out exactly a lock's files for a host. A caller
+may pass a subset of a lock's entries (the lab leaves out the GPU-only wheels, several GB).
 """
 
 from __future__ import annotations
@@ -22,19 +29,20 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.adapters import cache_lock
+from toolkit.adapters import cache_lock, pip_resolver
+from toolkit.adapters.files import write_atomic
 from toolkit.core.deploy import SERVING_REQUIREMENTS
+from toolkit.core.engine_lock import CONTAINER_PYTHONS, PLATFORM_TAGS, PYPI_SIMPLE, LockEntry, redact_url
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
-# The CPython of each Debian release Proxmox ships a standard template of (dab-pve-appliances:
-# debian-12-standard has 3.11, debian-13-standard 3.13).
-TARGET_PYTHONS = ("3.11", "3.13")
-# Debian 12 has glibc 2.36 (Debian 13: 2.41): every manylinux tag up to 2_36 installs on both.
-PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64",
-             "manylinux2014_x86_64", "linux_x86_64")
+TARGET_PYTHONS = CONTAINER_PYTHONS
+# pip matches platform tags exactly: every glibc tag up to Debian 12's 2.36 is named (core/engine_lock.py says
+# why; with only 2_36/2_34/2_28/2_17, NVIDIA's manylinux_2_27 and nccl's manylinux_2_18 wheels were never found).
+PLATFORMS = PLATFORM_TAGS
 # prometheus-client: the probe's server timeline parses SGLang's /metrics with it (adapters/sglang_metrics.py).
 PROBE_REQUIREMENTS = ("rich", "nvidia-ml-py", "pyyaml", "prometheus-client")
 STAMP = ".complete"
@@ -223,3 +231,132 @@ def _fill_locked(dest: Path, sglang_version: str, wanted: str) -> None:
     os.replace(tmp, dest / "LEFT_OUT.txt")
     (dest / STAMP).write_text(wanted + "\n")
     _tarball(dest)
+
+
+@dataclass(frozen=True)
+class LockFiles:
+    """The cached files of a lock's entries (or of the subset asked for)."""
+
+    files: dict[str, Path]  # entry name -> the cached wheel (its name is the wheel's own file name)
+    downloaded: tuple[str, ...]  # the entries this call downloaded; the rest were in the cache
+    size_bytes: int  # of all the files
+
+
+def files_root(root: Path | None = None) -> Path:
+    return (root or cache_root()) / "files" / "sha256"
+
+
+def _cached(entry: LockEntry, base: Path) -> Path | None:
+    for digest in entry.sha256s:
+        d = base / digest[:2] / digest
+        found = sorted(d.glob("*.whl")) if d.is_dir() else []
+        if found:
+            return found[0]
+    return None
+
+
+def _sha256_file(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def fill_from_lock(entries: Sequence[LockEntry], python: str, *, index_url: str = PYPI_SIMPLE,
+                   root: Path | None = None, on_progress: Callable[[int, int, str], None] | None = None) -> LockFiles:
+    """Every file of these lock entries in the content-addressed cache, downloading only what is missing.
+
+    on_progress(done, total, name): after each entry is in the cache (a cached one counts at once)."""
+    base = files_root(root)
+    base.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+    missing: list[LockEntry] = []
+    for e in entries:
+        hit = _cached(e, base)
+        if hit is not None:
+            files[e.name] = hit
+        else:
+            missing.append(e)
+    total = len(entries)
+    if on_progress is not None and files:
+        on_progress(len(files), total, "")
+    if missing:
+        # One fill at a time per cache: two applies would download the same files; the second finds them.
+        with cache_lock.building(base):
+            still = [e for e in missing if _cached(e, base) is None]
+            files.update({e.name: hit for e in missing if (hit := _cached(e, base)) is not None})
+            if still:
+                files.update(_download(still, python, index_url, base, done=len(files), total=total,
+                                       on_progress=on_progress))
+    return LockFiles(files, tuple(e.name for e in missing),
+                     sum(p.stat().st_size for p in files.values()))
+
+
+def _download(entries: Sequence[LockEntry], python: str, index_url: str, base: Path, *, done: int, total: int,
+              on_progress: Callable[[int, int, str], None] | None) -> dict[str, Path]:
+    """One `pip download --require-hashes --no-deps` of these entries, each file checked and moved into the cache
+    under its sha256 (pip checked the hashes; a cache keyed by them checks again before trusting a file)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=base) as tmp:
+        req = Path(tmp) / "requirements.txt"
+        req.write_text("".join(f"{e.requirement()} " + " ".join(f"--hash=sha256:{h}" for h in e.sha256s) + "\n"
+                               for e in entries))
+        out = Path(tmp) / "out"
+        cmd = [sys.executable, "-m", "pip", "--isolated", *pip_resolver.ca_options(), "download",
+               "--require-hashes", "--no-deps", "--progress-bar", "off", "-d", str(out), "--index-url", index_url,
+               *pip_resolver.target_options(python), "-r", str(req)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env=pip_resolver.isolated_env())
+        assert proc.stdout is not None
+        tail: list[str] = []
+        for raw in proc.stdout:
+            line = raw.strip()
+            tail = [*tail[-7:], line]
+            if line.startswith("Saved ") and on_progress is not None:
+                done += 1
+                on_progress(min(done, total), total, line.rsplit("/", 1)[-1])
+        if proc.wait() != 0:
+            raise ToolkitError.of(
+                f"pip download of {len(entries)} locked wheel(s) for CPython {python} from {redact_url(index_url)} "
+                "failed:\n" + "\n".join(tail), field="wheelhouse", exit_code=EXIT_FAILED,
+                fix="check that this machine reaches the index; a file the index changed (another sha256) needs "
+                "the lock made again (`toolkit profile lock`)")
+        by_hash = {_sha256_file(p): p for p in out.glob("*.whl")}
+        placed: dict[str, Path] = {}
+        for e in entries:
+            digest = next((h for h in e.sha256s if h in by_hash), None)
+            if digest is None:
+                raise ToolkitError.of(f"pip downloaded no file with the lock's sha256 for {e.requirement()}",
+                                      field="wheelhouse", exit_code=EXIT_FAILED,
+                                      fix="make the lock again (`toolkit profile lock`)")
+            final = base / digest[:2] / digest / by_hash[digest].name
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(by_hash[digest], final)  # the temporary directory is inside the cache: one filesystem
+            placed[e.name] = final
+        return placed
+
+
+def stage_lock_files(files: LockFiles, dest: Path) -> Path:
+    """`dest` holds exactly these files (hard links into the cache where the filesystem allows, else copies),
+    and a SHA256SUMS of them: what a host gets for one lock, nothing left from another."""
+    dest.mkdir(parents=True, exist_ok=True)
+    wanted = {p.name: p for p in files.files.values()}
+    for stale in dest.iterdir():
+        if stale.is_file() and stale.name not in wanted and stale.name != "SHA256SUMS":
+            stale.unlink()
+    for name, src in sorted(wanted.items()):
+        target = dest / name
+        if target.exists() and target.stat().st_ino == src.stat().st_ino:
+            continue
+        target.unlink(missing_ok=True)
+        try:
+            os.link(src, target)
+        except OSError:
+            shutil.copyfile(src, target)
+    sums = "".join(f"{p.parent.name}  {name}\n" for name, p in sorted(wanted.items()))
+    write_atomic(dest / "SHA256SUMS", sums)
+    return dest

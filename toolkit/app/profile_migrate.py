@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from toolkit.adapters import sglang_catalogue
 from toolkit.adapters.files import write_atomic
 from toolkit.adapters.profile_store import ProfileStore
 from toolkit.adapters.sglang_catalogue import load_catalogue
+from toolkit.app.engine_lock import lock_release, read_committed
 from toolkit.app.profiles import check
+from toolkit.core.engine_lock import CONTAINER_PYTHONS, LockRefusal, lock_path
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.catalogue import release_key
-from toolkit.core.profile.migrate import Migration, PatchTarget, lock_path, lock_text, plan_migration
+from toolkit.core.profile.migrate import Migration, PatchTarget, plan_migration
 from toolkit.core.profile.resolve import resolve
 from toolkit.core.profile.rules import release_in
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
@@ -31,19 +34,26 @@ class MigrateResult:
     migration: Migration
     diff: str = ""  # unified diff of the profile's text
     problems: dict[str, list[Problem]] = field(default_factory=dict)  # profile -> problems on the target release
-    lock_file: str = ""
-    lock_written: bool = False
+    lock_files: list[str] = field(default_factory=list)  # the release's locks (or refusals), one per Python
+    locks_written: list[str] = field(default_factory=list)  # those this run resolved and wrote
+    lock_refusals: list[LockRefusal] = field(default_factory=list)  # the release cannot be locked: not written
     written: bool = False
 
     @property
+    def unlockable(self) -> bool:
+        """The release cannot be locked for any container Python: nothing could install it."""
+        return len(self.lock_refusals) >= len(CONTAINER_PYTHONS)
+
+    @property
     def ok(self) -> bool:
-        return not self.migration.refusals and not any(
+        return not self.migration.refusals and not self.unlockable and not any(
             p.severity == "error" for ps in self.problems.values() for p in ps
         )
 
 
 def migrate_profile(
-    store: ProfileStore, name: str, version: str, *, new_name: str | None = None, write: bool = False
+    store: ProfileStore, name: str, version: str, *, new_name: str | None = None, write: bool = False,
+    on_lock: Callable[[str], None] | None = None,
 ) -> MigrateResult:
     new = load_catalogue(version)
     if new is None:
@@ -58,12 +68,11 @@ def migrate_profile(
     resolved = store.resolve(name)
     source = store.source(name)
     root = store.dir.resolve().parent
-    lock = root / lock_path(version)
     # The wheel (cached, else downloaded) is read for the lock file and for patches SGLang does not carry itself.
     upstream = {i for i, p in enumerate(resolved.spec.engine.patches)
                 if p.upstream is not None and release_in(version, f">={p.upstream.release}")}
     to_check = [(i, p) for i, p in enumerate(resolved.spec.engine.patches) if i not in upstream]
-    wheel = sglang_catalogue.ensure_wheel(version) if to_check or not lock.is_file() else None
+    wheel = sglang_catalogue.ensure_wheel(version) if to_check else None
     targets: dict[int, PatchTarget] = {}
     for i, patch in to_check:
         assert wheel is not None
@@ -75,7 +84,9 @@ def migrate_profile(
                and (c := load_catalogue(v)) is not None]
     migration = plan_migration(source, resolved, resolved.catalogue, new, patch_targets=targets, new_name=new_name,
                                history=between[::-1])
-    result = MigrateResult(migration, lock_file=lock_path(version))
+    committed = {py: read_committed(root, version, py) for py in CONTAINER_PYTHONS}
+    result = MigrateResult(migration, lock_files=[
+        c.path if isinstance(c, LockRefusal) else lock_path(version, py) for py, c in committed.items()])
     if migration.text is None:
         return result
     target_name = new_name or name
@@ -96,13 +107,21 @@ def migrate_profile(
     for profile in affected:
         migrated = resolve(profile, loader, load_catalogue)
         result.problems[profile] = check(migrated)
+    result.lock_refusals = [c for c in committed.values() if isinstance(c, LockRefusal)]
     if not write or not result.ok:
         return result
-    if not lock.is_file():
-        assert wheel is not None
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(lock, lock_text(version, sglang_catalogue.wheel_requires(wheel), wheel.name))
-        result.lock_written = True
+    # The release's engine is locked before the profile moves onto it: pip's resolver for each Python whose lock
+    # is missing; a release it cannot lock keeps the profile where it is.
+    missing = tuple(py for py, c in committed.items() if c is None)
+    if missing:
+        outcomes = lock_release(version, repo_root=root, pythons=missing, on_start=on_lock)
+        result.locks_written = [o.path for o in outcomes]
+        by_python = dict(zip(CONTAINER_PYTHONS, result.lock_files, strict=True))
+        by_python.update({o.python: o.path for o in outcomes})
+        result.lock_files = list(by_python.values())
+        result.lock_refusals += [o.refusal for o in outcomes if o.refusal is not None]
+        if result.unlockable:
+            return result
     write_atomic(target_file, migration.text)
     result.written = True
     return result

@@ -13,6 +13,7 @@ from typing import Any
 
 from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
 from toolkit.adapters.sglang_catalogue import load_catalogue
+from toolkit.core.engine_lock import lock_problems, profile_lock_paths
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.validate import validate
@@ -41,8 +42,23 @@ def check_profiles(store: ProfileStore, names: list[str]) -> dict[str, list[Prob
             continue
         out[name] = check(resolved)
         if not any(p.severity == "error" for p in out[name]):  # a path refused as written is not looked up
-            out[name] += store.file_problems(resolved)
+            out[name] += store.file_problems(resolved) + engine_lock_problems(store, resolved)
     return out
+
+
+def engine_lock_problems(store: ProfileStore, resolved: ResolvedProfile) -> list[Problem]:
+    """The profile's engine locks (one per container CPython) as the repository holds them, judged by the core:
+    a release without a complete lock, or with a refusal, is not deployed."""
+    engine = resolved.spec.engine
+    if not engine.sglang_version:
+        return []  # the pin's own rule says so
+    root = store.dir.resolve().parent
+    files: dict[str, str | None] = {}
+    for rel in (profile_lock_paths(engine.sglang_version, engine.requirements) or {}).values():
+        for path in (rel, rel + ".refused"):
+            f = root / path
+            files[path] = f.read_text(encoding="utf-8") if f.is_file() else None
+    return lock_problems(engine.sglang_version, engine.requirements, files, profile_file=resolved.file)
 
 
 @dataclass(frozen=True)
@@ -61,7 +77,7 @@ def resolve_checked(name: str, profiles_dir: str | None = None, *, store: Profil
     resolved = store.resolve(name)
     problems = check(resolved)
     if not any(p.severity == "error" for p in problems):  # the files it names go to every host: confined
-        problems += store.file_problems(resolved)
+        problems += store.file_problems(resolved) + engine_lock_problems(store, resolved)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         raise ToolkitError(errors)

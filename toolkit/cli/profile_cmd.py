@@ -1,4 +1,4 @@
-"""`toolkit profile ...`: list, show, validate, render, diff, textconv, migrate, catalogue.
+"""`toolkit profile ...`: list, show, validate, render, diff, textconv, migrate, lock, catalogue.
 
 Thin: parse, call the profile library, print. Nothing here imports ansible_runner, pynvml or
 matplotlib, and `validate` stays off rich and jinja2, so it starts fast (benchmarks/bench_cli_start.py).
@@ -74,6 +74,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--as", dest="new_name", metavar="NEW", help="write the migrated profile as NEW beside the old one")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_migrate)
+
+    p = add("lock", "lock a release's whole engine for the container Pythons (pip's resolver, exact versions and "
+            "sha256): profiles/requirements/sglang-X-cpNN.lock, or the refusal naming what the index lacks")
+    p.add_argument("name", nargs="?", help="the profile whose pinned release to lock")
+    p.add_argument("--sglang-version", metavar="X.Y.Z", help="the release to lock (instead of a profile's)")
+    p.add_argument("--python", metavar="3.11,3.13", default=None,
+                   help="the container CPythons, comma-separated (default: 3.11,3.13, Proxmox's Debian 12 and 13)")
+    p.add_argument("--index-url", metavar="URL", default=None,
+                   help="the package index to resolve from (default: https://pypi.org/simple; this machine's pip "
+                   "configuration is never used)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing: re-resolve and compare with the committed lock (exit 1 on a difference)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_lock)
 
     p = sub.add_parser(
         "install-textconv",
@@ -346,7 +360,11 @@ def cmd_install_textconv(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from toolkit.app.profile_migrate import migrate_profile
 
-    result = migrate_profile(_store(args), args.name, args.sglang_version, new_name=args.new_name, write=args.write)
+    def on_lock(label: str) -> None:
+        print(f"locking the engine: {label} (pip's resolver, about a minute)", file=sys.stderr, flush=True)
+
+    result = migrate_profile(_store(args), args.name, args.sglang_version, new_name=args.new_name, write=args.write,
+                             on_lock=on_lock)
     mig = result.migration
     if args.json:
         _print_json(
@@ -358,8 +376,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "refusals": [p.__dict__ for p in mig.refusals],
                 "problems": {n: [p.__dict__ for p in ps] for n, ps in result.problems.items()},
                 "written": result.written,
-                "lock_file": result.lock_file,
-                "lock_written": result.lock_written,
+                "lock_files": result.lock_files,
+                "locks_written": result.locks_written,
+                "lock_refusals": [r.__dict__ for r in result.lock_refusals],
             }
         )
         return EXIT_OK if result.ok else EXIT_BAD_INPUT
@@ -377,15 +396,79 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         for p in problems if i == 0 else []:  # the migrated profile's in full; those extending it share most
             if p.severity != "error":
                 print("  " + p.render().replace("\n", "\n  "))
+    for path in result.locks_written:
+        print(f"wrote {path}")
+    if not result.unlockable:
+        for refusal in result.lock_refusals:
+            print(f"note: {refusal.reason()} ({refusal.path}): containers with CPython {refusal.python} are refused")
+    else:
+        raise ToolkitError.of(
+            "; ".join(r.reason() for r in result.lock_refusals) + f": {mig.name}.yaml is not moved",
+            field="--sglang-version",
+            fix="pin a release that locks, or lock this one from an index that has the missing requirement "
+            f"(`{result.lock_refusals[0].command} --index-url URL`)")
     if not result.ok:
         raise ToolkitError([p for ps in result.problems.values() for p in ps if p.severity == "error"])
+    kept = [f for f in result.lock_files if f not in result.locks_written]
     if not args.write:
         sys.stdout.write("\n" + result.diff)
-        print(f"\n(dry run: --write writes {mig.name}.yaml and {result.lock_file})")
+        print(f"\n(dry run: --write writes {mig.name}.yaml"
+              + (f"; the engine locks {', '.join(kept)} are there" if kept else "")
+              + ("; it resolves and writes the missing engine locks first"
+                 if len(kept) < len(result.lock_files) else "") + ")")
         return EXIT_OK
-    print(f"wrote {mig.name}.yaml" + (f" and {result.lock_file}" if result.lock_written else
-                                      f" ({result.lock_file} already there, kept)"))
+    print(f"wrote {mig.name}.yaml" + (f" ({', '.join(kept)} already there, kept)" if kept else ""))
     return EXIT_OK
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.markup import escape
+
+    from toolkit.app.engine_lock import lock_for
+
+    console = Console(stderr=True)
+    status = console.status("resolving")
+    found = [0]
+    current = [""]
+
+    def on_start(label: str) -> None:
+        found[0] = 0
+        current[0] = label
+        status.update(f"{escape(label)}: pip's resolver starting")
+
+    def on_line(line: str) -> None:
+        if line.startswith("Collecting "):
+            found[0] += 1
+            status.update(f"{escape(current[0])}: {found[0]} packages so far, [cyan]{escape(line.split()[1])}[/]")
+
+    with status:
+        outcomes = lock_for(args.name, sglang_version=args.sglang_version, pythons=args.python,
+                            index_url=args.index_url, check=args.check, profiles_dir=args.profiles_dir,
+                            on_start=on_start, on_line=on_line)
+    if args.json:
+        _print_json([{"sglang_version": o.sglang_version, "python": o.python, "status": o.status, "path": o.path,
+                      "packages": len(o.lock.entries) if o.lock else None, "duration_s": round(o.duration_s, 1),
+                      "refusal": o.refusal.__dict__ if o.refusal else None, "difference": list(o.difference)}
+                     for o in outcomes])
+    else:
+        for o in outcomes:
+            size = f"{len(o.lock.entries)} packages" if o.lock else ""
+            print(f"{o.status:9} {o.path}" + (f" ({size}, {o.duration_s:.0f} s)" if size else
+                                              f" ({o.duration_s:.0f} s)"))
+            if o.refusal is not None:
+                print(f"  {o.refusal.reason()}")
+            for line in o.difference:
+                print(f"  {line}")
+    from toolkit.app.engine_lock import DIFFERS, REFUSED
+
+    if any(o.status == REFUSED for o in outcomes) and not args.check:
+        refused = [o.refusal for o in outcomes if o.refusal is not None]
+        raise ToolkitError.of(
+            "; ".join(r.reason() for r in refused), field="--sglang-version",
+            fix="pin a release that resolves, or name an index that has the missing requirement with --index-url "
+            f"(the refusal is recorded in {', '.join(r.path for r in refused)})")
+    return 1 if any(o.status == DIFFERS for o in outcomes) else EXIT_OK
 
 
 def cmd_catalogue(args: argparse.Namespace) -> int:

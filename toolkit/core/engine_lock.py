@@ -15,12 +15,13 @@ Pure: text in, data out. The resolver that writes these is toolkit/adapters/pip_
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from toolkit.core.errors import ToolkitError
+from toolkit.core.errors import Problem, ToolkitError
 
 LOCK_SCHEMA = 1
 REFUSAL_SCHEMA = 1
@@ -365,3 +366,80 @@ def subset(lock: EngineLock, keep: Sequence[str]) -> tuple[LockEntry, ...]:
                               fix="name packages the lock has (`grep == FILE`)")
     wanted = {normalize_name(n) for n in keep}
     return tuple(e for e in lock.entries if e.name in wanted)
+
+
+_LOCK_NAME_RE = re.compile(r"^(.+)-cp3\d{1,2}\.lock$")
+
+
+def profile_lock_paths(sglang_version: str, requirements: str | None,
+                       pythons: Sequence[str] = CONTAINER_PYTHONS) -> dict[str, str] | None:
+    """python -> the repo-relative lock a profile's venv is installed from: derived from the pinned release, or
+    from `engine.requirements` when it names one of a set of locks (`.../NAME-cp311.lock`: its siblings for the
+    other Pythons are `.../NAME-cp313.lock`). None when `requirements` names no lock."""
+    if requirements is None:
+        return {py: lock_path(sglang_version, py) for py in pythons}
+    m = _LOCK_NAME_RE.match(requirements)
+    if not m:
+        return None
+    return {py: f"{m.group(1)}-{python_tag(py)}.lock" for py in pythons}
+
+
+def lock_problems(sglang_version: str, requirements: str | None, files: Mapping[str, str | None], *,
+                  profile_file: str, pythons: Sequence[str] = CONTAINER_PYTHONS) -> list[Problem]:
+    """A profile's engine lock, one per container CPython: present, well-formed and of the pinned release, else
+    the error that names the lock file and the refusal's reason or the command that makes it.
+
+    `files`: repo-relative path -> its text (None: absent), for every path of profile_lock_paths and each one's
+    `.refused` beside it; the caller reads them, this judges."""
+    field_name = "engine.requirements" if requirements is not None else "engine.sglang_version"
+    paths = profile_lock_paths(sglang_version, requirements, pythons)
+    if paths is None:
+        return [Problem(
+            f"{requirements} is not an engine lock: the venv is installed from a lock per container CPython "
+            f"(pip's resolution, exact versions and sha256), {lock_path(sglang_version, pythons[0])} and its "
+            "siblings", file=profile_file, field=field_name, rule_id="engine-lock",
+            fix="delete engine.requirements (the lock follows engine.sglang_version) and run "
+            f"`toolkit profile lock --sglang-version {sglang_version}`")]
+    out = []
+    refusals: dict[str, LockRefusal] = {}
+    for python, path in paths.items():
+        text, refused = files.get(path), files.get(path + ".refused")
+        if text is not None:
+            try:
+                lock = parse_lock(text, path)
+            except ToolkitError as err:
+                out += [dataclasses.replace(p, rule_id="engine-lock") for p in err.problems]
+                continue
+            if lock.sglang_version != sglang_version or lock.python != python:
+                out.append(Problem(
+                    f"{path} locks SGLang {lock.sglang_version} for CPython {lock.python}, not the profile's "
+                    f"SGLang {sglang_version} for CPython {python}", file=profile_file, field=field_name,
+                    rule_id="engine-lock",
+                    fix=f"point engine.requirements at locks of {sglang_version}, or delete it to use "
+                    f"{lock_path(sglang_version, python)}"))
+        elif refused is not None:
+            try:
+                refusals[python] = parse_refusal(refused, path + ".refused")
+            except ToolkitError as err:
+                out += [dataclasses.replace(p, rule_id="engine-lock") for p in err.problems]
+        else:
+            out.append(Problem(
+                f"no engine lock for SGLang {sglang_version} on CPython {python}: {path} does not exist",
+                file=profile_file, field=field_name, rule_id="engine-lock",
+                fix=f"run `{regenerate_command(sglang_version, python)}` and commit the file"
+                if requirements is None else f"write {path} (`toolkit profile lock` writes the release's own "
+                "locks), or delete engine.requirements"))
+    # A release refused on every container Python cannot be deployed anywhere: an error. Refused on some only
+    # (0.5.9 on 3.13: a dependency without a cp313 wheel), it deploys to containers of the others, and the deploy
+    # refuses a container of a refused Python; here it is information, located in the refusal record (one line
+    # for every profile on the release, not one each).
+    every = len(refusals) == len(paths)
+    for python, refusal in refusals.items():
+        where = "" if every else (f": containers with CPython {python} are refused, those with "
+                                  f"{', '.join(p for p in paths if p not in refusals)} deploy")
+        out.append(Problem(
+            f"{refusal.reason()}{where}", file=profile_file if every else refusal_path(sglang_version, python),
+            field=field_name if every else None, rule_id="engine-lock", severity="error" if every else "info",
+            fix="pin a release that locks, or lock this one from an index that has "
+            f"{refusal.missing}: `{refusal.command} --index-url URL`"))
+    return out

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from toolkit.core.engine_lock import CONTAINER_PYTHONS, lock_path
 from toolkit.core.errors import Problem
 from toolkit.core.profile.catalogue import Catalogue
 from toolkit.core.profile.flagmap import Choice, knob_flags, renamed_flag
@@ -64,25 +65,6 @@ class Migration:
     text: str | None = None  # the new file text; None when refused
 
 
-def lock_path(version: str) -> str:
-    return f"profiles/requirements/sglang-{version}.txt"
-
-
-def lock_text(version: str, requires: list[str], wheel_name: str) -> str:
-    """A lock file for `version`: SGLang's own exact pins (its wheel's `==` Requires-Dist), nothing guessed."""
-    pins = sorted(
-        {r.split(";", 1)[0].strip().replace(" ", "") for r in requires if "==" in r.split(";", 1)[0]},
-        key=str.lower,
-    )
-    header = (
-        f"# The venv of profiles pinned to SGLang {version} (engine.requirements), written by\n"
-        f"# `toolkit profile migrate` from {wheel_name}:\n"
-        "# its Requires-Dist `==` pins. The rest float within SGLang's ranges; torch and the CUDA wheels\n"
-        "# cannot be resolved on a machine without the NVIDIA index.\n"
-    )
-    return header + f"sglang=={version}\n" + "".join(f"{p}\n" for p in pins)
-
-
 def plan_migration(
     source: ProfileSource,
     resolved: ResolvedProfile,
@@ -107,23 +89,31 @@ def plan_migration(
     if spec.engine.sglang_version != to:
         mig.changes.append(Change("engine.sglang_version", str(spec.engine.sglang_version), to, "the pin"))
         engine["sglang_version"] = to
-    lock = lock_path(to)
-    if spec.engine.requirements != lock:
+    # The venv's lock follows the pin (profiles/requirements/sglang-TO-cpNN.lock): a lock named by hand was the
+    # old release's, so it goes.
+    drop_requirements = spec.engine.requirements is not None
+    if drop_requirements:
         mig.changes.append(
-            Change("engine.requirements", str(spec.engine.requirements), lock,
-                   f"the lock file pinned for SGLang {to} (its wheel's own pins)")
+            Change("engine.requirements", str(spec.engine.requirements), "(none)",
+                   f"the engine lock follows the pin: {lock_path(to, CONTAINER_PYTHONS[0])} and its siblings")
         )
-        engine["requirements"] = lock
     _knobs(resolved, old, new, mig)
     extra_args = _extra_args(resolved, [old, *history], new, mig, edits, child=new_name is not None)
     kept = _patches(resolved, to, patch_targets, mig)
     if mig.refusals:
         return mig
     if new_name is not None:
-        mig.text = _child_text(resolved, new_name, to, engine, extra_args, kept, mig.changes)
+        mig.text = _child_text(resolved, new_name, to, engine, extra_args, kept, mig.changes,
+                               drop_requirements=drop_requirements)
         return mig
     for key, value in engine.items():
         edits.set(("engine", key), value)
+    if drop_requirements:
+        if ("engine", "requirements") not in source.lines:
+            mig.refusals.append(resolved.problem("engine.requirements", "the lock is named by a parent profile",
+                                                 "migrate the parent that sets engine.requirements first"))
+            return mig
+        edits.delete(("engine", "requirements"))
     if kept is not None:
         if "patches" in (source.data.get("engine") or {}):
             edits.replace_list(("engine", "patches"), [edits.item_text(("engine", "patches", i)) for i in kept])
@@ -147,6 +137,8 @@ def _child_text(
     extra_args: list[str] | None,
     kept: list[int] | None,
     changes: list[Change],
+    *,
+    drop_requirements: bool = False,
 ) -> str:
     """A profile that extends the migrated one and overrides only what the migration changes, with a why for
     each override saying what moved (the typed knobs keep their values: the renderer spells them for `to`)."""
@@ -157,6 +149,8 @@ def _child_text(
         f"`toolkit profile migrate {resolved.name} --sglang-version {to} --as {name}`. Not measured on {to} yet."
     )
     eng: dict[str, object] = dict(engine)
+    if drop_requirements:
+        eng["requirements"] = None  # the parent's lock is its release's
     if kept is not None:
         eng["patches"] = [spec.engine.patches[i].model_dump(mode="json", exclude_none=True) for i in kept]
     doc["engine"] = eng
@@ -310,9 +304,13 @@ class _Edits:
         self._sets: list[tuple[Path, str]] = []
         self._renames: list[tuple[Path, str, str]] = []
         self._lists: list[tuple[Path, list[str]]] = []
+        self._deletes: list[Path] = []
 
     def set(self, path: Path, value: str) -> None:
         self._sets.append((path, value))
+
+    def delete(self, path: Path) -> None:
+        self._deletes.append(path)
 
     def rename_token(self, path: Path, old: str, new: str) -> None:
         self._renames.append((path, old, new))
@@ -348,6 +346,9 @@ class _Edits:
 
     def apply(self) -> str:
         ops: list[tuple[int, int, list[str]]] = []  # (start, end, replacement lines)
+        for path in self._deletes:
+            start, end = self._span(path)
+            ops.append((start, end, []))
         for path, items in self._lists:
             start, end = self._span(path)
             key_line = self.lines[start]

@@ -105,7 +105,10 @@ class Patch(_Strict):
 
 class Engine(_Strict):
     sglang_version: str | None = Field(default=None, pattern=RELEASE_PATTERN)
-    requirements: str | None = Field(default=None, description="requirements lock for the venv, repo-relative")
+    # Unset: the venv's lock follows the pin (profiles/requirements/sglang-X-cpNN.lock, one per container CPython).
+    requirements: str | None = Field(
+        default=None, description="a set of engine locks other than the release's own, named by one of them, "
+        "repo-relative (.../NAME-cp311.lock: its siblings are .../NAME-cp313.lock)")
     venv_path: str = "/opt/sglang/venv"
     patches: list[Patch] = Field(default_factory=list)
 

@@ -618,7 +618,7 @@ FIELD_RULES: tuple[FieldRule, ...] = (
         severity="error",
         message="{detail}: files a profile names are the repository's, under profiles/",
         fix="keep the lock file under profiles/ and give its path from the repository root, e.g. "
-        "profiles/requirements/sglang-0.5.9.txt",
+        "profiles/requirements/glm5-custom-cp311.lock (or delete it: the lock follows engine.sglang_version)",
         source="a path that climbs out of the profiles' tree reads (and ships) any file of the controller",
     ),
     FieldRule(
