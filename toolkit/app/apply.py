@@ -190,7 +190,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     status = on_status or (lambda _: None)
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
     wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
-    lock_src = engine_lock_src(inputs.sglang_version, share_dir())
+    lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
@@ -211,7 +211,8 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     extravars.setdefault("sglang_venv_lock_src", str(lock_src))
     extravars.update(amendment.extravars)
     imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
-    extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]), share_dir(),
+    extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]),
+                                                         checked.store.dir.resolve().parent,
                                                          imports)
     extravars.update(_power_limit(resolved, inventory, hosts))
     extravars["deploy_probe"] = bool(req.probe)
@@ -223,23 +224,22 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
                       [*notes, *amendment.notes])
 
 
-def engine_lock_src(sglang_version: str, repo_root: Path) -> Path:
-    """The engine lock of this release for the containers' CPython (the first of the container Pythons with a
-    lock); refused, before any host is touched, when the release has none."""
-    from toolkit.core.engine_lock import CONTAINER_PYTHONS, lock_path, refusal_path
+def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
+    """The engine lock the profile's venv is installed from, for the containers' CPython (the first container Python
+    with a lock: toolkit.core.engine_lock.profile_lock_paths); refused, before any host is touched, without one
+    (validation refuses such a profile first: this names the file when a lock went missing since)."""
+    from toolkit.core.engine_lock import profile_lock_paths
 
-    for python in CONTAINER_PYTHONS:
-        path = repo_root / lock_path(sglang_version, python)
-        if path.is_file():
-            return path
-    refused = [repo_root / refusal_path(sglang_version, p) for p in CONTAINER_PYTHONS]
-    why = next((f" ({p.name} says why it cannot be locked)" for p in refused if p.is_file()), "")
+    engine = resolved.spec.engine
+    paths = profile_lock_paths(str(engine.sglang_version), engine.requirements) or {}
+    for rel in paths.values():
+        if (repo_root / rel).is_file():
+            return repo_root / rel
     raise ToolkitError.of(
-        f"SGLang {sglang_version} has no engine lock for CPython {' or '.join(CONTAINER_PYTHONS)}{why}: a venv "
-        "installed without one would not be the engine the release needs",
-        file=str(repo_root / lock_path(sglang_version, CONTAINER_PYTHONS[0])), field="engine.sglang_version",
-        fix=f"lock it (`toolkit profile lock --sglang-version {sglang_version} --python 3.11`), or pin a release "
-        "that has a lock")
+        f"{resolved.name}'s SGLang {engine.sglang_version} has no engine lock ({', '.join(paths.values()) or 'none'}): "
+        "a venv installed without one would not be the engine the release needs", file=resolved.file,
+        field="engine.sglang_version",
+        fix=f"lock it (`toolkit profile lock --sglang-version {engine.sglang_version}`), or pin a release that has one")
 
 
 def engine_check(lock_src: Path, repo_root: Path, imports: list[deploy.EngineImport]) -> dict[str, Any]:

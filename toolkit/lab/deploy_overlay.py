@@ -157,11 +157,10 @@ def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None 
         # The engine lock's wheelhouse for the real lines: fetched into its content-addressed cache, each file
         # checked against its sha256, then staged with the stand-ins into one directory and its tar. The lock's
         # files come last, so a probe wheel of the same file name never stands in for one.
-        lock_api: Any = wheelhouse
-        files = lock_api.fill_from_lock(lab.real, real.python)
+        files = wheelhouse.fill_from_lock(lab.real, real.python, index_url=real.index_url)
         staged = {f"also:{p.name}": p for p in also} | files.files | lab.standins
-        lock_api.stage_lock_files(lock_api.LockFiles(staged, files.downloaded, files.size_bytes), dest)
-        lock_api._tarball(dest)
+        wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
+        wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
         write_atomic(lock_file, lab.text)
         write_atomic(stamp, wanted)
 
