@@ -262,6 +262,44 @@ def test_second_apply_changes_nothing(provisioned: Target, work: Path) -> None:
     assert summary["hosts"][provisioned.name]["changed"] == 0, summary
 
 
+def test_a_package_removed_from_the_venv_fails_the_next_deploy_and_the_standin_refuses_to_start(
+        provisioned: Target, work: Path) -> None:
+    from toolkit.core.engine_lock import parse_lock
+
+    # The engine path links to the venv of the lab lock (the real 0.5.9 lock, its GPU-only lines lab stand-ins).
+    venv = ct(provisioned, "readlink /opt/sglang/venv").stdout.strip()
+    assert venv.startswith("/opt/sglang/venvs/"), venv
+    assert ct(provisioned, f"head -1 {venv}/toolkit-engine.lock").stdout.startswith("# LAB LOCK (toolkit lab)")
+    lock = parse_lock((REPO / "profiles/requirements/sglang-0.5.9-cp311.lock").read_text(), "lock")
+    assert installed_of(provisioned, "torch") == lock.get("torch").version  # type: ignore[union-attr]
+    assert installed_of(provisioned, "transformers") == lock.get("transformers").version  # type: ignore[union-attr]
+    said = ct(provisioned, "/opt/sglang/venv/bin/python -c 'import torch' 2>&1").stdout
+    assert "[lab] torch is a lab stand-in for torch" in said
+    tqdm = lock.get("tqdm")
+    assert tqdm is not None
+    unit_before = ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout
+    try:
+        assert ct(provisioned, "/opt/sglang/venv/bin/python -m pip uninstall -q -y tqdm").returncode == 0
+        rc, summary, _ = apply(provisioned, work)
+        assert rc != 0
+        failures = summary["failures"]
+        assert [f["task"] for f in failures] == ["Fail the deploy when the venv cannot start SGLang"], failures
+        assert f"missing {tqdm.requirement()}" in failures[0]["message"]
+        assert f"remove {venv} and deploy again" in failures[0]["message"]
+        assert ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout == unit_before
+        # Started by anything else, the stand-in runs the same check from the same files and refuses to start.
+        ct(provisioned, "systemctl restart sglang; sleep 3")
+        journal = ct(provisioned, "journalctl -u sglang --no-pager -n 40 -o cat").stdout
+        assert "the engine check failed" in journal and f"missing {tqdm.requirement()}" in journal, journal[-2000:]
+        assert ct(provisioned, "systemctl is-active sglang").stdout.strip() != "active"
+    finally:
+        ct(provisioned, f"rm -rf {venv}")  # the fix the message names: the venv made again from its lock
+    rc, summary, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+    assert installed_of(provisioned, "tqdm") == tqdm.version
+    assert ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
+
+
 def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work: Path) -> None:
     """glm5-baseline's 64 slots bind: the server shows 64 running and the rest queued, as in the story."""
     rc, summary, err = apply(provisioned, work, "--probe", "--record", profile="glm5-baseline")
