@@ -43,6 +43,10 @@ DATASET_PATH = f"{STANDIN_DIR}/lab-sharegpt.json"
 DROPIN = "lab-standin.conf"
 POWER_LIMITS_FILE = "/var/lib/lab-standin/host-sys-module/nvidia/power_limits.json"  # labstandin.power_limits_path
 SERVER_MODULE = "toolkit.lab.standin_server.server"
+# transformers' and datasets' own switch (USE_TORCH): with the lab lock's stand-in torch installed they would
+# otherwise import it as the real one (safetensors.torch annotates with torch.Tensor at import) and fail; the lab
+# has no torch to use, so the tokenizer and the bench run torch-less, as they did before the lock.
+NO_TORCH = "USE_TORCH=0"
 BENCH_DATA_MODULE = "toolkit.lab.standin_server.make_bench_data"
 
 
@@ -86,6 +90,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         "ExecStart=" + systemd_exec_line(standin_argv(launch_argv)),
         "Environment=SGLANG_STANDIN=1",
         "Environment=HF_HUB_OFFLINE=1",
+        # The venv's torch is the lab lock's stand-in: transformers and datasets must not take it for the real one.
+        f"Environment={NO_TORCH}",
         # The GPUs' enforced power limit, as the lab's driver keeps it on the host (nvidia-smi -pl there).
         f"Environment=SGLANG_STANDIN_POWER_LIMITS_FILE={POWER_LIMITS_FILE}",
         *(f'Environment="{k}={v}"' for k, v in sorted(env.items())),
@@ -214,11 +220,14 @@ def amend(ctx: OverlayContext) -> Amendment:
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
         imports, dropped = narrowed_imports(engine_imports(ctx.resolved), set(lab.standins))
+        bench = ["env", NO_TORCH, *bench]
         notes.append(f"lab: the engine lock {ctx.lock_src.name} is installed from a lab lock ({lock_file}): "
                      f"{len(lab.standins)} GPU-only line(s) are lab stand-in wheels of the same name and version "
                      f"({', '.join(sorted(lab.standins))}), the other {len(lab.real)} the lock's real wheels")
         notes.append(f"lab: the engine check imports {', '.join(i.module for i in imports)} (the stand-ins) and not "
                      f"{', '.join(dropped)} (they import the real torch and triton); its distribution check is whole")
+        notes.append(f"lab: {NO_TORCH} for the stand-in server's unit and the bench (transformers and datasets would "
+                     "take the stand-in torch for the real one)")
     return Amendment(
         extravars=extravars,
         bench_argv=bench,
