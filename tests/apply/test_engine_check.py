@@ -21,13 +21,14 @@ SCRIPT = Path(__file__).resolve().parents[2] / "roles/sglang_venv/files/engine_c
 LOCK = "profiles/requirements/sglang-0.5.9-cp311.lock"
 
 
-def make_wheel(directory: Path, name: str, version: str, body: str = "") -> Path:
-    """A real wheel of one package `name` (its module is the name with '-' as '_')."""
+def make_wheel(directory: Path, name: str, version: str, body: str = "", requires: tuple[str, ...] = ()) -> Path:
+    """A real wheel of one package `name` (its module is the name with '-' as '_'), declaring `requires`."""
     module = name.replace("-", "_")
     info = f"{module}-{version}.dist-info"
     files = {
         f"{module}/__init__.py": body or f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                            + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"

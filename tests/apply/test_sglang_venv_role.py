@@ -237,25 +237,8 @@ def test_a_python_the_wheelhouse_has_no_wheels_for_is_refused_before_any_change(
 def _wheel(directory: Path, value: int) -> Path:
     """A real wheel of a one-module package whose declared dependency exists nowhere: installing it with its
     dependencies from the offline wheelhouse would fail, so a working install proves --no-deps."""
-    import base64
-    import zipfile
-
-    name, version = "toolkit_extra_check", "1.0"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value}\n",
-        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                                "Requires-Dist: toolkit-no-such-dependency\n",
-        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                             "Tag: py3-none-any\n",
-    }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(text.encode())}" for path, text in files.items()]
-    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join([*record, f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for arcname, text in files.items():
-            zf.writestr(arcname, text)
-    return path
+    return make_wheel(directory, "toolkit_extra_check", "1.0", f"VALUE = {value}\n",
+                      requires=("toolkit-no-such-dependency",))
 
 
 def _value(tmp: Path) -> str:
