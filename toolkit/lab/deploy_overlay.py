@@ -17,7 +17,8 @@ The unit itself stays exactly what `toolkit profile render` prints. What the lab
 (no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
 
 Test switches, as inventory variables of a container (tests write them): `toolkit_lab_standin_fail_health` (the
-stand-in answers /health with 503) and `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line).
+stand-in answers /health with 503), `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line) and
+`toolkit_lab_real_engine` (the real lock installed whole, torch and the CUDA wheels included: no stand-ins).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ SERVER_MODULE = "toolkit.lab.standin_server.server"
 # otherwise import it as the real one (safetensors.torch annotates with torch.Tensor at import) and fail; the lab
 # has no torch to use, so the tokenizer and the bench run torch-less, as they did before the lock.
 NO_TORCH = "USE_TORCH=0"
+# A container variable (tests write it): install the real lock whole, no stand-ins (several GB; the opt-in test).
+REAL_ENGINE_VAR = "toolkit_lab_real_engine"
 BENCH_DATA_MODULE = "toolkit.lab.standin_server.make_bench_data"
 
 
@@ -143,31 +146,35 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
     return list(kept.values()), dropped
 
 
-def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None = None,
-                   ) -> tuple[Path, Path, engine_standins.LabLock]:
+def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None = None, *, standins: bool = True,
+                   ) -> tuple[Path, Path, engine_standins.LabLock | None]:
     """The lab lock of `lock_src` and its wheelhouse: the lock's real wheels (from the engine lock's content-addressed
     cache, each checked against its sha256 there), the stand-in wheels and the wheels `also` names (the probe's,
     which bench_probe installs from the same directory on the host), in one directory and its tar, beside the lab
-    lock. Built once per lab lock and `also` (the lab lock's digest names the directory)."""
+    lock. Built once per lab lock and `also` (the lab lock's digest names the directory). Without `standins` (the
+    opt-in real engine), the lock itself and every one of its real wheels, several GB."""
     from toolkit.adapters import cache_lock, wheelhouse
     from toolkit.adapters.files import write_atomic
 
     real = parse_lock(lock_src.read_text(), str(lock_src))
     base = (root or wheelhouse.cache_root()) / "lab"
-    lab = engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16])
-    dest = base / f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}"
-    lock_file, stamp = dest.with_name(dest.name + ".lock"), dest.with_name(dest.name + ".complete")
+    lab = engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16]) if standins else None
+    dest = base / (f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}" if lab
+                   else f"sglang-{real.sglang_version}-{real.digest[:16]}-real")
+    lock_file = dest.with_name(dest.name + ".lock") if lab else lock_src
+    stamp = dest.with_name(dest.name + ".complete")
     wanted = "\n".join(sorted(p.name for p in also)) + "\n"
 
     def build() -> None:
         # The engine lock's wheelhouse for the real lines: fetched into its content-addressed cache, each file
         # checked against its sha256, then staged with the stand-ins into one directory and its tar. The lock's
         # files come last, so a probe wheel of the same file name never stands in for one.
-        files = wheelhouse.fill_from_lock(lab.real, real.python, index_url=real.index_url)
-        staged = {f"also:{p.name}": p for p in also} | files.files | lab.standins
+        files = wheelhouse.fill_from_lock(lab.real if lab else real.entries, real.python, index_url=real.index_url)
+        staged = {f"also:{p.name}": p for p in also} | files.files | (lab.standins if lab else {})
         wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
         wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
-        write_atomic(lock_file, lab.text)
+        if lab:
+            write_atomic(lock_file, lab.text)
         write_atomic(stamp, wanted)
 
     tar = wheelhouse.tarball_path(dest)
@@ -215,19 +222,25 @@ def amend(ctx: OverlayContext) -> Amendment:
         from toolkit.adapters.wheelhouse import cache_root, directory, tarball_path
 
         probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
-        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels)
-
+        real_engine = any(bool(h.vars.get(REAL_ENGINE_VAR)) for h in ctx.hosts.values())
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine)
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
-        imports, dropped = narrowed_imports(engine_imports(ctx.resolved), set(lab.standins))
-        bench = ["env", NO_TORCH, *bench]
-        notes.append(f"lab: the engine lock {ctx.lock_src.name} is installed from a lab lock ({lock_file}): "
-                     f"{len(lab.standins)} GPU-only line(s) are lab stand-in wheels of the same name and version "
-                     f"({', '.join(sorted(lab.standins))}), the other {len(lab.real)} the lock's real wheels")
-        notes.append(f"lab: the engine check imports {', '.join(i.module for i in imports)} (the stand-ins) and not "
-                     f"{', '.join(dropped)} (they import the real torch and triton); its distribution check is whole")
-        notes.append(f"lab: {NO_TORCH} for the stand-in server's unit and the bench (transformers and datasets would "
-                     "take the stand-in torch for the real one)")
+        if lab is None:
+            notes.append(f"lab: {REAL_ENGINE_VAR}: the engine lock {ctx.lock_src.name} installed whole, its real "
+                         "wheels (torch and the CUDA wheels included); the engine check imports everything it would "
+                         "on a GPU host (CUDA absent allowed)")
+        else:
+            imports, dropped = narrowed_imports(engine_imports(ctx.resolved), set(lab.standins))
+            bench = ["env", NO_TORCH, *bench]
+            notes.append(f"lab: the engine lock {ctx.lock_src.name} is installed from a lab lock ({lock_file}): "
+                         f"{len(lab.standins)} GPU-only line(s) are lab stand-in wheels of the same name and version "
+                         f"({', '.join(sorted(lab.standins))}), the other {len(lab.real)} the lock's real wheels")
+            notes.append(f"lab: the engine check imports {', '.join(i.module for i in imports)} (the stand-ins) and "
+                         f"not {', '.join(dropped)} (they import the real torch and triton); its distribution check "
+                         "is whole")
+            notes.append(f"lab: {NO_TORCH} for the stand-in server's unit and the bench (transformers and datasets "
+                         "would take the stand-in torch for the real one)")
     return Amendment(
         extravars=extravars,
         bench_argv=bench,
