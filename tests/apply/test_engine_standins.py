@@ -39,12 +39,15 @@ def test_the_lab_lock_replaces_the_gpu_only_lines_marks_them_and_keeps_the_rest(
 
 def test_a_standin_installs_under_its_real_name_and_says_what_it_is_when_imported(tmp_path: Path) -> None:
     real = parse_lock((REPO / LOCK).read_text(), LOCK)
-    lab = lab_lock(real, Path(LOCK).name, tmp_path / "wheels")
-    venv = make_venv(tmp_path, tmp_path / "wheels", "torch==2.9.1", "flashinfer-python==0.6.3")
+    lab = lab_lock(real, Path(LOCK).name, tmp_path / "wheels", {"torch", "flashinfer-python"})
+    venv = make_venv(tmp_path, tmp_path / "wheels", "torch==2.9.1", "flashinfer-python==0.6.3", "torchvision==0.24.1")
     proc = subprocess.run([str(venv / "bin/python"), "-c",
-                           "import importlib.metadata as m, torch, flashinfer; print(torch.__version__, "
-                           "m.version('torch'), torch.LAB_STANDIN); torch.cuda"], capture_output=True, text=True)
-    assert proc.stdout.split() == ["2.9.1", "2.9.1", "True"]
+                           "import importlib.metadata as m, importlib.util as u, torch, flashinfer; "
+                           "print(torch.__version__, m.version('torch'), torch.LAB_STANDIN, m.version('torchvision'), "
+                           "u.find_spec('torchvision')); torch.cuda"], capture_output=True, text=True)
+    # torchvision is installed (the distribution check sees it) but not importable as torchvision: the engine check
+    # does not import it, and a library looking for it (transformers) must find it absent, not a stand-in.
+    assert proc.stdout.split() == ["2.9.1", "2.9.1", "True", "0.24.1", "None"]
     assert "[lab] torch is a lab stand-in for torch 2.9.1: no GPU here" in proc.stderr
     assert "[lab] flashinfer is a lab stand-in for flashinfer-python 0.6.3" in proc.stderr
     assert "AttributeError: torch.cuda: torch is a lab stand-in for torch 2.9.1 and has nothing of it" in proc.stderr

@@ -147,18 +147,20 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
 
 
 def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None = None, *, standins: bool = True,
-                   ) -> tuple[Path, Path, engine_standins.LabLock | None]:
+                   importable: Sequence[EngineImport] = ()) -> tuple[Path, Path, engine_standins.LabLock | None]:
     """The lab lock of `lock_src` and its wheelhouse: the lock's real wheels (from the engine lock's content-addressed
     cache, each checked against its sha256 there), the stand-in wheels and the wheels `also` names (the probe's,
     which bench_probe installs from the same directory on the host), in one directory and its tar, beside the lab
     lock. Built once per lab lock and `also` (the lab lock's digest names the directory). Without `standins` (the
-    opt-in real engine), the lock itself and every one of its real wheels, several GB."""
+    opt-in real engine), the lock itself and every one of its real wheels, several GB. The stand-ins of the
+    distributions `importable` brings are importable under their real module names (the engine check imports them)."""
     from toolkit.adapters import cache_lock, wheelhouse
     from toolkit.adapters.files import write_atomic
 
     real = parse_lock(lock_src.read_text(), str(lock_src))
     base = (root or wheelhouse.cache_root()) / "lab"
-    lab = engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16]) if standins else None
+    lab = (engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16],
+                                    {normalize_name(i.distribution) for i in importable}) if standins else None)
     dest = base / (f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}" if lab
                    else f"sglang-{real.sglang_version}-{real.digest[:16]}-real")
     lock_file = dest.with_name(dest.name + ".lock") if lab else lock_src
@@ -223,7 +225,8 @@ def amend(ctx: OverlayContext) -> Amendment:
 
         probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
         real_engine = any(bool(h.vars.get(REAL_ENGINE_VAR)) for h in ctx.hosts.values())
-        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine)
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine,
+                                              importable=engine_imports(ctx.resolved))
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
         if lab is None:

@@ -8,7 +8,11 @@ from a lab lock that is the real one with those lines' files replaced:
   torch* companions, triton, flashinfer*, sgl-kernel, nvidia-*, cuda-*), unless its wheel is pure Python
   (`py3-none-any`) outside the import-bearing names (nvidia-ml-py, cuda-pathfinder: small, and real);
 - its stand-in is a wheel of the same distribution name and version, built here, whose module announces itself
-  as a lab stand-in when imported and has nothing else (any attribute is refused with that message);
+  as a lab stand-in when imported and has nothing else (any attribute is refused with that message). The module
+  has the real import name only for the distributions the engine check imports (torch, triton, sgl_kernel,
+  flashinfer); the others' is `lab_standin_<name>`, so a library that looks for an optional package by its
+  module (transformers imports torchvision.transforms when it finds torchvision) finds it absent, as the lab's
+  venv had it before the lock, instead of taking a stand-in for the real thing;
 - the lab lock keeps every other line (its real wheels come from the lock's wheelhouse, hash-checked) and marks
   each stand-in line with a `# LAB STAND-IN` comment; the toolkit's lock parser reads it as any lock.
 """
@@ -21,7 +25,7 @@ import hashlib
 import io
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,8 +52,7 @@ def import_name(distribution: str) -> str:
     return IMPORT_NAMES.get(distribution, distribution.replace("-", "_"))
 
 
-def _module_text(entry: LockEntry) -> str:
-    module = import_name(entry.name)
+def _module_text(entry: LockEntry, module: str) -> str:
     return (
         f'"""LAB STAND-IN (toolkit lab): not {entry.name} {entry.version}. The lab has no GPU, so its lock installs\n'
         "this module in the real wheel's place (toolkit/lab/engine_standins.py): it imports, says so, and has\n"
@@ -93,10 +96,11 @@ def write_wheel(dest: Path, distribution: str, version: str, files: Mapping[str,
     return out
 
 
-def build_standin(entry: LockEntry, dest: Path) -> Path:
-    """The stand-in wheel of one lock line: same distribution name and version."""
-    module = import_name(entry.name)
-    return write_wheel(dest, entry.name, entry.version, {f"{module}/__init__.py": _module_text(entry).encode()},
+def build_standin(entry: LockEntry, dest: Path, *, importable: bool) -> Path:
+    """The stand-in wheel of one lock line: same distribution name and version; its module under the real import
+    name when `importable` (the engine check imports it), else under `lab_standin_<name>`."""
+    module = import_name(entry.name) if importable else "lab_standin_" + entry.name.replace("-", "_")
+    return write_wheel(dest, entry.name, entry.version, {f"{module}/__init__.py": _module_text(entry, module).encode()},
                        f"Lab stand-in for {entry.name} {entry.version} (toolkit lab; no GPU)")
 
 
@@ -108,15 +112,16 @@ class LabLock:
     real: tuple[LockEntry, ...]  # the lines whose real wheels the lab installs
 
 
-def lab_lock(real: EngineLock, source: str, standin_dir: Path) -> LabLock:
+def lab_lock(real: EngineLock, source: str, standin_dir: Path, importable: Collection[str] = ()) -> LabLock:
     """The lab's lock of `real` (named `source`): the GPU-only lines' files replaced by stand-ins built into
-    `standin_dir`, each marked, the rest unchanged."""
+    `standin_dir` (importable under their real module name: the distributions `importable` names), each marked,
+    the rest unchanged."""
     standin_dir.mkdir(parents=True, exist_ok=True)
     wheels: dict[str, Path] = {}
     entries = []
     for e in real.entries:
         if is_standin(e):
-            wheel = build_standin(e, standin_dir)
+            wheel = build_standin(e, standin_dir, importable=e.name in importable)
             wheels[e.name] = wheel
             e = replace(e, sha256s=(hashlib.sha256(wheel.read_bytes()).hexdigest(),), wheel=wheel.name)
         entries.append(e)
