@@ -224,3 +224,14 @@ def test_multi_node_needs_as_many_hosts_as_nodes(store: ProfileStore) -> None:
     with pytest.raises(ToolkitError) as err:
         deploy.per_node(_two_node(store), ["gpu-a"])
     assert err.value.problems[0].field == "server.nnodes"
+
+
+def test_a_renamed_kernel_distribution_is_found_under_its_releases_name(store: ProfileStore) -> None:
+    """0.5.23's lock names sgl_kernel's distribution sglang-kernel (0.5.9's: sgl-kernel)."""
+    from toolkit.core.engine_lock import parse_lock
+
+    name = "profiles/requirements/sglang-0.5.23-cp311.lock"
+    lock = parse_lock((REPO / name).read_text(), name)
+    inputs = deploy.engine_check_inputs(lock, name, deploy.engine_imports(store.resolve("glm5-tp8-0.5.23")))
+    by_module = {i["module"]: i["distribution"] for i in inputs["imports"]}
+    assert by_module["sgl_kernel"] == "sglang-kernel" and by_module["torch"] == "torch"

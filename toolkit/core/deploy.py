@@ -9,7 +9,7 @@ runs; the roles never re-render. This module only gathers those pieces and adds 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,9 @@ ENGINE_IMPORTS: tuple[tuple[str, str], ...] = (
     ("sgl_kernel", "sgl-kernel"),
     ("sglang.srt.server_args", "sglang"),
 )
+# A distribution renamed between releases, its module kept: the lock names whichever its release has (sgl_kernel
+# is sgl-kernel up to 0.5.9's lock, sglang-kernel in 0.5.23's).
+RENAMED: dict[str, tuple[str, ...]] = {"sgl-kernel": ("sglang-kernel",)}
 # The package each backend name brings in when the profile chooses it (attention, NSA, MoE runner): a backend
 # value containing the key imports the module. FlashInfer's TRT-LLM kernels (trtllm_mha, trtllm_mla, the NSA
 # trtllm backends) come through flashinfer; FA3 through sgl_kernel's flash_attn; FlashMLA and CUTLASS MLA are
@@ -99,6 +102,15 @@ class EngineImport:
     module: str
     distribution: str
     why: str  # what asks for it: "SGLang's server", or the profile field that names the backend
+
+    def candidates(self) -> tuple[str, ...]:
+        """The distribution and the names it has had (RENAMED), normalized."""
+        name = normalize_name(self.distribution)
+        return (name, *RENAMED.get(name, ()))
+
+    def in_lock(self, names: Collection[str]) -> str | None:
+        """The name under which these (normalized) distribution names hold it, or None."""
+        return next((c for c in self.candidates() if c in names), None)
 
 
 def engine_imports(resolved: ResolvedProfile) -> list[EngineImport]:
@@ -127,7 +139,8 @@ def engine_check_inputs(lock: EngineLock, lock_name: str, imports: Sequence[Engi
     distributions as this toolkit parsed them (the check never parses a lock), the modules to import with the
     distribution that brings each, and the notes of whoever narrowed them. Refuses an import whose distribution
     the lock lacks: that lock could never pass."""
-    missing = [i for i in imports if normalize_name(i.distribution) not in lock]
+    names = set(lock.names)
+    missing = [i for i in imports if i.in_lock(names) is None]
     if missing:
         raise ToolkitError.of(
             f"{lock_name} has no {', '.join(sorted({i.distribution for i in missing}))}, which "
@@ -139,8 +152,7 @@ def engine_check_inputs(lock: EngineLock, lock_name: str, imports: Sequence[Engi
         "lock": lock_name,
         "lock_digest": lock.digest,
         "distributions": {e.name: e.version for e in lock.entries},
-        "imports": [{"module": i.module, "distribution": normalize_name(i.distribution), "why": i.why}
-                    for i in imports],
+        "imports": [{"module": i.module, "distribution": i.in_lock(names), "why": i.why} for i in imports],
         "notes": list(notes),
     }
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from toolkit.app.apply import Amendment, OverlayContext
 from toolkit.core.deploy import EngineImport, engine_imports, systemd_exec_line, with_bench_flags
-from toolkit.core.engine_lock import normalize_name, parse_lock
+from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import ToolkitError
 from toolkit.lab import engine_standins
 
@@ -138,9 +138,10 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
     kept: dict[str, EngineImport] = {}
     dropped = []
     for i in imports:
-        if normalize_name(i.distribution) in standins:
-            top = engine_standins.import_name(normalize_name(i.distribution))
-            kept.setdefault(top, EngineImport(top, i.distribution, i.why))
+        dist = i.in_lock(standins)
+        if dist is not None:
+            top = i.module.split(".")[0]
+            kept.setdefault(top, EngineImport(top, dist, i.why))
         else:
             dropped.append(i.module)
     return list(kept.values()), dropped
@@ -160,7 +161,7 @@ def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None 
     real = parse_lock(lock_src.read_text(), str(lock_src))
     base = (root or wheelhouse.cache_root()) / "lab"
     lab = (engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16],
-                                    {normalize_name(i.distribution) for i in importable}) if standins else None)
+                                    {c for i in importable for c in i.candidates()}) if standins else None)
     dest = base / (f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}" if lab
                    else f"sglang-{real.sglang_version}-{real.digest[:16]}-real")
     lock_file = dest.with_name(dest.name + ".lock") if lab else lock_src

@@ -5,8 +5,9 @@ FlashInfer, sgl-kernel and NVIDIA's CUDA libraries: several GB, useless without 
 every CI run. The lab installs the lock the way a real host does (sglang_venv: pip --require-hashes --no-deps),
 from a lab lock that is the real one with those lines' files replaced:
 - a line is a stand-in when its distribution is of a GPU-only family (`GPU_ONLY_FAMILIES`: torch and its
-  torch* companions, triton, flashinfer*, sgl-kernel, nvidia-*, cuda-*), unless its wheel is pure Python
-  (`py3-none-any`) outside the import-bearing names (nvidia-ml-py, cuda-pathfinder: small, and real);
+  torch* companions, triton, flashinfer*, sgl-kernel (sglang-kernel from 0.5.23), nvidia-*, cuda-*), unless its
+  wheel is pure Python (`py3-none-any`) outside the import-bearing names (nvidia-ml-py, cuda-pathfinder: small,
+  and real);
 - its stand-in is a wheel of the same distribution name and version, built here, whose module announces itself
   as a lab stand-in when imported and has nothing else (any attribute is refused with that message). The module
   has the real import name only for the distributions the engine check imports (torch, triton, sgl_kernel,
@@ -32,11 +33,12 @@ from pathlib import Path
 from toolkit.core.engine_lock import EngineLock, LockEntry, format_lock, parse_lock
 
 GPU_ONLY_FAMILIES = re.compile(r"^(torch|torch-.+|torchaudio|torchvision|torchao|torchcodec|triton|flashinfer-.+|"
-                               r"sgl-kernel|nvidia-.+|cuda-.+)$")
+                               r"sgl-kernel|sglang-kernel|nvidia-.+|cuda-.+)$")
 # Distributions whose import name is not their own name with '-' as '_' (what SGLang imports them as).
-IMPORT_NAMES = {"flashinfer-python": "flashinfer", "flashinfer-cubin": "flashinfer_cubin"}
+IMPORT_NAMES = {"flashinfer-python": "flashinfer", "flashinfer-cubin": "flashinfer_cubin",
+                "sglang-kernel": "sgl_kernel"}
 # Families whose pure-Python wheels are still stand-ins: their modules import torch or CUDA at import time.
-ALWAYS_STANDIN = re.compile(r"^(torch.*|triton|flashinfer-.+|sgl-kernel)$")
+ALWAYS_STANDIN = re.compile(r"^(torch.*|triton|flashinfer-.+|sgl-kernel|sglang-kernel)$")
 MARK = "# LAB STAND-IN (toolkit lab): not the real wheel; a module that says so when imported (no GPU here)"
 
 
