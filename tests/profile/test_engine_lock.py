@@ -204,6 +204,7 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
     """validate all names the refusal; apply's check (resolve_checked, run before any playbook) raises it."""
     import shutil
 
+    from toolkit.app.engine_lock import profile_locks
     from toolkit.app.profiles import resolve_checked
     from toolkit.cli.main import main
 
@@ -218,4 +219,27 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
            "https://pypi.org/simple has no nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)" in err
     with pytest.raises(ToolkitError, match=r"cannot be locked for CPython 3\.11"):
         resolve_checked("glm5-tp8-0.5.23", str(tmp_path / "profiles"))
-    resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11
+    checked = resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # 0.5.9 is locked for 3.11 only
+    assert profile_locks(checked.resolved, tmp_path) == {"3.11": tmp_path / lock_path("0.5.9", "3.11")}
+
+
+def test_an_old_requirements_txt_gets_one_error_whose_fix_is_to_delete_it(tmp_path: Path) -> None:
+    import shutil
+
+    from toolkit.app.profiles import check_profiles, open_store
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    base = tmp_path / "profiles" / "glm5-baseline.yaml"
+    base.write_text(base.read_text().replace("  sglang_version: 0.5.9\n", "  sglang_version: 0.5.9\n"
+                                             "  requirements: profiles/requirements/sglang-0.5.9.txt\n", 1))
+    problems = check_profiles(open_store(str(tmp_path / "profiles")), ["glm5-baseline"])["glm5-baseline"]
+    (error,) = [p for p in problems if p.severity == "error"]
+    assert error.field == "engine.requirements" and "is not an engine lock" in error.message
+    assert (error.fix or "").startswith("delete engine.requirements")
+
+
+def test_committed_refusals_parse_and_are_canonical() -> None:
+    for path in sorted((REPO / "profiles" / "requirements").glob("*.lock.refused")):
+        refusal = parse_refusal(path.read_text(), str(path))
+        assert str(path).endswith(refusal.path) and refusal.missing and refusal.required_by
+        assert format_refusal(refusal) == path.read_text(), f"{path} is not in the canonical format"

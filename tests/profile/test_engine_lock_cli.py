@@ -47,11 +47,16 @@ def test_lock_check_and_refusal_against_an_index(tmp_path: Path, capsys) -> None
     assert [(e.name, e.version) for e in lock.entries] == [("depa", "1.0"), ("depb", "2.1"), ("sglang", "0.0.1")]
     assert f"--index-url {index.as_uri()}" in lock_file.read_text()
     assert "written" in capsys.readouterr().out
+    # Another pip that finds the same engine leaves the file alone, header and all: git sees no change.
+    lock_file.write_text(lock_file.read_text().replace("# pip: ", "# pip: 1.0 was "))
+    before = lock_file.read_text()
+    assert main(["profile", "lock", "--sglang-version", "0.0.1", *common]) == 0
+    assert "unchanged" in capsys.readouterr().out and lock_file.read_text() == before
 
     _publish(index, "depb", "2.2")  # a newer depb: the committed lock is no longer what pip picks
     assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 1
     assert "~ depb==2.1 -> depb==2.2 (version)" in capsys.readouterr().out
-    assert parse_lock(lock_file.read_text(), "x") == lock  # --check wrote nothing
+    assert lock_file.read_text() == before  # --check wrote nothing
 
     assert main(["profile", "lock", "--sglang-version", "0.0.2", *common]) == 2
     err = capsys.readouterr().err
@@ -60,3 +65,37 @@ def test_lock_check_and_refusal_against_an_index(tmp_path: Path, capsys) -> None
     refusal = parse_refusal(refused.read_text(), str(refused))
     assert (refusal.missing, refusal.required_by) == ("missingdep==3.0", "sglang==0.0.2")
     assert not (profiles.parent / lock_path("0.0.2", "3.11")).exists()
+
+    _publish(index, "missingdep", "3.0")  # the index gets it: the lock replaces the refusal
+    assert main(["profile", "lock", "--sglang-version", "0.0.2", *common]) == 0
+    assert (profiles.parent / lock_path("0.0.2", "3.11")).is_file() and not refused.exists()
+
+
+def test_migrate_write_locks_the_new_release_first_and_a_refused_one_moves_nothing(tmp_path: Path, capsys,
+                                                                                    monkeypatch) -> None:
+    """0.5.23 with its committed locks removed: the dry run says it would lock; --write asks pip, which finds
+    sglang 0.5.23 on this index but not what it pins, so the refusals are written for both Pythons, said, and the
+    profile stays on 0.5.9."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copytree(repo / "profiles", tmp_path / "profiles")
+    (tmp_path / ".git").mkdir()
+    for python in ("3.11", "3.13"):
+        for rel in (lock_path("0.5.23", python), refusal_path("0.5.23", python)):
+            (tmp_path / rel).unlink(missing_ok=True)
+    index = tmp_path / "simple"
+    _publish(index, "sglang", "0.5.23", ("torch==2.14.1",))
+    monkeypatch.chdir(tmp_path)
+    profile = (tmp_path / "profiles" / "glm5-tp8.yaml").read_text()
+    argv = ["profile", "migrate", "glm5-tp8", "--sglang-version", "0.5.23", "--index-url", index.as_uri()]
+    assert main(argv) == 0
+    assert "it resolves and writes the missing engine locks first" in capsys.readouterr().out
+    assert main([*argv, "--write"]) == 2
+    out, err = capsys.readouterr()
+    for python in ("3.11", "3.13"):
+        refused = tmp_path / refusal_path("0.5.23", python)
+        assert f"wrote {refusal_path('0.5.23', python)}" in out
+        assert parse_refusal(refused.read_text(), str(refused)).missing == "torch==2.14.1"
+    assert "has no torch==2.14.1 (required by sglang==0.5.23)" in err and "glm5-tp8.yaml is not moved" in err
+    assert (tmp_path / "profiles" / "glm5-tp8.yaml").read_text() == profile

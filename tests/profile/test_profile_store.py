@@ -62,11 +62,11 @@ engine:
 def test_named_files_must_exist_and_the_patch_must_change_its_target(tmp_path: Path) -> None:
     profiles = tmp_path / "profiles"
     (profiles / "patches").mkdir(parents=True)
-    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req.txt", sha="a" * 64))
+    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req-cp311.lock", sha="a" * 64))
     store = ProfileStore(profiles)
     got = sorted((p.field, p.line) for p in store.file_problems(store.resolve("p")))
     assert got == [("engine.patches.0.patch", 9), ("engine.requirements", 4)]
-    (profiles / "req.txt").write_text("sglang==0.5.9\n")
+    (profiles / "req-cp311.lock").write_text("sglang==0.5.9\n")
     (profiles / "patches" / "x.patch").write_text("--- a/sglang/srt/b.py\n+++ b/sglang/srt/b.py\n@@ -1 +1 @@\n-a\n+b\n")
     (p,) = store.file_problems(store.resolve("p"))
     assert p.field == "engine.patches.0.target" and "sglang/srt/b.py" in p.message
@@ -81,9 +81,9 @@ def test_named_files_that_link_out_of_the_profiles_tree_are_refused(tmp_path: Pa
     (profiles / "patches").mkdir(parents=True)
     outside = tmp_path / "secret.txt"
     outside.write_text("not for hosts\n")
-    (profiles / "req.txt").symlink_to(outside)
+    (profiles / "req-cp311.lock").symlink_to(outside)
     (profiles / "patches" / "x.patch").symlink_to(outside)
-    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req.txt", sha="a" * 64))
+    (profiles / "p.yaml").write_text(PATCHED.format(req="profiles/req-cp311.lock", sha="a" * 64))
     store = ProfileStore(profiles)
     problems = {p.field: p for p in store.file_problems(store.resolve("p"))}
     assert set(problems) == {"engine.requirements", "engine.patches.0.patch"}

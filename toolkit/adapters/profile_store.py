@@ -158,8 +158,10 @@ class ProfileStore:
         root = self.dir.resolve().parent
         out: list[Problem] = []
         engine = resolved.spec.engine
-        named = [("engine.requirements", engine.requirements, "commit the lock file there")] if engine.requirements \
-            else []
+        # A requirements value that names no engine lock gets its one error from the lock check (the fix is to
+        # delete the line), not a second one here about a file that is not there.
+        named = [("engine.requirements", engine.requirements, "commit the lock file there")] \
+            if engine.requirements and engine.requirements.endswith(".lock") else []
         named += [(f"engine.patches.{i}.patch", p.patch, "commit the patch file under profiles/patches/")
                   for i, p in enumerate(engine.patches)]
         confined: dict[str, Path] = {}

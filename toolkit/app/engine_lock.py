@@ -29,10 +29,12 @@ from toolkit.core.engine_lock import (
     lock_path,
     parse_lock,
     parse_refusal,
+    profile_lock_paths,
     python_tag,
     refusal_path,
 )
 from toolkit.core.errors import ToolkitError
+from toolkit.core.profile.resolve import ResolvedProfile
 
 # What one release and Python came to.
 WRITTEN, UNCHANGED, REFUSED, CLOSED, DIFFERS = "written", "unchanged", "refused", "closed", "differs"
@@ -58,7 +60,10 @@ def parse_pythons(text: str) -> tuple[str, ...]:
     """`3.11,3.13` as a tuple, each checked."""
     out = tuple(p.strip() for p in text.split(",") if p.strip())
     for p in out:
-        python_tag(p)
+        try:
+            python_tag(p)
+        except ToolkitError as err:
+            raise ToolkitError.of(err.problems[0].message, field="--python", fix=err.problems[0].fix) from None
     if not out:
         raise ToolkitError.of("no CPython given", field="--python", fix="e.g. --python 3.11,3.13")
     return out
@@ -105,13 +110,21 @@ def _write(repo_root: Path, sglang_version: str, python: str, res: pip_resolver.
         assert res.refusal is not None
         text, path, other, status = format_refusal(res.refusal), refused_rel, lock_rel, REFUSED
     target = repo_root / path
-    if status == WRITTEN and target.is_file() and target.read_text(encoding="utf-8") == text:
-        status = UNCHANGED
+    if status == WRITTEN and target.is_file() and _same_engine(target, res.lock):
+        status = UNCHANGED  # another pip found the same engine: the file (and its header) stays, git sees nothing
     else:
         write_atomic(target, text)
     with contextlib.suppress(FileNotFoundError):
         (repo_root / other).unlink()
     return LockOutcome(sglang_version, python, status, path, res.lock, res.refusal, res.duration_s)
+
+
+def _same_engine(path: Path, lock: EngineLock | None) -> bool:
+    try:
+        committed = parse_lock(path.read_text(encoding="utf-8"), str(path))
+    except ToolkitError:
+        return False  # a broken file is replaced
+    return lock is not None and committed.entries == lock.entries and committed.index_url == lock.index_url
 
 
 def _compare(repo_root: Path, sglang_version: str, python: str, res: pip_resolver.Resolution) -> LockOutcome:
@@ -164,3 +177,14 @@ def lock_for(
     return lock_release(sglang_version, repo_root=store.dir.resolve().parent,
                         pythons=parse_pythons(pythons) if pythons else CONTAINER_PYTHONS,
                         index_url=index_url or PYPI_SIMPLE, check=check, on_start=on_start, on_line=on_line)
+
+
+def profile_locks(resolved: ResolvedProfile, repo_root: Path) -> dict[str, Path]:
+    """CPython -> the controller path of the lock a profile's venv is installed from, for each container CPython
+    whose lock is committed (a refused one is absent: the deploy refuses a container of that CPython). What
+    `sglang_venv_lock_src` is chosen from once the container's CPython is known."""
+    engine = resolved.spec.engine
+    if not engine.sglang_version:
+        return {}
+    paths = profile_lock_paths(engine.sglang_version, engine.requirements) or {}
+    return {py: repo_root / rel for py, rel in paths.items() if (repo_root / rel).is_file()}

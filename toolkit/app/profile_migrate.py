@@ -20,7 +20,7 @@ from toolkit.adapters.profile_store import ProfileStore
 from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.app.engine_lock import lock_release, read_committed
 from toolkit.app.profiles import check
-from toolkit.core.engine_lock import CONTAINER_PYTHONS, LockRefusal, lock_path
+from toolkit.core.engine_lock import CONTAINER_PYTHONS, PYPI_SIMPLE, LockRefusal, lock_path
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.catalogue import release_key
 from toolkit.core.profile.migrate import Migration, PatchTarget, plan_migration
@@ -35,6 +35,7 @@ class MigrateResult:
     diff: str = ""  # unified diff of the profile's text
     problems: dict[str, list[Problem]] = field(default_factory=dict)  # profile -> problems on the target release
     lock_files: list[str] = field(default_factory=list)  # the release's locks (or refusals), one per Python
+    locks_missing: list[str] = field(default_factory=list)  # neither lock nor refusal committed: --write resolves
     locks_written: list[str] = field(default_factory=list)  # those this run resolved and wrote
     lock_refusals: list[LockRefusal] = field(default_factory=list)  # the release cannot be locked: not written
     written: bool = False
@@ -53,7 +54,7 @@ class MigrateResult:
 
 def migrate_profile(
     store: ProfileStore, name: str, version: str, *, new_name: str | None = None, write: bool = False,
-    on_lock: Callable[[str], None] | None = None,
+    on_lock: Callable[[str], None] | None = None, index_url: str = PYPI_SIMPLE,
 ) -> MigrateResult:
     new = load_catalogue(version)
     if new is None:
@@ -108,13 +109,14 @@ def migrate_profile(
         migrated = resolve(profile, loader, load_catalogue)
         result.problems[profile] = check(migrated)
     result.lock_refusals = [c for c in committed.values() if isinstance(c, LockRefusal)]
+    result.locks_missing = [lock_path(version, py) for py, c in committed.items() if c is None]
     if not write or not result.ok:
         return result
     # The release's engine is locked before the profile moves onto it: pip's resolver for each Python whose lock
     # is missing; a release it cannot lock keeps the profile where it is.
     missing = tuple(py for py, c in committed.items() if c is None)
     if missing:
-        outcomes = lock_release(version, repo_root=root, pythons=missing, on_start=on_lock)
+        outcomes = lock_release(version, repo_root=root, pythons=missing, index_url=index_url, on_start=on_lock)
         result.locks_written = [o.path for o in outcomes]
         by_python = dict(zip(CONTAINER_PYTHONS, result.lock_files, strict=True))
         by_python.update({o.python: o.path for o in outcomes})

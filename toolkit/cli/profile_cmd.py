@@ -72,6 +72,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--sglang-version", metavar="X.Y.Z", required=True, help="the release to move to")
     p.add_argument("--write", action="store_true", help="write the profile and the release's lock file")
     p.add_argument("--as", dest="new_name", metavar="NEW", help="write the migrated profile as NEW beside the old one")
+    p.add_argument("--index-url", metavar="URL", default=None,
+                   help="the index a release without committed locks is locked from (default: https://pypi.org/simple)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_migrate)
 
@@ -364,7 +366,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"locking the engine: {label} (pip's resolver, about a minute)", file=sys.stderr, flush=True)
 
     result = migrate_profile(_store(args), args.name, args.sglang_version, new_name=args.new_name, write=args.write,
-                             on_lock=on_lock)
+                             on_lock=on_lock, **({"index_url": args.index_url} if args.index_url else {}))
     mig = result.migration
     if args.json:
         _print_json(
@@ -377,6 +379,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "problems": {n: [p.__dict__ for p in ps] for n, ps in result.problems.items()},
                 "written": result.written,
                 "lock_files": result.lock_files,
+                "locks_missing": result.locks_missing,
                 "locks_written": result.locks_written,
                 "lock_refusals": [r.__dict__ for r in result.lock_refusals],
             }
@@ -409,13 +412,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             f"(`{result.lock_refusals[0].command} --index-url URL`)")
     if not result.ok:
         raise ToolkitError([p for ps in result.problems.values() for p in ps if p.severity == "error"])
-    kept = [f for f in result.lock_files if f not in result.locks_written]
+    kept = [f for f in result.lock_files if f not in result.locks_written and f not in result.locks_missing]
     if not args.write:
         sys.stdout.write("\n" + result.diff)
         print(f"\n(dry run: --write writes {mig.name}.yaml"
               + (f"; the engine locks {', '.join(kept)} are there" if kept else "")
-              + ("; it resolves and writes the missing engine locks first"
-                 if len(kept) < len(result.lock_files) else "") + ")")
+              + (f"; it resolves and writes the missing engine locks first ({', '.join(result.locks_missing)})"
+                 if result.locks_missing else "") + ")")
         return EXIT_OK
     print(f"wrote {mig.name}.yaml" + (f" ({', '.join(kept)} already there, kept)" if kept else ""))
     return EXIT_OK

@@ -158,20 +158,26 @@ def _entry_text(e: LockEntry) -> str:
     return f"{e.requirement()} \\\n{hashes}\n"
 
 
+def _provenance(sglang_version: str, python: str, index_url: str | None) -> dict[str, object]:
+    out: dict[str, object] = {"sglang": sglang_version, "python": python, "platform": PLATFORM_TEXT}
+    return out if index_url is None else {**out, "index": redact_url(index_url)}
+
+
+def _field_lines(prefix: str, fields: dict[str, object]) -> list[str]:
+    """`key: value` lines, in the order given: the header fields parse_lock and parse_refusal read back."""
+    return [f"{prefix}{key}: {value}" for key, value in fields.items()]
+
+
 def format_lock(lock: EngineLock) -> str:
     """The lock file's text: a header of comments, then each package, sorted by name."""
     header = [
         f"# The SGLang {lock.sglang_version} engine for CPython {lock.python} on Linux x86_64: every package, its",
         "# exact version and sha256, resolved by pip's own resolver from the index below. Written by",
         "# `toolkit profile lock`; install it with `pip install --require-hashes --no-deps -r FILE`.",
-        f"# lock-schema: {LOCK_SCHEMA}",
-        f"# sglang: {lock.sglang_version}",
-        f"# python: {lock.python}",
-        f"# platform: {PLATFORM_TEXT}",
-        f"# index: {redact_url(lock.index_url)}",
-        f"# pip: {lock.pip_version or 'unknown'}",
-        f"# packages: {len(lock.entries)}",
-        f"# regenerate: {regenerate_command(lock.sglang_version, lock.python, redact_url(lock.index_url))}",
+        *_field_lines("# ", {
+            "lock-schema": LOCK_SCHEMA, **_provenance(lock.sglang_version, lock.python, lock.index_url),
+            "pip": lock.pip_version or "unknown", "packages": len(lock.entries),
+            "regenerate": regenerate_command(lock.sglang_version, lock.python, redact_url(lock.index_url))}),
         "",
     ]
     body = []
@@ -299,16 +305,11 @@ def format_refusal(refusal: LockRefusal) -> str:
         f"# SGLang {refusal.sglang_version} cannot be locked for CPython {refusal.python} on Linux x86_64: pip's",
         "# resolver found no file for the requirement below on the index. A profile on this release is refused",
         "# before it deploys. Written by `toolkit profile lock`; a run that resolves replaces this with the lock.",
-        f"refusal-schema: {REFUSAL_SCHEMA}",
-        f"sglang: {refusal.sglang_version}",
-        f"python: {refusal.python}",
-        f"platform: {PLATFORM_TEXT}",
-        f"missing: {refusal.missing}",
-        f"required-by: {refusal.required_by}",
-        f"index: {redact_url(refusal.index_url)}",
-        f"pip: {refusal.pip_version or 'unknown'}",
-        f"command: {refusal.command}",
-        f"pip-says: {' '.join(refusal.detail.split())}",
+        *_field_lines("", {
+            "refusal-schema": REFUSAL_SCHEMA, **_provenance(refusal.sglang_version, refusal.python, None),
+            "missing": refusal.missing, "required-by": refusal.required_by,
+            "index": redact_url(refusal.index_url), "pip": refusal.pip_version or "unknown",
+            "command": refusal.command, "pip-says": " ".join(refusal.detail.split())}),
     ]
     return "\n".join(lines) + "\n"
 
