@@ -225,21 +225,21 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
 
 
 def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
-    """The engine lock the profile's venv is installed from, for the containers' CPython (the first container Python
-    with a lock: toolkit.core.engine_lock.profile_lock_paths); refused, before any host is touched, without one
-    (validation refuses such a profile first: this names the file when a lock went missing since)."""
-    from toolkit.core.engine_lock import profile_lock_paths
+    """The engine lock the profile's venv is installed from: the first container CPython's committed lock
+    (toolkit.app.engine_lock.profile_locks); refused, before any host is touched, without one (validation refuses
+    such a profile first: this names the file when a lock went missing since)."""
+    from toolkit.app.engine_lock import profile_locks
+    from toolkit.core.engine_lock import lock_path
 
-    engine = resolved.spec.engine
-    paths = profile_lock_paths(str(engine.sglang_version), engine.requirements) or {}
-    for rel in paths.values():
-        if (repo_root / rel).is_file():
-            return repo_root / rel
+    locks = profile_locks(resolved, repo_root)
+    if locks:
+        return next(iter(locks.values()))
+    version = str(resolved.spec.engine.sglang_version)
     raise ToolkitError.of(
-        f"{resolved.name}'s SGLang {engine.sglang_version} has no engine lock ({', '.join(paths.values()) or 'none'}): "
-        "a venv installed without one would not be the engine the release needs", file=resolved.file,
+        f"{resolved.name}'s SGLang {version} has no committed engine lock (e.g. {lock_path(version, '3.11')}): a venv "
+        "installed without one would not be the engine the release needs", file=resolved.file,
         field="engine.sglang_version",
-        fix=f"lock it (`toolkit profile lock --sglang-version {engine.sglang_version}`), or pin a release that has one")
+        fix=f"lock it (`toolkit profile lock --sglang-version {version}`), or pin a release that has one")
 
 
 def engine_check(lock_src: Path, repo_root: Path, imports: list[deploy.EngineImport]) -> dict[str, Any]:
