@@ -235,3 +235,32 @@ def test_a_renamed_kernel_distribution_is_found_under_its_releases_name(store: P
     inputs = deploy.engine_check_inputs(lock, name, deploy.engine_imports(store.resolve("glm5-tp8-0.5.23")))
     by_module = {i["module"]: i["distribution"] for i in inputs["imports"]}
     assert by_module["sgl_kernel"] == "sglang-kernel" and by_module["torch"] == "torch"
+
+
+def test_a_locks_wheelhouse_holds_exactly_its_files_the_standins_and_the_probes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: None) -> None:
+    """toolkit.app.apply.lock_wheelhouse, what a host installs the lock from: two small real lines of the 0.5.9 lock
+    fetched from PyPI by their sha256, one line replaced by a stand-in, a probe wheel beside them; built once."""
+    import tarfile
+
+    from tests.apply.test_engine_check import make_wheel
+    from toolkit.app.apply import lock_wheelhouse
+    from toolkit.core.engine_lock import EngineLock, parse_lock
+
+    monkeypatch.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp_path / "cache"))
+    name = "profiles/requirements/sglang-0.5.9-cp311.lock"
+    real = parse_lock((REPO / name).read_text(), name)
+    small = EngineLock(real.sglang_version, real.python,
+                       tuple(e for e in real.entries if e.name in ("sniffio", "tqdm", "torch")))
+    (tmp_path / "w").mkdir()
+    standin = make_wheel(tmp_path / "w", "torch", "2.9.1")
+    probe = make_wheel(tmp_path / "w", "rich", "13.0")
+    dest = lock_wheelhouse(small, "test", [probe], {"torch": standin})
+    wheels = sorted(p.name for p in dest.glob("*.whl"))
+    assert wheels == sorted([small.get("sniffio").wheel, small.get("tqdm").wheel,  # type: ignore[union-attr]
+                             standin.name, probe.name]), wheels
+    with tarfile.open(str(dest) + ".tar") as tar:
+        assert sorted(m.name for m in tar.getmembers() if m.name.endswith(".whl")) == wheels
+    before = (Path(str(dest) + ".tar")).stat().st_mtime_ns
+    assert lock_wheelhouse(small, "test", [probe], {"torch": standin}) == dest
+    assert Path(str(dest) + ".tar").stat().st_mtime_ns == before  # complete: not built again

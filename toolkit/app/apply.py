@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,10 +21,12 @@ from typing import Any
 from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
+from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.engine_lock import EngineLock, parse_lock
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 from toolkit.core.profile.render import render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
@@ -209,6 +211,16 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.setdefault("sglang_venv_lock_src", str(lock_src))
+    if "sglang_venv_wheelhouse_src" not in amendment.extravars:
+        # What a host installs from: every wheel of the lock, torch and the CUDA wheels included, and the probe's
+        # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
+        # with stand-ins for the GPU-only wheels) is not made to download these.
+        status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
+        real = parse_lock(lock_src.read_text(), str(lock_src))
+        lock_dir = lock_wheelhouse(real, f"sglang-{real.sglang_version}-{real.digest[:16]}",
+                                   sorted(wheelhouse.path.glob("*.whl")))
+        extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
+        extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
     extravars.update(amendment.extravars)
     imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
     extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]),
@@ -222,6 +234,35 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
                       [*notes, *amendment.notes])
+
+
+def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
+                    standins: Mapping[str, Path] | None = None) -> Path:
+    """The wheelhouse a host installs `lock` from, `$TOOLKIT_WHEELHOUSE_DIR/locks/NAME` and its tar beside it: the
+    lock's wheels from the wheelhouse's content-addressed cache (only what it lacks downloaded, each file checked
+    against its sha256), a stand-in's wheel in place of each line `standins` names (the lab's), and the wheels
+    `also` names (the probe's). Built once per name and `also`."""
+    from toolkit.adapters import cache_lock, wheelhouse
+    from toolkit.adapters.files import write_atomic
+
+    replaced = dict(standins or {})
+    dest = wheelhouse.cache_root() / "locks" / name
+    stamp = dest.with_name(dest.name + ".complete")
+    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
+    tar = wheelhouse.tarball_path(dest)
+
+    def build() -> None:
+        files = wheelhouse.fill_from_lock([e for e in lock.entries if e.name not in replaced], lock.python,
+                                          index_url=lock.index_url)
+        # The lock's files come last, so a probe wheel of the same file name never stands in for one.
+        staged = {f"also:{p.name}": p for p in also} | files.files | replaced
+        wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
+        wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
+        write_atomic(stamp, wanted)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
+    return dest
 
 
 def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
@@ -245,8 +286,6 @@ def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
 def engine_check(lock_src: Path, repo_root: Path, imports: list[deploy.EngineImport]) -> dict[str, Any]:
     """The engine check's inputs (the role's sglang_venv_engine_check) from the lock file the venv is installed
     from, parsed by the toolkit's one lock parser."""
-    from toolkit.core.engine_lock import parse_lock
-
     name = str(lock_src.relative_to(repo_root)) if lock_src.is_relative_to(repo_root) else str(lock_src)
     try:
         text = lock_src.read_text()

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.app.apply import Amendment, OverlayContext
+from toolkit.app.apply import Amendment, OverlayContext, lock_wheelhouse
 from toolkit.core.deploy import EngineImport, engine_imports, systemd_exec_line, with_bench_flags
 from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import ToolkitError
@@ -147,42 +147,25 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
     return list(kept.values()), dropped
 
 
-def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), root: Path | None = None, *, standins: bool = True,
+def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), *, standins: bool = True,
                    importable: Sequence[EngineImport] = ()) -> tuple[Path, Path, engine_standins.LabLock | None]:
-    """The lab lock of `lock_src` and its wheelhouse: the lock's real wheels (from the engine lock's content-addressed
-    cache, each checked against its sha256 there), the stand-in wheels and the wheels `also` names (the probe's,
-    which bench_probe installs from the same directory on the host), in one directory and its tar, beside the lab
-    lock. Built once per lab lock and `also` (the lab lock's digest names the directory). Without `standins` (the
-    opt-in real engine), the lock itself and every one of its real wheels, several GB. The stand-ins of the
-    distributions `importable` brings are importable under their real module names (the engine check imports them)."""
-    from toolkit.adapters import cache_lock, wheelhouse
+    """The lab lock of `lock_src` (beside its wheelhouse) and that wheelhouse (toolkit.app.apply.lock_wheelhouse:
+    the lock's real wheels, hash-checked, the stand-ins in place of the GPU-only ones, the probe's wheels `also`
+    names). The stand-ins of the distributions `importable` brings keep their real module names (the engine check
+    imports them). Without `standins` (the opt-in real engine), the lock itself and every one of its real wheels,
+    several GB."""
     from toolkit.adapters.files import write_atomic
+    from toolkit.adapters.wheelhouse import cache_root
 
     real = parse_lock(lock_src.read_text(), str(lock_src))
-    base = (root or wheelhouse.cache_root()) / "lab"
-    lab = (engine_standins.lab_lock(real, lock_src.name, base / "standins" / real.digest[:16],
-                                    {c for i in importable for c in i.candidates()}) if standins else None)
-    dest = base / (f"sglang-{real.sglang_version}-{lab.lock.digest[:16]}" if lab
-                   else f"sglang-{real.sglang_version}-{real.digest[:16]}-real")
-    lock_file = dest.with_name(dest.name + ".lock") if lab else lock_src
-    stamp = dest.with_name(dest.name + ".complete")
-    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
-
-    def build() -> None:
-        # The engine lock's wheelhouse for the real lines: fetched into its content-addressed cache, each file
-        # checked against its sha256, then staged with the stand-ins into one directory and its tar. The lock's
-        # files come last, so a probe wheel of the same file name never stands in for one.
-        files = wheelhouse.fill_from_lock(lab.real if lab else real.entries, real.python, index_url=real.index_url)
-        staged = {f"also:{p.name}": p for p in also} | files.files | (lab.standins if lab else {})
-        wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
-        wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
-        if lab:
-            write_atomic(lock_file, lab.text)
-        write_atomic(stamp, wanted)
-
-    tar = wheelhouse.tarball_path(dest)
-    cache_lock.build_once(dest, lambda: lock_file.exists() and tar.exists() and stamp.exists()
-                          and stamp.read_text() == wanted, build)
+    if not standins:
+        return lock_src, lock_wheelhouse(real, f"sglang-{real.sglang_version}-{real.digest[:16]}", also), None
+    lab = engine_standins.lab_lock(real, lock_src.name, cache_root() / "lab" / "standins" / real.digest[:16],
+                                   {c for i in importable for c in i.candidates()})
+    dest = lock_wheelhouse(lab.lock, f"lab-sglang-{real.sglang_version}-{lab.lock.digest[:16]}", also, lab.standins)
+    lock_file = dest.with_name(dest.name + ".lock")
+    if not lock_file.exists() or lock_file.read_text() != lab.text:
+        write_atomic(lock_file, lab.text)
     return lock_file, dest, lab
 
 
