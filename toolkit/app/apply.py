@@ -193,6 +193,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
     wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
     lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
+    lock = parse_lock(lock_src.read_text(), str(lock_src))
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
@@ -204,7 +205,9 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         wheelhouse_dir=str(wheelhouse.path),
         wheelhouse_tar=str(wheelhouse.tarball),
         toolkit_wheel=str(wheelhouse.toolkit_wheel),
-        wheelhouse_pythons=wheelhouse.pythons,
+        # The lock's CPython only: a container of another is refused before anything changes (its wheels are the
+        # lock's, for that interpreter).
+        wheelhouse_pythons=(lock.python,),
         fetch_dir=str(fetch_dir),
         bench_argv=amendment.bench_argv or bench_argv,
         probe_args=[*probe_args, *amendment.probe_args],
@@ -216,8 +219,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
         # with stand-ins for the GPU-only wheels) is not made to download these.
         status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
-        real = parse_lock(lock_src.read_text(), str(lock_src))
-        lock_dir = lock_wheelhouse(real, f"sglang-{real.sglang_version}-{real.digest[:16]}",
+        lock_dir = lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
                                    sorted(wheelhouse.path.glob("*.whl")))
         extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
         extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
