@@ -265,6 +265,44 @@ def test_second_apply_changes_nothing(provisioned: Target, work: Path) -> None:
     assert summary["hosts"][provisioned.name]["changed"] == 0, summary
 
 
+def test_a_package_removed_from_the_venv_fails_the_next_deploy_and_the_standin_refuses_to_start(
+        provisioned: Target, work: Path) -> None:
+    from toolkit.core.engine_lock import parse_lock
+
+    # The engine path links to the venv of the lab lock (the real 0.5.9 lock, its GPU-only lines lab stand-ins).
+    venv = ct(provisioned, "readlink /opt/sglang/venv").stdout.strip()
+    assert venv.startswith("/opt/sglang/venvs/"), venv
+    assert ct(provisioned, f"head -1 {venv}/toolkit-engine.lock").stdout.startswith("# LAB LOCK (toolkit lab)")
+    lock = parse_lock((REPO / "profiles/requirements/sglang-0.5.9-cp311.lock").read_text(), "lock")
+    assert installed_of(provisioned, "torch") == lock.get("torch").version  # type: ignore[union-attr]
+    assert installed_of(provisioned, "transformers") == lock.get("transformers").version  # type: ignore[union-attr]
+    said = ct(provisioned, "/opt/sglang/venv/bin/python -c 'import torch' 2>&1").stdout
+    assert "[lab] torch is a lab stand-in for torch" in said
+    tqdm = lock.get("tqdm")
+    assert tqdm is not None
+    unit_before = ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout
+    try:
+        assert ct(provisioned, "/opt/sglang/venv/bin/python -m pip uninstall -q -y tqdm").returncode == 0
+        rc, summary, _ = apply(provisioned, work)
+        assert rc != 0
+        failures = summary["failures"]
+        assert [f["task"] for f in failures] == ["Fail the deploy when the venv cannot start SGLang"], failures
+        assert f"missing {tqdm.requirement()}" in failures[0]["message"]
+        assert f"remove {venv} and deploy again" in failures[0]["message"]
+        assert ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout == unit_before
+        # Started by anything else, the stand-in runs the same check from the same files and refuses to start.
+        ct(provisioned, "systemctl restart sglang; sleep 3")
+        journal = ct(provisioned, "journalctl -u sglang --no-pager -n 40 -o cat").stdout
+        assert "the engine check failed" in journal and f"missing {tqdm.requirement()}" in journal, journal[-2000:]
+        assert ct(provisioned, "systemctl is-active sglang").stdout.strip() != "active"
+    finally:
+        ct(provisioned, f"rm -rf {venv}")  # the fix the message names: the venv made again from its lock
+    rc, summary, err = apply(provisioned, work)
+    assert rc == 0, err[-4000:]
+    assert installed_of(provisioned, "tqdm") == tqdm.version
+    assert ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
+
+
 def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work: Path) -> None:
     """glm5-baseline's 64 slots bind: the server shows 64 running and the rest queued, as in the story."""
     rc, summary, err = apply(provisioned, work, "--probe", "--record", profile="glm5-baseline")
@@ -665,3 +703,48 @@ def test_the_newest_release_deploys_from_its_wheelhouse_and_its_stand_in_refuses
     assert refused.stderr.strip().splitlines()[-1] == (
         "sglang serve: error: unrecognized arguments: --nsa-decode-backend trtllm"
     )
+
+
+@pytest.mark.skipif(os.environ.get("TOOLKIT_TEST_REAL_ENGINE") != "1",
+                    reason="opt-in (TOOLKIT_TEST_REAL_ENGINE=1): downloads and installs the real engine, several GB")
+def test_the_real_engine_from_its_lock_passes_the_check_and_a_removed_package_fails_the_deploy_naming_it(
+        provisioned: Target, work: Path, tmp_path: Path) -> None:
+    """The real torch and SGLang from the real 0.5.9 lock (no stand-ins) installed into the lab's container: the
+    engine check imports torch, sglang.srt.server_args and the profile's backends (CUDA absent allowed); then a
+    package removed from that venv fails the next deploy at the check, in seconds, naming it."""
+    import time
+
+    from toolkit.core.engine_lock import parse_lock
+
+    inventory = with_host_vars(provisioned, tmp_path, toolkit_lab_real_engine=True)
+    started = time.monotonic()
+    rc, summary, err = apply(provisioned, work, inventory=inventory)
+    installed_s = time.monotonic() - started
+    assert rc == 0, err[-4000:]
+    venv = ct(provisioned, "readlink /opt/sglang/venv").stdout.strip()
+    size = ct(provisioned, f"du -sm {venv} | cut -f1").stdout.strip()
+    check = json.loads(ct(provisioned, f"{venv}/bin/python {venv}/toolkit-engine-check.py "
+                                       f"{venv}/toolkit-engine-check.json").stdout.strip().splitlines()[-1])
+    assert check["ok"], check
+    statuses = {i["module"]: i["status"] for i in check["imports"]}
+    assert {"torch", "sglang.srt.server_args", "flashinfer", "sgl_kernel"} <= set(statuses), statuses
+    assert set(statuses.values()) <= {"ok", "no-cuda"}, check["imports"]
+    lock = parse_lock((REPO / "profiles/requirements/sglang-0.5.9-cp311.lock").read_text(), "lock")
+    kernel = lock.get("sgl-kernel")
+    assert kernel is not None
+    try:
+        ct(provisioned, f"{venv}/bin/python -m pip uninstall -q -y sgl-kernel")
+        started = time.monotonic()
+        rc, summary, _ = apply(provisioned, work, inventory=inventory)
+        failed_s = time.monotonic() - started
+        assert rc != 0
+        (failure,) = summary["failures"]
+        assert failure["task"] == "Fail the deploy when the venv cannot start SGLang"
+        assert f"missing {kernel.requirement()}" in failure["message"]
+        assert "import sgl_kernel failed (ModuleNotFoundError" in failure["message"]
+    finally:
+        ct(provisioned, f"rm -rf {venv}")
+    print(f"real engine: installed in {installed_s:.0f} s (apply), venv {size} MiB; the deploy with sgl-kernel "
+          f"removed failed in {failed_s:.0f} s (apply)")
+    rc, _, err = apply(provisioned, work)  # back to the lab lock's venv: a switch
+    assert rc == 0, err[-4000:]

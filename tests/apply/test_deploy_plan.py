@@ -47,7 +47,7 @@ def test_roles_get_exactly_what_profile_render_prints(store: ProfileStore) -> No
     ev = _extravars(store, "glm5-tp8")
     assert ev["sglang_service_argv"] == render_launch_argv(resolved)
     assert ev["sglang_service_unit"] == render_systemd_unit(resolved)
-    assert ev["sglang_venv_requirements"][0] == "sglang==0.5.9"
+    assert "sglang_venv_requirements" not in ev  # the lock is the whole engine (sglang_venv_lock_src)
     assert ev["sglang_service_base_url"] == "http://127.0.0.1:8000"
     # Nothing of the lab, and nothing an inventory may set (extravars would beat it).
     assert not [k for k in ev if "standin" in k or "lab" in k]
@@ -56,6 +56,39 @@ def test_roles_get_exactly_what_profile_render_prints(store: ProfileStore) -> No
     assert patch["name"] == "sm120-cutlass-moe-autotune"
     assert patch["sha256"] == "be071c1567de4b63e82d070623f95aa4bb5f537698659526c68b1c7d05074640"
     assert Path(patch["patch_src"]).is_file()
+
+
+def test_engine_imports_are_the_servers_and_the_backends_the_profile_names(store: ProfileStore) -> None:
+    imports = deploy.engine_imports(store.resolve("glm5-tp8"))
+    modules = [(i.module, i.distribution) for i in imports]
+    assert modules[:4] == [("torch", "torch"), ("triton", "triton"), ("sgl_kernel", "sgl-kernel"),
+                           ("sglang.srt.server_args", "sglang")]
+    # prefill_attention_backend: flashinfer, moe_runner_backend: flashinfer_cutlass, nsa_decode_backend: trtllm:
+    # one flashinfer import, asked for by the first field that names it.
+    (fi,) = [i for i in imports if i.module == "flashinfer"]
+    assert fi.distribution == "flashinfer-python" and fi.why == "server.prefill_attention_backend: flashinfer"
+    assert len(modules) == len(set(modules))
+
+
+def test_engine_check_inputs_from_the_lock_and_a_lock_without_a_backends_package_is_refused(
+        store: ProfileStore) -> None:
+    from toolkit.core.engine_lock import EngineLock, parse_lock
+
+    name = "profiles/requirements/sglang-0.5.9-cp311.lock"
+    lock = parse_lock((REPO / name).read_text(), name)
+    imports = deploy.engine_imports(store.resolve("glm5-tp8"))
+    inputs = deploy.engine_check_inputs(lock, name, imports)
+    assert inputs["lock"] == name and inputs["lock_digest"] == lock.digest
+    assert inputs["distributions"]["torch"] == lock.get("torch").version  # type: ignore[union-attr]
+    assert len(inputs["distributions"]) == len(lock.entries)
+    assert {"module": "flashinfer", "distribution": "flashinfer-python",
+            "why": "server.prefill_attention_backend: flashinfer"} in inputs["imports"]
+    without = EngineLock(lock.sglang_version, lock.python,
+                         tuple(e for e in lock.entries if e.name != "flashinfer-python"))
+    with pytest.raises(ToolkitError) as err:
+        deploy.engine_check_inputs(without, name, imports)
+    assert "has no flashinfer-python, which flashinfer (server.prefill_attention_backend: flashinfer) needs" in \
+        str(err.value)
 
 
 def test_a_bench_flag_asked_for_replaces_the_rendered_value_or_is_added() -> None:
@@ -191,3 +224,43 @@ def test_multi_node_needs_as_many_hosts_as_nodes(store: ProfileStore) -> None:
     with pytest.raises(ToolkitError) as err:
         deploy.per_node(_two_node(store), ["gpu-a"])
     assert err.value.problems[0].field == "server.nnodes"
+
+
+def test_a_renamed_kernel_distribution_is_found_under_its_releases_name(store: ProfileStore) -> None:
+    """0.5.23's lock names sgl_kernel's distribution sglang-kernel (0.5.9's: sgl-kernel)."""
+    from toolkit.core.engine_lock import parse_lock
+
+    name = "profiles/requirements/sglang-0.5.23-cp311.lock"
+    lock = parse_lock((REPO / name).read_text(), name)
+    inputs = deploy.engine_check_inputs(lock, name, deploy.engine_imports(store.resolve("glm5-tp8-0.5.23")))
+    by_module = {i["module"]: i["distribution"] for i in inputs["imports"]}
+    assert by_module["sgl_kernel"] == "sglang-kernel" and by_module["torch"] == "torch"
+
+
+def test_a_locks_wheelhouse_holds_exactly_its_files_the_standins_and_the_probes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: None) -> None:
+    """toolkit.app.apply.lock_wheelhouse, what a host installs the lock from: two small real lines of the 0.5.9 lock
+    fetched from PyPI by their sha256, one line replaced by a stand-in, a probe wheel beside them; built once."""
+    import tarfile
+
+    from tests.apply.test_engine_check import make_wheel
+    from toolkit.app.apply import lock_wheelhouse
+    from toolkit.core.engine_lock import EngineLock, parse_lock
+
+    monkeypatch.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp_path / "cache"))
+    name = "profiles/requirements/sglang-0.5.9-cp311.lock"
+    real = parse_lock((REPO / name).read_text(), name)
+    small = EngineLock(real.sglang_version, real.python,
+                       tuple(e for e in real.entries if e.name in ("sniffio", "tqdm", "torch")))
+    (tmp_path / "w").mkdir()
+    standin = make_wheel(tmp_path / "w", "torch", "2.9.1")
+    probe = make_wheel(tmp_path / "w", "rich", "13.0")
+    dest = lock_wheelhouse(small, "test", [probe], {"torch": standin})
+    wheels = sorted(p.name for p in dest.glob("*.whl"))
+    assert wheels == sorted([small.get("sniffio").wheel, small.get("tqdm").wheel,  # type: ignore[union-attr]
+                             standin.name, probe.name]), wheels
+    with tarfile.open(str(dest) + ".tar") as tar:
+        assert sorted(m.name for m in tar.getmembers() if m.name.endswith(".whl")) == wheels
+    before = (Path(str(dest) + ".tar")).stat().st_mtime_ns
+    assert lock_wheelhouse(small, "test", [probe], {"torch": standin}) == dest
+    assert Path(str(dest) + ".tar").stat().st_mtime_ns == before  # complete: not built again

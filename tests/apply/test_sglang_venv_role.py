@@ -1,8 +1,10 @@
 """The sglang_venv role run for real (ansible-runner, connection=local) into a temporary directory.
 
-A real SGLang wheel from PyPI is installed offline from a wheelhouse, and a real patch is applied to
-one of its files: once (changed), again (nothing changes), and with a wrong expected sha256 (refused,
-and nothing in the venv changes).
+A lock of a real SGLang wheel from PyPI and a small real wheel is installed offline from a wheelhouse into the
+lock's own venv, checked and switched to; a second run changes nothing; a package removed from the venv fails
+the next run before the engine path moves; another lock is another venv. A real patch is applied to one of
+SGLang's files: once (changed), again (nothing changes), and with a wrong expected sha256 (refused, and nothing
+in the venv changes).
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any
 
 import pytest
 
+from tests.apply.test_engine_check import make_wheel
 from toolkit.adapters.ansible import run_playbook
 from toolkit.adapters.wheelhouse import tarball_path
+from toolkit.core.deploy import EngineImport, engine_check_inputs
+from toolkit.core.engine_lock import EngineLock, LockEntry, format_lock
 
 pytestmark = pytest.mark.slow
 
@@ -35,10 +40,28 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
          "-d", str(dest), f"sglang=={SGLANG_VERSION}"],
         check=True,
     )
+    make_wheel(dest, "toolkit-lock-check", "1.0")
+    make_wheel(dest, "toolkit-lock-check", "1.1")
     with tarfile.open(tarball_path(dest), "w") as tar:  # the shape toolkit.adapters.wheelhouse gives
         for p in sorted(dest.iterdir()):
             tar.add(p, arcname=p.name)
     return dest
+
+
+def write_lock(wheelhouse: Path, path: Path, check_version: str = "1.0") -> dict[str, Any]:
+    """A real lock (the lock's own writer) of the SGLang wheel and one small wheel, and the engine check's inputs
+    made from it as `toolkit apply` makes them."""
+    entries = []
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        if name == "toolkit_lock_check" and version != check_version:
+            continue
+        entries.append(LockEntry(name.replace("_", "-"), version, (hashlib.sha256(wheel.read_bytes()).hexdigest(),),
+                                 wheel.name))
+    lock = EngineLock(SGLANG_VERSION, "3.11", tuple(entries))
+    path.write_text(format_lock(lock))
+    # `import sglang` needs SGLang's dependencies, which this lock leaves out: the small package is imported.
+    return engine_check_inputs(lock, path.name, [EngineImport("toolkit_lock_check", "toolkit-lock-check", "test")])
 
 
 def _tree_digest(root: Path) -> str:
@@ -51,6 +74,9 @@ def _tree_digest(root: Path) -> str:
 
 
 def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]], **extra: Any) -> Any:
+    if "sglang_venv_lock_src" not in extra:
+        extra["sglang_venv_lock_src"] = str(tmp / "engine.lock")
+        extra["sglang_venv_engine_check"] = write_lock(wheelhouse, tmp / "engine.lock")
     inventory = tmp / "inventory.ini"
     inventory.write_text(f"[local]\nlocalhost ansible_connection=local ansible_python_interpreter={sys.executable}\n")
     return run_playbook(
@@ -60,7 +86,6 @@ def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]], **extra: An
         extravars={
             "sglang_venv_path": str(tmp / "venv"),
             "sglang_venv_sglang_version": SGLANG_VERSION,
-            "sglang_venv_requirements": [f"sglang=={SGLANG_VERSION}"],
             "sglang_venv_wheelhouse_src": str(wheelhouse),
             "sglang_venv_wheelhouse_tar": str(tarball_path(wheelhouse)),
             "sglang_venv_wheelhouse_dir": str(tmp / "wheelhouse"),
@@ -71,6 +96,63 @@ def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]], **extra: An
             **extra,
         },
     )
+
+
+def _venvs(tmp: Path) -> list[str]:
+    return sorted(p.name for p in (tmp / "venvs").iterdir())
+
+
+def test_the_lock_is_installed_into_its_own_venv_checked_switched_and_never_topped_up(tmp_path: Path,
+                                                                                      wheelhouse: Path) -> None:
+    # A host deployed before the locks: the engine path is a plain venv directory.
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "from-before").write_text("x")
+    check = write_lock(wheelhouse, tmp_path / "engine.lock")
+    first = _run(tmp_path, wheelhouse, [], sglang_venv_lock_src=str(tmp_path / "engine.lock"),
+                 sglang_venv_engine_check=check)
+    assert first.rc == 0, first.failures
+    digest = check["lock_digest"][:12]
+    assert (tmp_path / "venv").is_symlink() and (tmp_path / "venv").resolve() == tmp_path / "venvs" / digest
+    assert (tmp_path / "venvs" / "pre-lock" / "from-before").is_file()  # moved aside, not deleted
+    assert any(e.task.startswith("Service restart asked for") for e in first.events)
+    assert any(e.task.startswith("Fail the deploy when the venv cannot start SGLang") and e.kind == "ok"
+               for e in first.events)
+    # The check and its inputs stay beside the venv, and give the same answer when run again by hand.
+    venv = tmp_path / "venvs" / digest
+    rerun = subprocess.run([str(tmp_path / "venv/bin/python"), str(venv / "toolkit-engine-check.py"),
+                            str(venv / "toolkit-engine-check.json")], capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    freeze = subprocess.run([str(tmp_path / "venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "toolkit_lock_check==1.0" in freeze.replace("-", "_") and f"sglang=={SGLANG_VERSION}" in freeze
+
+    again = _run(tmp_path, wheelhouse, [], sglang_venv_lock_src=str(tmp_path / "engine.lock"),
+                 sglang_venv_engine_check=check)
+    assert again.rc == 0, again.failures
+    assert again.hosts["localhost"].changed == 0
+    assert not any(e.task.startswith("Service restart asked for") for e in again.events)
+
+    # A package removed from the venv: the next run fails at the check, naming it, and nothing moves.
+    subprocess.run([str(tmp_path / "venv/bin/python"), "-m", "pip", "uninstall", "-q", "-y", "toolkit-lock-check"],
+                   check=True)
+    broken = _run(tmp_path, wheelhouse, [], sglang_venv_lock_src=str(tmp_path / "engine.lock"),
+                  sglang_venv_engine_check=check)
+    assert broken.rc != 0
+    message = "\n".join(f.message for f in broken.failures)
+    assert "missing toolkit-lock-check==1.0" in message, message
+    assert "import toolkit_lock_check failed (ModuleNotFoundError" in message
+    assert "the lock line that should bring it: toolkit-lock-check==1.0 in engine.lock" in message
+    assert f"remove {venv} and deploy again" in message and "nothing was switched" in message
+    assert not any(e.task.startswith("Switch the engine path") for e in broken.events)
+
+    # Another lock (the small package moved to 1.1) is another venv: made from nothing, switched to, the old kept.
+    newer = write_lock(wheelhouse, tmp_path / "engine.lock", "1.1")
+    moved = _run(tmp_path, wheelhouse, [], sglang_venv_lock_src=str(tmp_path / "engine.lock"),
+                 sglang_venv_engine_check=newer)
+    assert moved.rc == 0, moved.failures
+    assert _venvs(tmp_path) == sorted([digest, newer["lock_digest"][:12], "pre-lock"])
+    assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / newer["lock_digest"][:12]
+    assert any(e.task.startswith("Service restart asked for") for e in moved.events)
 
 
 def _system_python() -> str:
@@ -155,25 +237,8 @@ def test_a_python_the_wheelhouse_has_no_wheels_for_is_refused_before_any_change(
 def _wheel(directory: Path, value: int) -> Path:
     """A real wheel of a one-module package whose declared dependency exists nowhere: installing it with its
     dependencies from the offline wheelhouse would fail, so a working install proves --no-deps."""
-    import base64
-    import zipfile
-
-    name, version = "toolkit_extra_check", "1.0"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value}\n",
-        f"{name}-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-                                                "Requires-Dist: toolkit-no-such-dependency\n",
-        f"{name}-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                                             "Tag: py3-none-any\n",
-    }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b'=').decode()},"
-              f"{len(text.encode())}" for path, text in files.items()]
-    files[f"{name}-{version}.dist-info/RECORD"] = "\n".join([*record, f"{name}-{version}.dist-info/RECORD,,"]) + "\n"
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for arcname, text in files.items():
-            zf.writestr(arcname, text)
-    return path
+    return make_wheel(directory, "toolkit_extra_check", "1.0", f"VALUE = {value}\n",
+                      requires=("toolkit-no-such-dependency",))
 
 
 def _value(tmp: Path) -> str:

@@ -399,3 +399,32 @@ def test_the_unmigrated_render_is_refused_and_the_migrated_one_parses() -> None:
     finally:
         server.stop()
     assert info["dsa_decode_backend"] == "trtllm" and info["cuda_graph_backend_decode"] == "disabled"
+
+
+def test_refuses_to_start_when_the_deploys_engine_check_fails_in_its_venv(tmp_path: Path) -> None:
+    """The same check file and inputs the role wrote beside the venv: a package removed from the venv kills the
+    stand-in at start, naming it, as the missing import kills SGLang's server."""
+    import shutil
+
+    from tests.apply.test_engine_check import SCRIPT, make_venv, make_wheel
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    make_wheel(wheels, "torch", "2.9.1")
+    venv = make_venv(tmp_path, wheels, "torch==2.9.1")
+    shutil.copy(SCRIPT, venv / "toolkit-engine-check.py")
+    inputs = {"schema": 1, "lock": "sglang-0.5.9-cp311.lock", "lock_digest": "d" * 64,
+              "distributions": {"torch": "2.9.1"}, "imports": [{"module": "torch", "distribution": "torch"}]}
+    (venv / "toolkit-engine-check.json").write_text(json.dumps(inputs))
+    ok = subprocess.run([str(venv / "bin/python"), str(SERVER_PATH), "--version"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "lab stand-in" in ok.stdout, ok.stderr
+
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "uninstall", "-q", "-y",
+                    "torch"], check=True)
+    port = _free_port()
+    refused = subprocess.run([str(venv / "bin/python"), str(SERVER_PATH), "--model-path", "m", "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert "the engine check failed" in refused.stderr and "missing torch==2.9.1" in refused.stderr
+    assert ("import torch failed (ModuleNotFoundError: No module named 'torch'); the lock line that should bring "
+            "it: torch==2.9.1 in sglang-0.5.9-cp311.lock") in refused.stderr

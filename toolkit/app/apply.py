@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,12 @@ from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_in
 from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
+from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
+from toolkit.core.engine_lock import EngineLock, parse_lock
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
@@ -63,6 +65,7 @@ class OverlayContext:
     bench_argv: list[str]
     num_prompts: int | None  # the request's --num-prompts (None: the overlay may choose)
     toolkit_wheel: Path
+    lock_src: Path | None = None  # the engine lock the venv is installed from (sglang_venv_lock_src)
 
 
 @dataclass
@@ -74,6 +77,9 @@ class Amendment:
     bench_argv: list[str] | None = None
     probe_args: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The engine check's imports instead of the profile's (deploy.engine_imports), announced in the notes; the
+    # distribution check always stays whole.
+    engine_imports: list[deploy.EngineImport] | None = None
 
 
 @dataclass
@@ -236,24 +242,42 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     status = on_status or (lambda _: None)
     status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
     wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
+    lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
+    lock = parse_lock(lock_src.read_text(), str(lock_src))
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
                                            bench_argv=bench_argv, num_prompts=req.num_prompts,
-                                           toolkit_wheel=wheelhouse.toolkit_wheel))
+                                           toolkit_wheel=wheelhouse.toolkit_wheel, lock_src=lock_src))
     extravars = deploy.build_extravars(
         inputs,
         run_id=run_id,
         wheelhouse_dir=str(wheelhouse.path),
         wheelhouse_tar=str(wheelhouse.tarball),
         toolkit_wheel=str(wheelhouse.toolkit_wheel),
-        wheelhouse_pythons=wheelhouse.pythons,
+        # The lock's CPython only: a container of another is refused before anything changes (its wheels are the
+        # lock's, for that interpreter).
+        wheelhouse_pythons=(lock.python,),
         fetch_dir=str(fetch_dir),
         bench_argv=amendment.bench_argv or bench_argv,
         probe_args=[*probe_args, *amendment.probe_args],
         nodes=nodes,
     )
+    extravars.setdefault("sglang_venv_lock_src", str(lock_src))
+    if "sglang_venv_wheelhouse_src" not in amendment.extravars:
+        # What a host installs from: every wheel of the lock, torch and the CUDA wheels included, and the probe's
+        # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
+        # with stand-ins for the GPU-only wheels) is not made to download these.
+        status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
+        lock_dir = lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
+                                   sorted(wheelhouse.path.glob("*.whl")))
+        extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
+        extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
     extravars.update(amendment.extravars)
+    imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
+    extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]),
+                                                         checked.store.dir.resolve().parent,
+                                                         imports)
     power = _power_limit(resolved, inventory, hosts)
     extravars.update(power)
     limit, limit_note = _limit_with_power_hosts(req.limit, power.get("deploy_power_limit_hosts", []), inventory)
@@ -281,6 +305,65 @@ def _limit_with_power_hosts(limit: str | None, power_hosts: list[str], inventory
     return (f"{limit},{','.join(added)}",
             f"--limit {limit}: the profile's power limit is set on the Proxmox host(s) of these containers, so "
             f"{', '.join(added)} joined the limit (deploy.yml's first play runs there)")
+
+
+def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
+                    standins: Mapping[str, Path] | None = None) -> Path:
+    """The wheelhouse a host installs `lock` from, `$TOOLKIT_WHEELHOUSE_DIR/locks/NAME` and its tar beside it: the
+    lock's wheels from the wheelhouse's content-addressed cache (only what it lacks downloaded, each file checked
+    against its sha256), a stand-in's wheel in place of each line `standins` names (the lab's), and the wheels
+    `also` names (the probe's). Built once per name and `also`."""
+    from toolkit.adapters import cache_lock, wheelhouse
+    from toolkit.adapters.files import write_atomic
+
+    replaced = dict(standins or {})
+    dest = wheelhouse.cache_root() / "locks" / name
+    stamp = dest.with_name(dest.name + ".complete")
+    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
+    tar = wheelhouse.tarball_path(dest)
+
+    def build() -> None:
+        files = wheelhouse.fill_from_lock([e for e in lock.entries if e.name not in replaced], lock.python,
+                                          index_url=lock.index_url)
+        # The lock's files come last, so a probe wheel of the same file name never stands in for one.
+        staged = {f"also:{p.name}": p for p in also} | files.files | replaced
+        wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
+        wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
+        write_atomic(stamp, wanted)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
+    return dest
+
+
+def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
+    """The engine lock the profile's venv is installed from: the first container CPython's committed lock
+    (toolkit.app.engine_lock.profile_locks); refused, before any host is touched, without one (validation refuses
+    such a profile first: this names the file when a lock went missing since)."""
+    from toolkit.app.engine_lock import profile_locks
+    from toolkit.core.engine_lock import lock_path
+
+    locks = profile_locks(resolved, repo_root)
+    if locks:
+        return next(iter(locks.values()))
+    version = str(resolved.spec.engine.sglang_version)
+    raise ToolkitError.of(
+        f"{resolved.name}'s SGLang {version} has no committed engine lock (e.g. {lock_path(version, '3.11')}): a venv "
+        "installed without one would not be the engine the release needs", file=resolved.file,
+        field="engine.sglang_version",
+        fix=f"lock it (`toolkit profile lock --sglang-version {version}`), or pin a release that has one")
+
+
+def engine_check(lock_src: Path, repo_root: Path, imports: list[deploy.EngineImport]) -> dict[str, Any]:
+    """The engine check's inputs (the role's sglang_venv_engine_check) from the lock file the venv is installed
+    from, parsed by the toolkit's one lock parser."""
+    name = str(lock_src.relative_to(repo_root)) if lock_src.is_relative_to(repo_root) else str(lock_src)
+    try:
+        text = lock_src.read_text()
+    except OSError as err:
+        raise ToolkitError.of(f"cannot read the engine lock {lock_src}: {err.strerror}", field="sglang_venv_lock_src",
+                              fix="write it with `toolkit profile lock`") from None
+    return deploy.engine_check_inputs(parse_lock(text, name), name, imports)
 
 
 def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, InventoryHost]) -> dict[str, Any]:

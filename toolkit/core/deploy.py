@@ -9,11 +9,12 @@ runs; the roles never re-render. This module only gathers those pieces and adds 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.core.engine_lock import EngineLock, normalize_name
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.render import (
@@ -68,6 +69,93 @@ SERVING_REQUIREMENTS: tuple[str, ...] = (
     "ipython",
     "pydantic",
 )
+
+
+# What `python -m sglang.launch_server` imports before it serves, for any profile: torch, the server's own
+# arguments module (sglang.srt.server_args, which pulls in most of SGLang's runtime), and the CUDA kernels
+# SGLang's layers import at start (sgl_kernel, triton). (module, the distribution that brings it)
+ENGINE_IMPORTS: tuple[tuple[str, str], ...] = (
+    ("torch", "torch"),
+    ("triton", "triton"),
+    ("sgl_kernel", "sgl-kernel"),
+    ("sglang.srt.server_args", "sglang"),
+)
+# A distribution renamed between releases, its module kept: the lock names whichever its release has (sgl_kernel
+# is sgl-kernel up to 0.5.9's lock, sglang-kernel in 0.5.23's).
+RENAMED: dict[str, tuple[str, ...]] = {"sgl-kernel": ("sglang-kernel",)}
+# The package each backend name brings in when the profile chooses it (attention, NSA, MoE runner): a backend
+# value containing the key imports the module. FlashInfer's TRT-LLM kernels (trtllm_mha, trtllm_mla, the NSA
+# trtllm backends) come through flashinfer; FA3 through sgl_kernel's flash_attn; FlashMLA and CUTLASS MLA are
+# sgl_kernel's own.
+BACKEND_IMPORTS: tuple[tuple[str, str, str], ...] = (
+    ("flashinfer", "flashinfer", "flashinfer-python"),
+    ("trtllm", "flashinfer", "flashinfer-python"),
+    ("fa3", "sgl_kernel.flash_attn", "sgl-kernel"),
+    ("triton", "triton", "triton"),
+)
+ENGINE_CHECK_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class EngineImport:
+    """One module the engine check imports, and the distribution whose lock line should bring it."""
+
+    module: str
+    distribution: str
+    why: str  # what asks for it: "SGLang's server", or the profile field that names the backend
+
+    def candidates(self) -> tuple[str, ...]:
+        """The distribution and the names it has had (RENAMED), normalized."""
+        name = normalize_name(self.distribution)
+        return (name, *RENAMED.get(name, ()))
+
+    def in_lock(self, names: Collection[str]) -> str | None:
+        """The name under which these (normalized) distribution names hold it, or None."""
+        return next((c for c in self.candidates() if c in names), None)
+
+
+def engine_imports(resolved: ResolvedProfile) -> list[EngineImport]:
+    """What `sglang.launch_server` imports for this profile: the server's own modules, then the backend packages
+    the profile's attention, NSA and MoE backends (and FlashInfer's all-reduce fusion) name; each module once."""
+    out = [EngineImport(m, d, "SGLang's server") for m, d in ENGINE_IMPORTS]
+    server = resolved.spec.server
+    chosen = {f: getattr(server, f) for f in ("attention_backend", "prefill_attention_backend",
+                                              "decode_attention_backend", "nsa_prefill_backend",
+                                              "nsa_decode_backend", "moe_runner_backend")}
+    if server.allreduce_fusion:
+        chosen["allreduce_fusion"] = "flashinfer"
+    for field_name, value in chosen.items():
+        for key, module, dist in BACKEND_IMPORTS:
+            if value and key in str(value).lower():
+                out.append(EngineImport(module, dist, f"server.{field_name}: {value}"))
+    first: dict[str, EngineImport] = {}
+    for i in out:
+        first.setdefault(i.module, i)
+    return list(first.values())
+
+
+def engine_check_inputs(lock: EngineLock, lock_name: str, imports: Sequence[EngineImport],
+                        notes: Sequence[str] = ()) -> dict[str, Any]:
+    """The engine check's inputs (roles/sglang_venv/files/engine_check.py reads them on the host): the lock's
+    distributions as this toolkit parsed them (the check never parses a lock), the modules to import with the
+    distribution that brings each, and the notes of whoever narrowed them. Refuses an import whose distribution
+    the lock lacks: that lock could never pass."""
+    names = set(lock.names)
+    missing = [i for i in imports if i.in_lock(names) is None]
+    if missing:
+        raise ToolkitError.of(
+            f"{lock_name} has no {', '.join(sorted({i.distribution for i in missing}))}, which "
+            + "; ".join(f"{i.module} ({i.why})" for i in missing) + " needs",
+            file=lock_name, fix=f"lock the release again (`toolkit profile lock --sglang-version {lock.sglang_version} "
+            f"--python {lock.python}`), or choose a backend the lock brings")
+    return {
+        "schema": ENGINE_CHECK_SCHEMA,
+        "lock": lock_name,
+        "lock_digest": lock.digest,
+        "distributions": {e.name: e.version for e in lock.entries},
+        "imports": [{"module": i.module, "distribution": i.in_lock(names), "why": i.why} for i in imports],
+        "notes": list(notes),
+    }
 
 
 @dataclass(frozen=True)
@@ -213,14 +301,12 @@ def build_extravars(
     """The extravars of playbooks/deploy.yml. Keys carry the role prefix they belong to. What a role can derive
     or an inventory can set (the model fetch, the health timeout) is not passed: extravars beat the inventory."""
     base_url = client_url(inputs.host, inputs.port)
-    requirements = [f"sglang=={inputs.sglang_version}", *SERVING_REQUIREMENTS]
     return {
         "deploy_profile_name": inputs.profile_name,
         "deploy_spec_hash": inputs.spec_hash,
         "deploy_run_id": run_id,
         "sglang_venv_path": inputs.venv_path,
         "sglang_venv_sglang_version": inputs.sglang_version,
-        "sglang_venv_requirements": requirements,
         "sglang_venv_wheelhouse_src": wheelhouse_dir,
         "sglang_venv_wheelhouse_tar": wheelhouse_tar or f"{wheelhouse_dir.rstrip('/')}.tar",
         "sglang_venv_wheelhouse_pythons": list(wheelhouse_pythons),

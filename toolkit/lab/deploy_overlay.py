@@ -9,12 +9,17 @@ no tokenizer or text to sample. Through the roles' generic inputs, the same a re
 - the bench runs fewer prompts (160 unless `--num-prompts` says), with that tokenizer and text, and, for a pin
   past 0.5.9 (whose own client imports torch), through SGLang 0.5.9's client (standin_server/bench_client.py);
 - the probe reads the stand-in's SIMULATED GPUs (`--gpu-source simulated:URL`, toolkit.lab.simulated_gpus).
+- the engine lock is installed as on a real host, from a lab lock whose GPU-only lines (torch, triton, FlashInfer,
+  sgl-kernel, nvidia-*, cuda-*: toolkit.lab.engine_standins) are stand-in wheels of the same name and version,
+  the rest the lock's real wheels, hash-checked; the engine check's distribution check stays whole, its imports
+  narrowed to the stand-ins' own modules (SGLang's server_args imports the real torch and triton).
 The unit itself stays exactly what `toolkit profile render` prints. What the lab's inventory sets for the roles
 (no model fetch, a short health timeout) is in toolkit.lab.plan.render_inventory, not here.
 
 Test switches, as inventory variables of a container (tests write them): `toolkit_lab_standin_fail_health` (the
 stand-in answers /health with 503), `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line) and
-`toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does).
+`toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does) and
+`toolkit_lab_real_engine` (the real lock installed whole, torch and the CUDA wheels included: no stand-ins).
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.app.apply import Amendment, OverlayContext
-from toolkit.core.deploy import systemd_exec_line, with_bench_flags
+from toolkit.app.apply import Amendment, OverlayContext, lock_wheelhouse
+from toolkit.core.deploy import EngineImport, engine_imports, systemd_exec_line, with_bench_flags
+from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import ToolkitError
+from toolkit.lab import engine_standins
 
 # 1024 prompts (the story's count) would take the stand-in's engine model 75 s for glm5-baseline (it runs in real
 # time at the story's ~880 tok/s); 160 prompts of the profile's lengths keep a lab run to about 13 s for
@@ -38,6 +45,12 @@ DATASET_PATH = f"{STANDIN_DIR}/lab-sharegpt.json"
 DROPIN = "lab-standin.conf"
 POWER_LIMITS_FILE = "/var/lib/lab-standin/host-sys-module/nvidia/power_limits.json"  # labstandin.power_limits_path
 SERVER_MODULE = "toolkit.lab.standin_server.server"
+# transformers' and datasets' own switch (USE_TORCH): with the lab lock's stand-in torch installed they would
+# otherwise import it as the real one (safetensors.torch annotates with torch.Tensor at import) and fail; the lab
+# has no torch to use, so the tokenizer and the bench run torch-less, as they did before the lock.
+NO_TORCH = "USE_TORCH=0"
+# A container variable (tests write it): install the real lock whole, no stand-ins (several GB; the opt-in test).
+REAL_ENGINE_VAR = "toolkit_lab_real_engine"
 BENCH_DATA_MODULE = "toolkit.lab.standin_server.make_bench_data"
 
 
@@ -82,6 +95,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         "ExecStart=" + systemd_exec_line(standin_argv(launch_argv)),
         "Environment=SGLANG_STANDIN=1",
         "Environment=HF_HUB_OFFLINE=1",
+        # The venv's torch is the lab lock's stand-in: transformers and datasets must not take it for the real one.
+        f"Environment={NO_TORCH}",
         # The GPUs' enforced power limit, as the lab's driver keeps it on the host (nvidia-smi -pl there).
         f"Environment=SGLANG_STANDIN_POWER_LIMITS_FILE={POWER_LIMITS_FILE}",
         *(f'Environment="{k}={v}"' for k, v in sorted(env.items())),
@@ -120,6 +135,44 @@ def through_bench_client(bench_argv: Sequence[str]) -> list[str]:
                           fix="render the profile's bench command (`toolkit profile render NAME --only bench`)")
 
 
+def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tuple[list[EngineImport], list[str]]:
+    """The engine check's imports the lab can pass: the stand-ins' own top-level modules (a submodule such as
+    sgl_kernel.flash_attn is the stand-in's package); a module of a real distribution that imports the real torch
+    (sglang.srt.server_args) is dropped. Returns the imports and the dropped modules."""
+    kept: dict[str, EngineImport] = {}
+    dropped = []
+    for i in imports:
+        dist = i.in_lock(standins)
+        if dist is not None:
+            top = i.module.split(".")[0]
+            kept.setdefault(top, EngineImport(top, dist, i.why))
+        else:
+            dropped.append(i.module)
+    return list(kept.values()), dropped
+
+
+def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), *, standins: bool = True,
+                   importable: Sequence[EngineImport] = ()) -> tuple[Path, Path, engine_standins.LabLock | None]:
+    """The lab lock of `lock_src` (beside its wheelhouse) and that wheelhouse (toolkit.app.apply.lock_wheelhouse:
+    the lock's real wheels, hash-checked, the stand-ins in place of the GPU-only ones, the probe's wheels `also`
+    names). The stand-ins of the distributions `importable` brings keep their real module names (the engine check
+    imports them). Without `standins` (the opt-in real engine), the lock itself and every one of its real wheels,
+    several GB."""
+    from toolkit.adapters.files import write_atomic
+    from toolkit.adapters.wheelhouse import cache_root
+
+    real = parse_lock(lock_src.read_text(), str(lock_src))
+    if not standins:
+        return lock_src, lock_wheelhouse(real, f"sglang-{real.sglang_version}-{real.digest[:16]}", also), None
+    lab = engine_standins.lab_lock(real, lock_src.name, cache_root() / "lab" / "standins" / real.digest[:16],
+                                   {c for i in importable for c in i.candidates()})
+    dest = lock_wheelhouse(lab.lock, f"lab-sglang-{real.sglang_version}-{lab.lock.digest[:16]}", also, lab.standins)
+    lock_file = dest.with_name(dest.name + ".lock")
+    if not lock_file.exists() or lock_file.read_text() != lab.text:
+        write_atomic(lock_file, lab.text)
+    return lock_file, dest, lab
+
+
 def amend(ctx: OverlayContext) -> Amendment:
     """The lab's changes to one apply (toolkit.app.apply's overlay seam; registered as the entry point `lab`)."""
     from toolkit.lab.standin_server import bench_client
@@ -154,12 +207,36 @@ def amend(ctx: OverlayContext) -> Amendment:
             f"lab: the benchmark client is SGLang {bench_client.RELEASE}'s bench_serving with the same flags "
             f"({bench_client.MODULE}): SGLang {ctx.inputs.sglang_version}'s imports torch, which the lab has not"
         )
+    extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
+    imports = None
+    if ctx.lock_src is not None:
+        from toolkit.adapters.wheelhouse import cache_root, directory, tarball_path
+
+        probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
+        real_engine = any(bool(h.vars.get(REAL_ENGINE_VAR)) for h in ctx.hosts.values())
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine,
+                                              importable=engine_imports(ctx.resolved))
+        extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
+                      "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
+        if lab is None:
+            notes.append(f"lab: {REAL_ENGINE_VAR}: the engine lock {ctx.lock_src.name} installed whole, its real "
+                         "wheels (torch and the CUDA wheels included); the engine check imports everything it would "
+                         "on a GPU host (CUDA absent allowed)")
+        else:
+            imports, dropped = narrowed_imports(engine_imports(ctx.resolved), set(lab.standins))
+            bench = ["env", NO_TORCH, *bench]
+            notes.append(f"lab: the engine lock {ctx.lock_src.name} is installed from a lab lock ({lock_file}): "
+                         f"{len(lab.standins)} GPU-only line(s) are lab stand-in wheels of the same name and version "
+                         f"({', '.join(sorted(lab.standins))}), the other {len(lab.real)} the lock's real wheels")
+            notes.append(f"lab: the engine check imports {', '.join(i.module for i in imports)} (the stand-ins) and "
+                         f"not {', '.join(dropped)} (they import the real torch and triton); its distribution check "
+                         "is whole")
+            notes.append(f"lab: {NO_TORCH} for the stand-in server's unit and the bench (transformers and datasets "
+                         "would take the stand-in torch for the real one)")
     return Amendment(
-        extravars={
-            "sglang_venv_extra_wheels": wheels,
-            "sglang_service_dropins_by_host": by_host,
-        },
+        extravars=extravars,
         bench_argv=bench,
         probe_args=["--gpu-source", f"simulated:http://127.0.0.1:{ctx.inputs.port}"],
         notes=notes,
+        engine_imports=imports,
     )

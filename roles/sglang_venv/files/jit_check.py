@@ -60,13 +60,21 @@ def triton_kernel(checks):
     if importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None:
         checks.append("triton kernel: skipped (triton or torch not installed in this venv)")
         return None
-    import torch
-    import triton
-    import triton.language as tl
+    # Whether torch imports is the engine check's finding (engine_check.py, with the lock line that brings it);
+    # here a torch that cannot say whether CUDA is there only means no kernel can run.
+    try:
+        import torch
 
-    if not torch.cuda.is_available():
+        cuda = torch.cuda.is_available()
+    except Exception as err:
+        checks.append("triton kernel: skipped (torch cannot tell whether CUDA is there: %s: %s)"
+                      % (type(err).__name__, err))
+        return None
+    if not cuda:
         checks.append("triton kernel: skipped (no CUDA device)")
         return None
+    import triton
+    import triton.language as tl
 
     @triton.jit
     def add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):

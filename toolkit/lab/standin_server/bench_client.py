@@ -15,12 +15,7 @@ The runner is standard library only (it runs in the engine's venv); `build_wheel
 
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import importlib.util
-import io
-import os
 import runpy
 import sys
 import zipfile
@@ -48,29 +43,10 @@ def build_wheel(sglang_wheel: Path, dest: Path, release: str = RELEASE) -> Path:
         for name in sorted(zf.namelist()):
             if name.startswith("sglang/") and not name.endswith("/"):
                 files[f"{PACKAGE}/{name}"] = zf.read(name)
-    info = f"{PACKAGE}-{release}.dist-info"
-    files[f"{info}/METADATA"] = (
-        f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {release}\n"
-        f"Summary: Lab only: SGLang {release}'s bench_serving for the toolkit's lab containers\n"
-    ).encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: toolkit\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    # RECORD is CSV (PEP 376): SGLang's MoE tuning configs have commas in their names ("E=128,N=384,...json"),
-    # which only the csv module's quoting keeps in one field; unquoted, pip carries the split row into the
-    # installed RECORD and importlib.metadata.packages_distributions() (transformers calls it) fails in that venv.
-    record = io.StringIO()
-    rows = csv.writer(record, lineterminator="\n")
-    for name, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        rows.writerow([name, f"sha256={digest}", len(data)])
-    rows.writerow([f"{info}/RECORD", "", ""])
-    files[f"{info}/RECORD"] = record.getvalue().encode()
-    out = dest / wheel_name(release)
-    tmp = out.with_name(out.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
-    os.replace(tmp, out)
-    return out
+    from toolkit.lab.engine_standins import write_wheel
+
+    return write_wheel(dest, PACKAGE, release, files,
+                       f"Lab only: SGLang {release}'s bench_serving for the toolkit's lab containers")
 
 
 def main(argv: list[str]) -> int:

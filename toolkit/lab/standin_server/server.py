@@ -44,6 +44,10 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
                                  module state): reread every POWER_LIMIT_POLL_S, the lowest of this container's
                                  GPUs' limits is the engine model's (a tensor-parallel step waits for the slowest)
 
+At start, before its flags are parsed, it runs the deploy's engine check from the file and inputs the role
+wrote beside its venv (VENV/toolkit-engine-check.py, .json) and exits 1 with the check's error when it fails:
+a package missing from the venv kills the lab's server as its missing import kills SGLang's.
+
 Standard library only: it runs with the container's python3 or the SGLang venv's python, with no
 toolkit installed there.
 """
@@ -559,8 +563,33 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
+# Written beside the venv by the deploy (roles/sglang_venv: the engine check and its inputs).
+ENGINE_CHECK_SCRIPT = "toolkit-engine-check.py"
+ENGINE_CHECK_INPUTS = "toolkit-engine-check.json"
+
+
+def engine_check(prefix: str) -> str | None:
+    """The deploy's engine check, run again at start from the same file with the same inputs the role wrote beside
+    this venv, as `sglang.launch_server` fails at its first import on a venv that lacks what it imports: None when
+    it passes (or when no deploy wrote them: a test run outside a venv), else its error."""
+    script, inputs = os.path.join(prefix, ENGINE_CHECK_SCRIPT), os.path.join(prefix, ENGINE_CHECK_INPUTS)
+    if not os.path.isfile(inputs):
+        return None
+    import subprocess
+
+    proc = subprocess.run([sys.executable, script, inputs], capture_output=True, text=True)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": proc.stderr.strip()[-600:]}
+    return None if proc.returncode == 0 and result.get("ok") else str(result.get("error"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    refused = engine_check(sys.prefix)
+    if refused is not None:
+        print(f"[{STANDIN}] the engine check failed, as SGLang's server would at its imports: {refused}",
+              file=sys.stderr, flush=True)
+        return 1
     if argv != ["--version"]:
         parse_like_sglang(argv, dict(os.environ))
     args, rest = build_parser().parse_known_args(argv)
