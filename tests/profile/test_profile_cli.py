@@ -28,8 +28,8 @@ def test_validate_all_passes(capsys) -> None:
         ["ok", "glm5-tp8-0.5.23"],
     ]  # fmt: skip
     # The acknowledged and info lines are counts on the status line; --verbose prints each once.
-    assert "ok   glm5-tp8 (1 acknowledged, 1 info)\n" in out
-    assert err == "(5 acknowledged/info line(s) not shown: --verbose prints them)\n"
+    assert "ok   glm5-tp8 (1 acknowledged, 2 infos)\n" in out
+    assert err == "(7 acknowledged/info line(s) not shown: --verbose prints them)\n"
     code, out, err = run(capsys, "validate", "all", "--strict", "--verbose")
     assert code == 0 and "2 shown under glm5-baseline, glm5-tp8" in out
     located = re.findall(r"^\w+: (\S+:\d+: \S+) ", err, re.M)  # file:line: field

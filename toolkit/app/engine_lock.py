@@ -15,7 +15,7 @@ from pathlib import Path
 
 from toolkit.adapters import pip_resolver
 from toolkit.adapters.files import write_atomic
-from toolkit.app.profiles import open_store
+from toolkit.app.profiles import committed_lock_file, open_store
 from toolkit.core.engine_lock import (
     CONTAINER_PYTHONS,
     PYPI_SIMPLE,
@@ -187,4 +187,5 @@ def profile_locks(resolved: ResolvedProfile, repo_root: Path) -> dict[str, Path]
     if not engine.sglang_version:
         return {}
     paths = profile_lock_paths(engine.sglang_version, engine.requirements) or {}
-    return {py: repo_root / rel for py, rel in paths.items() if (repo_root / rel).is_file()}
+    found = {py: committed_lock_file(rel, repo_root) for py, rel in paths.items()}
+    return {py: f for py, f in found.items() if f is not None}

@@ -6,11 +6,13 @@ variants and a tune's steps, and a promotion before it is written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolkit.adapters.ansible import share_dir
 from toolkit.adapters.profile_store import ProfileStore, find_profiles_dir
 from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.engine_lock import lock_problems, profile_lock_paths
@@ -46,6 +48,20 @@ def check_profiles(store: ProfileStore, names: list[str]) -> dict[str, list[Prob
     return out
 
 
+def committed_lock_file(rel: str, repo_root: Path) -> Path | None:
+    """An engine lock (or, `rel` ending in .refused, its refusal) by its repository path: in the profiles' own
+    repository where it holds the lock or its refusal, else in the toolkit's shipped one. A profile written outside
+    the checkout (`toolkit profile import` in a directory of one's own) runs a release the toolkit ships a lock for:
+    that lock is its engine, not a missing one; a repository's own lock or refusal always wins."""
+    lock_rel = rel.removesuffix(".refused")
+    roots = [repo_root]
+    with contextlib.suppress(ToolkitError):
+        roots.append(share_dir())
+    root = next((r for r in roots if (r / lock_rel).is_file() or (r / (lock_rel + ".refused")).is_file()),
+                repo_root)
+    return root / rel if (root / rel).is_file() else None
+
+
 def engine_lock_problems(store: ProfileStore, resolved: ResolvedProfile) -> list[Problem]:
     """The profile's engine locks (one per container CPython) as the repository holds them, judged by the core:
     a release without a complete lock, or with a refusal, is not deployed."""
@@ -56,8 +72,8 @@ def engine_lock_problems(store: ProfileStore, resolved: ResolvedProfile) -> list
     files: dict[str, str | None] = {}
     for rel in (profile_lock_paths(engine.sglang_version, engine.requirements) or {}).values():
         for path in (rel, rel + ".refused"):
-            f = root / path
-            files[path] = f.read_text(encoding="utf-8") if f.is_file() else None
+            f = committed_lock_file(path, root)
+            files[path] = f.read_text(encoding="utf-8") if f is not None else None
     return lock_problems(engine.sglang_version, engine.requirements, files, profile_file=resolved.file)
 
 
