@@ -264,6 +264,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.setdefault("sglang_venv_lock_src", str(lock_src))
+    extravars["sglang_venv_python_refusals"] = python_refusals(resolved, checked.store.dir.resolve().parent)
     if "sglang_venv_wheelhouse_src" not in amendment.extravars:
         # What a host installs from: every wheel of the lock, torch and the CUDA wheels included, and the probe's
         # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
@@ -334,6 +335,26 @@ def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
     dest.parent.mkdir(parents=True, exist_ok=True)
     cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
     return dest
+
+
+def python_refusals(resolved: ResolvedProfile, repo_root: Path) -> dict[str, str]:
+    """CPython -> why the profile's release cannot be locked for it (its committed refusal): the role names it when
+    it refuses a container of that CPython, so the operator reads the cause (a requirement the index lacks), not
+    just a version mismatch."""
+    from toolkit.app.profiles import committed_lock_file
+    from toolkit.core.engine_lock import CONTAINER_PYTHONS, parse_refusal, refusal_path
+
+    version = str(resolved.spec.engine.sglang_version)
+    out = {}
+    for python in CONTAINER_PYTHONS:
+        rel = refusal_path(version, python)
+        found = committed_lock_file(rel, repo_root)
+        if found is not None:
+            refusal = parse_refusal(found.read_text(encoding="utf-8"), rel)
+            by = f" (required by {refusal.required_by})" if refusal.required_by else ""
+            out[python] = (f"SGLang {version} cannot be locked for CPython {python}: the index has no "
+                           f"{refusal.missing}{by} ({rel})")
+    return out
 
 
 def engine_lock_src(resolved: ResolvedProfile, repo_root: Path) -> Path:
