@@ -130,3 +130,19 @@ def test_unreadable_inputs_exit_2(tmp_path: Path) -> None:
                           text=True)
     assert proc.returncode == 2
     assert "cannot read the check's inputs" in json.loads(proc.stdout)["error"]
+
+
+def test_a_missing_system_library_is_named_as_such_not_as_a_lock_line() -> None:
+    """sgl-kernel's library links libnuma.so.1, which Proxmox's debian-12-standard lacks: the import fails with the
+    loader's message (seen installing the real 0.5.9 lock in the lab). The lock cannot bring a system library, so
+    the check names the library and the Debian package route instead of sending the operator to the lock."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("engine_check_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    detail = ("ImportError: libnuma.so.1: cannot open shared object file: No such file or directory\n"
+              "- ModuleNotFoundError: No module named 'common_ops'")
+    assert module.missing_library(detail) == "libnuma.so.1"
+    assert module.missing_library("ModuleNotFoundError: No module named 'torch'") == ""

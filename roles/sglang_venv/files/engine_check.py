@@ -82,6 +82,12 @@ def try_import(module: str) -> tuple[str, str]:
     return "ok", ""
 
 
+def missing_library(detail: str) -> str:
+    """The shared library the dynamic loader could not find, from an import error's text ('' when it is not one)."""
+    match = re.search(r"([\w.+-]+\.so[\w.]*): cannot open shared object file", detail)
+    return match.group(1) if match else ""
+
+
 def check(inputs: dict, *, paths: list[str] | None = None) -> dict:
     """The check's result for these inputs, in this interpreter."""
     if inputs.get("schema", SCHEMA) > SCHEMA:
@@ -108,7 +114,16 @@ def check(inputs: dict, *, paths: list[str] | None = None) -> dict:
         line = f"{dist}=={expected[dist]}" if dist in expected else f"{dist} (not in the lock)"
         imports.append({"module": module, "status": status, "detail": detail, "lock_line": line})
         if status == "failed":
-            failed.append(f"import {module} failed ({detail}); the lock line that should bring it: {line} in {lock}")
+            library = missing_library(detail)
+            if library:
+                # The distribution is there; a system library its native code links is not (sgl-kernel and
+                # libnuma.so.1 on Proxmox's debian-12-standard): the lock cannot bring it, a Debian package does.
+                failed.append(f"import {module} failed: the system library {library} it links is missing from the "
+                              f"container (the distribution itself is installed: {line}); install the Debian package "
+                              f"that provides {library} (container_nvidia_userspace_packages), then deploy again")
+            else:
+                failed.append(f"import {module} failed ({detail}); the lock line that should bring it: {line} in "
+                              f"{lock}")
     problems = []
     if diff["missing"]:
         problems.append("missing " + ", ".join(diff["missing"]))
