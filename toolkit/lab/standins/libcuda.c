@@ -1,4 +1,8 @@
-/* libcuda.so.1 (lab stand-in): the CUDA driver API entry points a CUDA init check calls.
+/* libcuda.so.1 (lab stand-in): the CUDA driver API entry points a CUDA init check calls, and the ones
+ * sgl-kernel 0.3.21's common_ops library links (`nm -D --undefined-only`): without them the real engine's
+ * `import sgl_kernel` fails with "undefined symbol: cuMemAddressFree", as it would against a driver too old to
+ * have them, not as it does on a GPU host. With no GPU behind them they answer as the real library does before
+ * cuInit (CUDA_ERROR_NOT_INITIALIZED) or without a context (CUDA_ERROR_INVALID_CONTEXT).
  *
  * cuInit succeeds only when the caller's /dev has nvidiactl and nvidia-uvm AND the host's live
  * nvidia_uvm parameter uvm_disable_hmm reads Y (or 1); otherwise it returns 3,
@@ -25,6 +29,7 @@ enum {
     CUDA_ERROR_NOT_INITIALIZED = 3,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_SYSTEM_NOT_READY = 802,
     CUDA_ERROR_SYSTEM_DRIVER_MISMATCH = 803,
 };
@@ -163,6 +168,7 @@ CUresult cuGetErrorName(CUresult error, const char **str) {
     case CUDA_ERROR_NOT_INITIALIZED: *str = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case CUDA_ERROR_NO_DEVICE: *str = "CUDA_ERROR_NO_DEVICE"; break;
     case CUDA_ERROR_INVALID_DEVICE: *str = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case CUDA_ERROR_SYSTEM_NOT_READY: *str = "CUDA_ERROR_SYSTEM_NOT_READY"; break;
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: *str = "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"; break;
     default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
@@ -178,9 +184,35 @@ CUresult cuGetErrorString(CUresult error, const char **str) {
     case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; break;
     case CUDA_ERROR_NO_DEVICE: *str = "no CUDA-capable device is detected"; break;
     case CUDA_ERROR_INVALID_DEVICE: *str = "invalid device ordinal"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "invalid device context"; break;
     case CUDA_ERROR_SYSTEM_NOT_READY: *str = "system not yet initialized"; break;
     case CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: *str = "system has unsupported display driver / cuda driver combination"; break;
     default: *str = NULL; return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
+}
+
+/* Virtual memory management and pointer queries (sgl-kernel's custom allreduce and memory saver link them). No
+ * context can exist without a GPU, so every call after cuInit answers as one made without a current context. */
+typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+static CUresult no_context(void) {
+    return initialised ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return no_context(); }
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr) {
+    (void)pbase; (void)psize; (void)dptr; return no_context();
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) { (void)handle; return no_context(); }
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+    (void)handle; (void)addr; return no_context();
+}
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count) {
+    (void)ptr; (void)size; (void)desc; (void)count; return no_context();
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) { (void)ptr; (void)size; return no_context(); }
+CUresult cuPointerGetAttribute(void *data, int attribute, CUdeviceptr ptr) {
+    (void)data; (void)attribute; (void)ptr; return no_context();
 }
