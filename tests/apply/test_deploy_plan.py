@@ -239,12 +239,13 @@ def test_a_renamed_kernel_distribution_is_found_under_its_releases_name(store: P
 
 def test_a_locks_wheelhouse_holds_exactly_its_files_the_standins_and_the_probes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pypi: None) -> None:
-    """toolkit.app.apply.lock_wheelhouse, what a host installs the lock from: two small real lines of the 0.5.9 lock
-    fetched from PyPI by their sha256, one line replaced by a stand-in, a probe wheel beside them; built once."""
+    """toolkit.adapters.wheelhouse.lock_wheelhouse, what a host installs the lock from: two small real lines of the
+    0.5.9 lock fetched from PyPI by their sha256, one line replaced by a stand-in, a probe wheel beside them; built
+    once."""
     import tarfile
 
     from tests.apply.test_engine_check import make_wheel
-    from toolkit.app.apply import lock_wheelhouse
+    from toolkit.adapters.wheelhouse import lock_wheelhouse
     from toolkit.core.engine_lock import EngineLock, parse_lock
 
     monkeypatch.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp_path / "cache"))

@@ -29,14 +29,14 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.adapters import cache_lock, pip_resolver
 from toolkit.adapters.files import write_atomic
 from toolkit.core.deploy import SERVING_REQUIREMENTS
-from toolkit.core.engine_lock import CONTAINER_PYTHONS, PLATFORM_TAGS, PYPI_SIMPLE, LockEntry, redact_url
+from toolkit.core.engine_lock import CONTAINER_PYTHONS, PLATFORM_TAGS, PYPI_SIMPLE, EngineLock, LockEntry, redact_url
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
 TARGET_PYTHONS = CONTAINER_PYTHONS
@@ -359,4 +359,30 @@ def stage_lock_files(files: LockFiles, dest: Path) -> Path:
             shutil.copyfile(src, target)
     sums = "".join(f"{p.parent.name}  {name}\n" for name, p in sorted(wanted.items()))
     write_atomic(dest / "SHA256SUMS", sums)
+    return dest
+
+
+def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
+                    standins: Mapping[str, Path] | None = None) -> Path:
+    """The wheelhouse a host installs `lock` from, `$TOOLKIT_WHEELHOUSE_DIR/locks/NAME` and its tar beside it: the
+    lock's wheels from the wheelhouse's content-addressed cache (only what it lacks downloaded, each file checked
+    against its sha256), a stand-in's wheel in place of each line `standins` names (the lab's), and the wheels
+    `also` names (the probe's). Built once per name and `also`."""
+    replaced = dict(standins or {})
+    dest = cache_root() / "locks" / name
+    stamp = dest.with_name(dest.name + ".complete")
+    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
+    tar = tarball_path(dest)
+
+    def build() -> None:
+        files = fill_from_lock([e for e in lock.entries if e.name not in replaced], lock.python,
+                                          index_url=lock.index_url)
+        # The lock's files come last, so a probe wheel of the same file name never stands in for one.
+        staged = {f"also:{p.name}": p for p in also} | files.files | replaced
+        stage_lock_files(LockFiles(staged, files.downloaded, files.size_bytes), dest)
+        _tarball(dest)
+        write_atomic(stamp, wanted)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
     return dest

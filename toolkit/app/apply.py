@@ -14,11 +14,12 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from toolkit.adapters import wheelhouse as wheelhouse_adapter
 from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
 from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
@@ -28,7 +29,7 @@ from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
-from toolkit.core.engine_lock import EngineLock, parse_lock
+from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
 from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
@@ -270,7 +271,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
         # with stand-ins for the GPU-only wheels) is not made to download these.
         status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
-        lock_dir = lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
+        lock_dir = wheelhouse_adapter.lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
                                    sorted(wheelhouse.path.glob("*.whl")))
         extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
         extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
@@ -306,35 +307,6 @@ def _limit_with_power_hosts(limit: str | None, power_hosts: list[str], inventory
     return (f"{limit},{','.join(added)}",
             f"--limit {limit}: the profile's power limit is set on the Proxmox host(s) of these containers, so "
             f"{', '.join(added)} joined the limit (deploy.yml's first play runs there)")
-
-
-def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
-                    standins: Mapping[str, Path] | None = None) -> Path:
-    """The wheelhouse a host installs `lock` from, `$TOOLKIT_WHEELHOUSE_DIR/locks/NAME` and its tar beside it: the
-    lock's wheels from the wheelhouse's content-addressed cache (only what it lacks downloaded, each file checked
-    against its sha256), a stand-in's wheel in place of each line `standins` names (the lab's), and the wheels
-    `also` names (the probe's). Built once per name and `also`."""
-    from toolkit.adapters import cache_lock, wheelhouse
-    from toolkit.adapters.files import write_atomic
-
-    replaced = dict(standins or {})
-    dest = wheelhouse.cache_root() / "locks" / name
-    stamp = dest.with_name(dest.name + ".complete")
-    wanted = "\n".join(sorted(p.name for p in also)) + "\n"
-    tar = wheelhouse.tarball_path(dest)
-
-    def build() -> None:
-        files = wheelhouse.fill_from_lock([e for e in lock.entries if e.name not in replaced], lock.python,
-                                          index_url=lock.index_url)
-        # The lock's files come last, so a probe wheel of the same file name never stands in for one.
-        staged = {f"also:{p.name}": p for p in also} | files.files | replaced
-        wheelhouse.stage_lock_files(wheelhouse.LockFiles(staged, files.downloaded, files.size_bytes), dest)
-        wheelhouse._tarball(dest)  # the wheelhouse's one tar writer (deterministic members)
-        write_atomic(stamp, wanted)
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
-    return dest
 
 
 def python_refusals(resolved: ResolvedProfile, repo_root: Path) -> dict[str, str]:

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from toolkit.app.apply import Amendment, OverlayContext, lock_wheelhouse
+from toolkit.adapters.wheelhouse import lock_wheelhouse
+from toolkit.app.apply import Amendment, OverlayContext
 from toolkit.core.deploy import EngineImport, engine_imports, systemd_exec_line, with_bench_flags
 from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import ToolkitError
@@ -153,9 +154,9 @@ def narrowed_imports(imports: Sequence[EngineImport], standins: set[str]) -> tup
 
 def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), *, standins: bool = True,
                    importable: Sequence[EngineImport] = ()) -> tuple[Path, Path, engine_standins.LabLock | None]:
-    """The lab lock of `lock_src` (beside its wheelhouse) and that wheelhouse (toolkit.app.apply.lock_wheelhouse:
-    the lock's real wheels, hash-checked, the stand-ins in place of the GPU-only ones, the probe's wheels `also`
-    names). The stand-ins of the distributions `importable` brings keep their real module names (the engine check
+    """The lab lock of `lock_src` (beside its wheelhouse) and that wheelhouse
+    (toolkit.adapters.wheelhouse.lock_wheelhouse: the lock's real wheels, hash-checked, the stand-ins in place of
+    the GPU-only ones, the probe's wheels `also` names). The stand-ins of the distributions `importable` brings keep their real module names (the engine check
     imports them). Without `standins` (the opt-in real engine), the lock itself and every one of its real wheels,
     several GB."""
     from toolkit.adapters.files import write_atomic
