@@ -157,8 +157,8 @@ def lab_wheelhouse(lock_src: Path, also: Sequence[Path] = (), *, standins: bool 
     """The lab lock of `lock_src` (beside its wheelhouse) and that wheelhouse
     (toolkit.adapters.wheelhouse.lock_wheelhouse: the lock's real wheels, hash-checked, the stand-ins in place of
     the GPU-only ones, the probe's wheels `also` names). The stand-ins of the distributions `importable` brings keep
-    their real module names (the engine check imports them). Without `standins` (the opt-in real engine), the lock itself and every one of its real wheels,
-    several GB."""
+    their real module names (the engine check imports them). Without `standins` (the opt-in real engine), the lock
+    itself and every one of its real wheels, several GB."""
     from toolkit.adapters.files import write_atomic
     from toolkit.adapters.wheelhouse import cache_root
 
