@@ -51,7 +51,7 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, int]:
 def _changed(output: str, *, json_summary: bool) -> int:
     if json_summary:
         try:
-            return int(json.loads(output[: output.rindex("}") + 1])["changed"])
+            return int(json.loads(output[: output.rindex("}") + 1])["data"]["changed"])
         except (ValueError, KeyError):
             return -1
     return sum(int(n) for n in re.findall(r"changed=(\d+)", output))

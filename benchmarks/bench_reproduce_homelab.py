@@ -39,7 +39,7 @@ def reproduce(inventory: str, env: dict[str, str]) -> dict[str, float]:
     t0 = time.monotonic()
     proc = toolkit(["host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", inventory, "--json"], env)
     total_s = time.monotonic() - t0
-    report = json.loads(proc.stdout)
+    report = json.loads(proc.stdout)["data"]
     out = {"total_s": total_s}
     for run in report["runs"]:
         out[(run.get("playbook") or "apply").removesuffix(".yml") + "_s"] = float(run["duration_s"])

@@ -103,7 +103,7 @@ def test_measure_the_sglang_you_already_run_from_the_start_page(sglang: str, tmp
     argv = [*probe, "--gpu-source", f"simulated:{sglang}", "--idle-s", "1", "--out", str(run_dir), "--json",
             "--", sys.executable, str(LOAD), sglang, "glm", "160", "48", "64"]
     assert main(argv) == 0
-    verdict = json.loads(capsys.readouterr().out.split("\nrecorded into")[0])["verdict"]
+    verdict = json.loads(capsys.readouterr().out.split("\nrecorded into")[0])["data"]["verdict"]
     assert verdict["class"] and verdict["headline"] and verdict["next_steps"]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steady_state"]["signal"] == "server token counter"

@@ -39,7 +39,7 @@ def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run([sys.executable, "-m", "toolkit", *args, "--json"], capture_output=True, text=True,
                           cwd=cwd, timeout=1200)
     try:
-        summary = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        summary = json.loads(proc.stdout)["data"] if proc.stdout.strip() else {}
     except json.JSONDecodeError:
         summary = {}
     return proc.returncode, summary, proc.stderr
@@ -430,7 +430,7 @@ def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: 
                            str(provisioned.inventory_path), "--profiles-dir", str(profiles), "--runs-dir",
                            str(tmp_path / "runs"), "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200)
     assert proc.returncode != 0
-    message = "\n".join(f["message"] for f in json.loads(proc.stdout)["failures"])
+    message = "\n".join(f["message"] for f in json.loads(proc.stdout)["data"]["failures"])
     assert "patch sm120-cutlass-moe-autotune refused" in message and "ab" * 32 in message
     assert ct(provisioned, digest).stdout == venv_before
 
@@ -464,7 +464,7 @@ def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, wo
                            "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200,
                           env={**os.environ, "TOOLKIT_TEST_SGLANG_KEY": key})
     assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = json.loads(proc.stdout)
+    summary = json.loads(proc.stdout)["data"]
     assert key not in proc.stdout + proc.stderr
     for root in (runs, Path(summary["ansible_artifacts_dir"])):
         for f in root.rglob("*"):
@@ -540,7 +540,7 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
     killed = kill.stdout.strip()
     out, err = first.communicate(timeout=600)
     assert first.returncode == 1, err[-3000:]
-    summary = json.loads(out)
+    summary = json.loads(out)["data"]
     verdict = summary["probe"][provisioned.name]["verdict"]
     assert verdict["class"] == "benchmark-failed"
     server_log = verdict["evidence"]["server_log_tail"]
@@ -584,7 +584,7 @@ def test_fault_container_stopped_mid_apply_then_the_next_apply_converges(provisi
     stop = provisioned.lab.ssh("pve1", "pct stop 100")
     assert stop.returncode == 0, stop.stderr
     out, err = first.communicate(timeout=600)
-    summary = json.loads(out)
+    summary = json.loads(out)["data"]
     assert first.returncode == 1
     (failure,) = [f for f in summary["failures"] if f["host"] == provisioned.name]
     assert failure["task"] and provisioned.name in summary["unreachable"] + summary["failed_hosts"]

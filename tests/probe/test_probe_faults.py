@@ -45,7 +45,7 @@ def test_nvml_failing_mid_run_leaves_a_recorded_gap_and_a_verdict_that_says_so(
                    sys.executable, "-c", "import time; time.sleep(6)"])
         for t in timers:
             t.cancel()
-    printed = json.loads(capsys.readouterr().out)
+    printed = json.loads(capsys.readouterr().out)["data"]
     assert rc == 0  # the run went on
     summary = json.loads((out / "summary.json").read_text())
     gaps = summary["gaps"]

@@ -34,7 +34,7 @@ def test_one_clear_error(case: str, capsys) -> None:
     if out.out.strip().startswith("{"):
         import json
 
-        problems = json.loads(out.out)[case]
+        problems = json.loads(out.out)["data"][case]
     else:  # pragma: no cover - validate --json always answers JSON
         raise AssertionError(out)
     errors = [p for p in problems if p["severity"] == "error"]

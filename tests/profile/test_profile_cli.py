@@ -70,7 +70,7 @@ def test_show_prints_an_invalid_file_marked_invalid(tmp_path, capsys) -> None:
 
 def test_list_json(capsys) -> None:
     code, out, _ = run(capsys, "list", "--json")
-    rows = {r["name"]: r for r in json.loads(out)}
+    rows = {r["name"]: r for r in json.loads(out)["data"]}
     assert (
         code == 0
         and rows["glm5-tp8"]["extends"] == "glm5-baseline"
@@ -98,7 +98,7 @@ def test_render_shows_all_five(capsys) -> None:
     for heading in ("# launch argv", "# environment", "# systemd unit", "# SGLang --config YAML", "# benchmark"):
         assert heading in out
     code, out, _ = run(capsys, "render", "glm5-tp8", "--only", "argv", "--json")
-    assert json.loads(out)[:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+    assert json.loads(out)["data"][:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
 
 
 def test_unknown_profile_names_the_known_ones(capsys) -> None:

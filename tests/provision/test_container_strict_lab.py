@@ -342,7 +342,7 @@ def test_a_model_cache_on_the_small_root_stops_the_reproduce_before_anything(lab
          "--json", "-e", "lxc_gpu_container_model_cache_host_dir=/var/lib/toolkit/model-cache"],
         capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    report = json.loads(proc.stdout)
+    report = json.loads(proc.stdout)["data"]
     # The plan reads the host first (facts.yml, read-only), then the preflight refuses.
     assert [r.get("playbook") for r in report["runs"]] == ["facts.yml", "containers_preflight.yml"], report["runs"]
     run0 = report["runs"][1]

@@ -47,7 +47,7 @@ def reproduce(inv: Path) -> dict[str, Any]:
     assert proc.returncode == 1, proc.stderr[-4000:]
     said = proc.stdout + proc.stderr
     assert "CPython 3.13" in said and "outlines_core==0.1.26" in said and "Nothing was changed" in said, said[-4000:]
-    report: dict[str, Any] = json.loads(proc.stdout)
+    report: dict[str, Any] = json.loads(proc.stdout)["data"]
     print("reproduce from debian-13-standard:", report["duration_s"], "s;",
           ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
     return report

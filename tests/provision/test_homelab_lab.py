@@ -108,7 +108,7 @@ def reproduce(lab: LabState, label: str) -> dict[str, Any]:
     t0 = time.monotonic()
     proc = toolkit_cli("host", "reproduce", "pve1", "--profile", "glm5-tp8", "-i", lab.inventory_path, "--json")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-4000:]
-    report: dict[str, Any] = json.loads(proc.stdout)
+    report: dict[str, Any] = json.loads(proc.stdout)["data"]
     print(f"reproduce on {FLAVOUR}, {label}: {time.monotonic() - t0:.1f} s;",
           ", ".join(f"{r.get('playbook', 'apply')} {r['duration_s']} s" for r in report["runs"]))
     return report
@@ -141,7 +141,7 @@ def reboot(lab: LabState, gpus_lost: bool = False) -> None:
 
 def doctor(lab: LabState) -> tuple[int, dict[tuple[str, str], dict[str, Any]]]:
     proc = toolkit_cli("doctor", "pve1", "-i", lab.inventory_path, "--json")
-    return proc.returncode, {(c["subject"], c["name"]): c for c in json.loads(proc.stdout)}
+    return proc.returncode, {(c["subject"], c["name"]): c for c in json.loads(proc.stdout)["data"]}
 
 
 def test_homelab_is_bare_and_its_tools_refuse_as_the_real_ones(stock: LabState) -> None:
@@ -309,7 +309,7 @@ def test_host_plan_reads_the_host_once_and_refuses_a_driver_the_matrix_does_not_
     proc = toolkit_cli("host", "plan", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path, "--json")
     print(f"host plan on {FLAVOUR}: {time.monotonic() - t0:.1f} s")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    plan = json.loads(proc.stdout)
+    plan = json.loads(proc.stdout)["data"]
     assert plan["resolved"] and plan["stack"]["module_type"] == "open"  # Blackwell stand-ins: open only
     assert plan["stack"]["driver_present"] == plan["stack"]["driver"]  # the reproduce before installed it
     assert len(plan["extravars"]["proxmox_gpu_host_power_limit_gpus"]) == 8
@@ -319,7 +319,7 @@ def test_host_plan_reads_the_host_once_and_refuses_a_driver_the_matrix_does_not_
     refused = toolkit_cli("host", "plan", "pve1", "--profile", "glm5-tp8", "-i", stock.inventory_path,
                           "-e", "proxmox_gpu_host_driver_version=590.48.01", "--json")
     assert refused.returncode == 2, refused.stdout[-2000:] + refused.stderr[-2000:]
-    reasons = [r["reason"] for r in json.loads(refused.stdout)["refusals"]]
+    reasons = [r["reason"] for r in json.loads(refused.stdout)["data"]["refusals"]]
     assert any(r.startswith("no matrix row says 590.48.01 builds on 6.8.") for r in reasons), reasons
     assert pve(stock, "stat -c %Y /etc/modprobe.d/nvidia-uvm.conf; nvidia-smi --query-gpu=driver_version "
                       "--format=csv,noheader | sort -u") == before

@@ -81,7 +81,7 @@ def test_the_inventorys_notes_are_printed_and_no_lab_variable_is_passed(tmp_path
     assert main(["host", "provision", "pve-a", "-i", str(path), "--json"]) == 1  # unreachable: port 1
     out, err = capsys.readouterr()
     assert err.index(note) < err.index("Facts | the Proxmox host")  # before the run (the plan reads first)
-    report = json.loads(out)
+    report = json.loads(out)["data"]
     assert report["notes"] == [note]
     assert [r["playbook"] for r in report["runs"]] == ["facts.yml"]  # unreachable: no plan, nothing else ran
     command = json.loads((Path(report["runs"][0]["artifacts_dir"]) / "command").read_text())["command"]

@@ -75,7 +75,7 @@ def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(invent
     assert limits(inventory) == [450.0] * 8
 
     doctor = toolkit("doctor", "pve1", "-i", inventory, "--json", cwd=tmp_path)
-    checks = {c["name"]: c for c in json.loads(doctor.stdout) if c["subject"] == "pve1"}
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["data"] if c["subject"] == "pve1"}
     assert checks["power limit"]["status"] == "pass" and "450 W on 8 GPU(s), kept at boot" in \
         checks["power limit"]["detail"]
 
@@ -100,7 +100,7 @@ def test_a_profiles_power_limit_is_applied_on_the_host_kept_and_read_back(invent
     ssh(inventory, "pve1", "systemctl restart nvidia-power-limit.service")  # what the next boot runs
     assert limits(inventory) == [400.0] * 4 + [350.0] * 4
     doctor = toolkit("doctor", "pve1", "-i", inventory, "--json", cwd=tmp_path)
-    checks = {c["name"]: c for c in json.loads(doctor.stdout) if c["subject"] == "pve1"}
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)["data"] if c["subject"] == "pve1"}
     assert checks["power limit"]["status"] == "pass", checks["power limit"]
 
     # Back to the defaults (the GPUs as the other lab tests expect them): the unit goes, every GPU at 600 W.

@@ -117,7 +117,7 @@ def test_container_roles_then_no_change(lab: Any, inv: Path, runs: Path, monkeyp
 def _doctor(inv: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, Any]]]:
     capsys.readouterr()
     code = toolkit_main(["doctor", "pve1", "-i", str(inv), "--json"])
-    return code, json.loads(capsys.readouterr().out)
+    return code, json.loads(capsys.readouterr().out)["data"]
 
 
 def test_doctor_catches_a_stale_hard_coded_major(lab: Any, inv: Path, runs: Path,

@@ -116,7 +116,7 @@ def test_pve92_refusals_before_any_change_then_the_plan_driven_reproduce(pve92: 
     assert reboot.returncode == 0, reboot.stdout + reboot.stderr
     assert pve(pve92, "uname -r").strip().startswith("7.0.")
     doctor = toolkit_cli("doctor", "pve1", "-i", inv, "--json")
-    checks = json.loads(doctor.stdout)
+    checks = json.loads(doctor.stdout)["data"]
     assert doctor.returncode == 0, [c for c in checks if c["status"] == "fail"]
 
 

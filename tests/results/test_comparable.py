@@ -130,7 +130,7 @@ def test_results_compare_ranks_each_group_apart(tmp_path: Path, capsys: pytest.C
     profiles = _scratch_with_lab_entry(tmp_path)
     capsys.readouterr()
     assert main(["results", "compare", "all", "--json", "--profiles-dir", str(profiles)]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["data"]
     groups = out["groups"]
     assert [(g["provenance"], g["throughput_kind"]) for g in groups] == [("imported", "full"), ("stand-in", "steady")]
     assert [(r["profile"], r["output_tok_per_s"], r["rank_throughput"]) for r in groups[0]["ranked"]] == [
@@ -174,7 +174,7 @@ def test_the_shipped_imported_entries_can_go_stale(scratch: Scratch, capsys: pyt
     path = scratch.profiles / "glm5-tp8.yaml"
     capsys.readouterr()
     assert main(["results", "compare", "glm5-tp8", "--json", "--profiles-dir", str(scratch.profiles)]) == 0
-    assert json.loads(capsys.readouterr().out)["groups"][0]["ranked"][0]["stale"] is False
+    assert json.loads(capsys.readouterr().out)["data"]["groups"][0]["ranked"][0]["stale"] is False
     path.write_text(path.read_text().replace("max_running_requests: 1024", "max_running_requests: 512", 1))
     assert main(["results", "compare", "glm5-tp8", "--json", "--profiles-dir", str(scratch.profiles)]) == 0
-    assert json.loads(capsys.readouterr().out)["groups"][0]["ranked"][0]["stale"] is True
+    assert json.loads(capsys.readouterr().out)["data"]["groups"][0]["ranked"][0]["stale"] is True

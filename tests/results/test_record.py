@@ -177,7 +177,7 @@ def test_stale_entries_are_marked_after_a_spec_change(scratch: Scratch, capsys: 
     capsys.readouterr()
     assert main(["results", "compare", "glm5-tp8", "glm5-baseline", "--all", "--json",
                  "--profiles-dir", str(scratch.profiles)]) == 0
-    rows = [r for g in json.loads(capsys.readouterr().out)["groups"] for r in g["ranked"]]
+    rows = [r for g in json.loads(capsys.readouterr().out)["data"]["groups"] for r in g["ranked"]]
     by_id = {(r["profile"], r["run_id"]): r for r in rows}
     assert by_id[("glm5-tp8", "run-synthetic-tp8")]["stale"] is True
     # the imported figures carry the hash of the spec that describes their setup: stale too
@@ -193,7 +193,7 @@ def test_compare_ranks_each_provenance_apart(scratch: Scratch,
     capsys.readouterr()
     assert main(["results", "compare", "glm5-baseline", "glm5-tp8", "glm5-ep8", "--json",
                  "--profiles-dir", str(scratch.profiles)]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = json.loads(capsys.readouterr().out)["data"]
     imported, lab = out["groups"]  # the lab run and the imported figures: never in one ranking
     assert [(r["profile"], r["run_id"], r["rank_throughput"]) for r in imported["ranked"]] == [
         ("glm5-tp8", "manual-1", 1), ("glm5-baseline", "manual-1", 2)]

@@ -147,7 +147,7 @@ def test_sigint_and_sigkill_then_resume_and_promote(workdir: Path) -> None:
     show = toolkit("sweep", "--show", run_id, "--json", *common(workdir), cwd=workdir)
     out, err = show.communicate(timeout=60)
     assert show.returncode == 0, err
-    shown = json.loads(out)
+    shown = json.loads(out)["data"]
     assert shown["schema_version"] == 1 and shown["by_throughput"] == ranking["by_throughput"]
     assert "runner:" not in err  # nothing was run
     # A past run is shown after its profile changed: its figures are its own (resuming it is what is refused).
@@ -156,7 +156,7 @@ def test_sigint_and_sigkill_then_resume_and_promote(workdir: Path) -> None:
     show = toolkit("sweep", "--show", run_id, "--json", *common(workdir), cwd=workdir)
     out, err = show.communicate(timeout=60)
     assert show.returncode == 0, err
-    assert json.loads(out)["by_throughput"] == ranking["by_throughput"]
+    assert json.loads(out)["data"]["by_throughput"] == ranking["by_throughput"]
     assert "profile glm5-tp8 changed since this sweep" in " ".join(err.split())
     resume = toolkit("sweep", "--resume", run_id, *common(workdir), cwd=workdir)
     _out, err = resume.communicate(timeout=60)

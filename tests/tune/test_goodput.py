@@ -278,7 +278,7 @@ def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tm
     tuned = toolkit("tune", "glm5-baseline", "--runner", "engine-model", "--objective", "goodput", "--slo", slo,
                     "--tunes-dir", str(tmp_path / "tunes"), "--json", "--promote", "--promote-name", "gp")
     assert tuned.returncode == 0, tuned.stderr[-2000:]
-    out = json.loads(tuned.stdout)
+    out = json.loads(tuned.stdout)["data"]
     assert out["objective"] == "goodput" and out["best"]["request_rate"] > 0
     assert out["capacity"]["slo"] == {"ttft_p99_ms": 3000.0, "itl_p99_ms": 300.0}
     (run,) = (tmp_path / "tunes").iterdir()
@@ -293,7 +293,7 @@ def test_goodput_tune_and_sweep_as_processes_write_their_reports_and_frontier(tm
                     "server.max_running_requests=64,128", "--slo", slo, "--concurrency", "1024",
                     "--sweeps-dir", str(tmp_path / "sweeps"), "--json")
     assert swept.returncode == 0, swept.stderr[-2000:]
-    ranking = json.loads(swept.stdout)
+    ranking = json.loads(swept.stdout)["data"]
     assert [r["label"] for r in ranking["by_goodput"]] == ["max_running_requests=128", "max_running_requests=64"]
     assert ranking["by_goodput"][0]["request_rate"] > ranking["by_goodput"][1]["request_rate"]
     (srun,) = (tmp_path / "sweeps").iterdir()

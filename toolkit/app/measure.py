@@ -233,9 +233,11 @@ class ApplyProbeRunner:
                 _stop(proc)
                 raise
         try:
-            summary = json.loads(stdout)
+            printed = json.loads(stdout)
         except json.JSONDecodeError:
-            summary = None
+            printed = None
+        # apply's --json envelope (docs/json.md); a refusal's ("error") has no summary.
+        summary = printed.get("data") if isinstance(printed, dict) and printed.get("kind") == "apply" else None
         tail = _tail(log)
         if summary is None:
             raise VariantFailed(f"apply exited {proc.returncode} without a summary: {tail}", artifacts=str(log))

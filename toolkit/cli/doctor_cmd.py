@@ -7,9 +7,9 @@ table (or --json). Exit 0 when nothing fails, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -33,7 +33,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     with PlaybookProgress(console, f"doctor {args.host}", show_changes=False) as progress:
         checks = doctor(args.host, args.inventory, on_event=progress.on_event)
     if args.json:
-        print(json.dumps([asdict(c) for c in checks], indent=2))
+        emit("doctor", [asdict(c) for c in checks])
     else:
         table = Table(title=f"doctor {args.host} (read-only)")
         for column in ("where", "check", "", "detail", "fix"):

@@ -9,9 +9,9 @@ deploys the profile, so a bare host becomes a serving container in one command.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import EXIT_OK, ToolkitError
 
 
@@ -167,7 +167,7 @@ def run_facts(args: argparse.Namespace) -> int:
     with PlaybookProgress(Console(stderr=True), f"facts of {args.host}") as progress:
         facts = gather_facts(plan, on_event=progress.on_event)
     if args.json:
-        print(json.dumps(facts.to_json(), indent=2, sort_keys=True))
+        emit("host.facts", facts.to_json())
     else:
         print_host_facts(Console(), facts)
     return EXIT_OK
@@ -186,7 +186,7 @@ def run_plan(args: argparse.Namespace) -> int:
     _facts, resolved = _resolve(console, plan, args.profile, parse_extra_vars(args.extra_var),
                                 None if args.json else Console())
     if args.json:
-        print(json.dumps(resolved.to_json(), indent=2, sort_keys=True))
+        emit("host.plan", resolved.to_json())
     return EXIT_OK if resolved.resolved else EXIT_BAD_INPUT
 
 
@@ -198,7 +198,7 @@ def run_provision(args: argparse.Namespace) -> int:
     outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json),
                         on_message=say(console))
     if args.json:
-        print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
+        emit("host.provision", outcome.to_json())
     return outcome.exit_code
 
 
@@ -219,7 +219,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
     outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy,
                         on_plan=_show_plan(console, args.json), on_message=say(console))
     if args.json:
-        print(json.dumps(outcome.to_json(), indent=2, sort_keys=True))
+        emit("host.reproduce", outcome.to_json())
     else:
         console.print(f"reproduce {args.host} with {args.profile}: "
                       f"{'done' if outcome.exit_code == EXIT_OK else 'FAILED'} in {outcome.duration_s} s")

@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from toolkit.cli.envelope import emit
 from toolkit.lab import plan
 
 
@@ -94,7 +95,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         state = lab.up(config=config, progress=progress)
     duration_s = time.monotonic() - t0
     if args.json:
-        print(state.to_json(), end="")
+        emit("lab.state", json.loads(state.to_json()))
     else:
         console.print(f"[green]lab up[/green] in {duration_s:.1f} s: pve1 at {state.host_address}, "
                       f"inventory {state.inventory_path}\n  next: `toolkit lab ssh pve1`, or run the roles "
@@ -111,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         data = json.loads(state.to_json()) if state else {"running": False}
         data["leftovers"] = leftovers if not (state and state.running) else []
-        print(json.dumps(data, indent=2, sort_keys=True))
+        emit("lab.state", data)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -176,7 +177,7 @@ def cmd_reboot(args: argparse.Namespace) -> int:
     if args.json:
         # `systemctl --failed --plain`: one unit a line, its name first, its description last.
         units = [line.split()[0] for line in failed.splitlines() if line.strip()]
-        print(json.dumps({"duration_s": round(duration_s, 1), "failed_units": units}))
+        emit("lab.reboot", {"duration_s": round(duration_s, 1), "failed_units": units})
     else:
         console.print(f"[green]pve1 rebooted[/green] in {duration_s:.1f} s" +
                       (f"; [red]failed units[/red]:\n{failed}" if failed else ""))

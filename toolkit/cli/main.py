@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from toolkit import __version__
+from toolkit.cli.envelope import emit_error, wants_json
 from toolkit.core.errors import EXIT_BAD_INPUT, ToolkitError
 
 # group name -> (module, one-line help). The module exposes `configure(parser)`, which adds the
@@ -68,6 +69,9 @@ class Parser(argparse.ArgumentParser):
                 parser = sub.choices[token]
         return parser
 
+    # The last usage error, for the --json envelope (argparse prints it and exits; subparsers are other instances).
+    last_error = ""
+
     def error(self, message: str) -> NoReturn:
         """argparse's, with the nearest choice for a mistyped command (`profile lst`: did you mean list?)."""
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
@@ -76,6 +80,7 @@ class Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
             if near:
                 message += f" (did you mean {near[0]}?)"
+        Parser.last_error = message
         super().error(message)
 
 
@@ -102,7 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolkitError as err:
         print(str(err), file=sys.stderr)
         return err.exit_code
-    args = parser.parse_args(args_list)
+    as_json = wants_json(args_list)
+    try:
+        args = parser.parse_args(args_list)
+    except SystemExit as exit_:
+        if as_json and exit_.code == EXIT_BAD_INPUT:
+            emit_error(code="usage", message=Parser.last_error)
+        raise
     func = getattr(args, "func", None)
     if func is None:
         # A group with no subcommand, or nothing at all: show what can be done.
@@ -113,9 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args) or 0)
     except ToolkitError as err:
+        # With --json a script reads the refusal on stdout, in the envelope; people still read it on stderr.
+        if as_json:
+            emit_error(err)
         print(str(err), file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
+        if as_json:
+            emit_error(code="interrupted", message="interrupted", exit_code=130)
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import ToolkitError
 
 
@@ -179,8 +180,8 @@ def _fmt(v: Any, nd: int = 0) -> str:
 
 def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
     if as_json:
-        print(json.dumps({"dir": str(out), "data_source": summary["data_source"], "verdict": verdict},
-                         indent=2, sort_keys=True))
+        emit("probe.replay" if replay else "probe.run",
+             {"dir": str(out), "data_source": summary["data_source"], "verdict": verdict})
         return
     from rich.console import Console
     from rich.table import Table

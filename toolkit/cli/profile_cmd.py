@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_OK, ToolkitError
 
 
@@ -142,11 +143,6 @@ def _store(args: argparse.Namespace) -> Any:
     return open_store(args.profiles_dir)
 
 
-def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
-    sys.stdout.write("\n")
-
-
 def cmd_list(args: argparse.Namespace) -> int:
     store = _store(args)
     rows = []
@@ -166,7 +162,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         from toolkit.core.text import redact_data
 
-        _print_json(redact_data(rows))
+        emit("profile.list", redact_data(rows))
         return EXIT_OK
     from rich.console import Console
     from rich.table import Table
@@ -205,13 +201,14 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not args.resolved:
         profile, _ = store.load(args.name)
-        _print_json(redact_data(profile.model_dump(mode="json", exclude_unset=True)))
+        emit("profile.show", redact_data(profile.model_dump(mode="json", exclude_unset=True)))
         return EXIT_OK
     resolved = store.resolve(args.name)
     data = redact_data(resolved.spec.model_dump(mode="json"))
     assert isinstance(data, dict)
     if args.json:
-        _print_json(
+        emit(
+            "profile.resolved",
             {
                 "name": resolved.name,
                 "file": resolved.file,
@@ -249,7 +246,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     failing = {"error", "warning"} if args.strict else {"error"}
     bad = sorted(name for name, problems in results.items() if any(p.severity in failing for p in problems))
     if args.json:
-        _print_json({name: [p.__dict__ for p in problems] for name, problems in results.items()})
+        emit("profile.validate", {name: [p.__dict__ for p in problems] for name, problems in results.items()})
         return EXIT_BAD_INPUT if bad else EXIT_OK
     # One line per profile on stdout; every problem once, on stderr, under the first profile that has it (a
     # parent's warning is not repeated for each child: the child's line says where it was shown).
@@ -319,35 +316,35 @@ def cmd_render(args: argparse.Namespace) -> int:
     _refuse_errors(store, args.name)
     out = _render_all(resolved)
     if args.json:
-        _print_json(redact_data(out if args.only is None else out[args.only]))
+        emit("profile.render", redact_data(out if args.only is None else out[args.only]))
         return EXIT_OK
 
-    def emit(text: str) -> None:  # what is shown, not what runs: no secret, no terminal control
+    def show(text: str) -> None:  # what is shown, not what runs: no secret, no terminal control
         sys.stdout.write(safe(text, keep_newlines=True))
 
     if args.only in ("argv", "bench"):
-        emit(shlex.join(out[args.only]) + "\n")
+        show(shlex.join(out[args.only]) + "\n")
         return EXIT_OK
     if args.only == "env":
         for key, value in out["env"].items():
-            emit(f"{key}={shlex.quote(value)}\n")
+            show(f"{key}={shlex.quote(value)}\n")
         return EXIT_OK
     if args.only in ("unit", "config"):
-        emit(out[args.only])
+        show(out[args.only])
         return EXIT_OK
-    emit(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})\n")
-    emit(" \\\n    ".join(_flag_lines(out["argv"])) + "\n")
-    emit("\n# environment\n")
+    show(f"# launch argv ({resolved.name}: {' -> '.join(resolved.chain)})\n")
+    show(" \\\n    ".join(_flag_lines(out["argv"])) + "\n")
+    show("\n# environment\n")
     for key, value in out["env"].items():
-        emit(f"{key}={shlex.quote(value)}\n")
+        show(f"{key}={shlex.quote(value)}\n")
     if not out["env"]:
-        emit("(none)\n")
-    emit("\n# systemd unit\n")
-    emit(out["unit"])
-    emit("\n# SGLang --config YAML\n")
-    emit(out["config"])
-    emit("\n# benchmark (bench_serving)\n")
-    emit(shlex.join(out["bench"]) + "\n")
+        show("(none)\n")
+    show("\n# systemd unit\n")
+    show(out["unit"])
+    show("\n# SGLang --config YAML\n")
+    show(out["config"])
+    show("\n# benchmark (bench_serving)\n")
+    show(shlex.join(out["bench"]) + "\n")
     return EXIT_OK
 
 
@@ -410,7 +407,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
                               fix="e.g. toolkit profile diff HEAD~1:glm5-tp8 glm5-tp8, or --since main")
     result = profile_diff(resolve_at(args.a, store), resolve_at(args.b, store))
     if args.json:
-        _print_json(redact_data(result.to_json()))
+        emit("profile.diff", redact_data(result.to_json()))
     else:
         sys.stdout.write(safe(result.render(), keep_newlines=True))
     return 1 if args.exit_code and result.changes else EXIT_OK
@@ -425,7 +422,7 @@ def _diff_since(args: argparse.Namespace, store: Any) -> int:
                               f"{args.since}:NAME NAME")
     changes = changes_since(args.since, store)
     if args.json:
-        _print_json([{**c.__dict__, "knobs": [k.__dict__ for k in c.knobs]} for c in changes])
+        emit("profile.changes", [{**c.__dict__, "knobs": [k.__dict__ for k in c.knobs]} for c in changes])
     else:
         print(f"profiles changed since {args.since}: {len(changes)}")
         for c in changes:
@@ -465,7 +462,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                              on_lock=on_lock, **({"index_url": args.index_url} if args.index_url else {}))
     mig = result.migration
     if args.json:
-        _print_json(
+        emit(
+            "profile.migrate",
             {
                 "profile": mig.name,
                 "from": mig.from_version,
@@ -546,10 +544,11 @@ def cmd_lock(args: argparse.Namespace) -> int:
                             index_url=args.index_url, check=args.check, profiles_dir=args.profiles_dir,
                             on_start=on_start, on_line=on_line)
     if args.json:
-        _print_json([{"sglang_version": o.sglang_version, "python": o.python, "status": o.status, "path": o.path,
-                      "packages": len(o.lock.entries) if o.lock else None, "duration_s": round(o.duration_s, 1),
-                      "refusal": o.refusal.__dict__ if o.refusal else None, "difference": list(o.difference)}
-                     for o in outcomes])
+        emit("profile.lock", [
+            {"sglang_version": o.sglang_version, "python": o.python, "status": o.status, "path": o.path,
+             "packages": len(o.lock.entries) if o.lock else None, "duration_s": round(o.duration_s, 1),
+             "refusal": o.refusal.__dict__ if o.refusal else None, "difference": list(o.difference)}
+            for o in outcomes])
     else:
         for o in outcomes:
             size = f"{len(o.lock.entries)} packages" if o.lock else ""

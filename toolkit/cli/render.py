@@ -5,7 +5,6 @@ tune's)."""
 
 from __future__ import annotations
 
-import json
 import textwrap
 from argparse import ArgumentParser
 from types import TracebackType
@@ -15,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from toolkit.cli.envelope import emit
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult, diff_text
 from toolkit.core.text import safe
 
@@ -160,7 +160,7 @@ def _verdict_line(verdict: dict[str, Any] | None) -> str:
 
 def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:
     if as_json:
-        print(json.dumps(summary, indent=2, sort_keys=True))
+        emit("apply", summary)
         return
     if summary["left_out"]:
         console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(summary['left_out'])}[/]")

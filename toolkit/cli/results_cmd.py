@@ -6,10 +6,10 @@ Thin: parse, call toolkit.app.record / toolkit.core.results, render (rich or --j
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import ToolkitError
 
 PROFILES_DIR_HELP = "where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the git repository here)"
@@ -71,9 +71,9 @@ def cmd_record(args: argparse.Namespace) -> int:
     outcome = record_run(args.dir, args.profile, args.profiles_dir, keep_last=args.keep_last)
     e = outcome.entry
     if args.json:
-        print(json.dumps({"profile": outcome.profile, "file": str(outcome.file), "action": outcome.action,
-                          "run_id": e.run_id, "dropped": outcome.dropped,
-                          "entry": e.model_dump(mode="json", by_alias=True, exclude_none=True)}, indent=2))
+        emit("results.record", {"profile": outcome.profile, "file": str(outcome.file), "action": outcome.action,
+                                "run_id": e.run_id, "dropped": outcome.dropped,
+                                "entry": e.model_dump(mode="json", by_alias=True, exclude_none=True)})
         return 0
     from rich.console import Console
 
@@ -116,7 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         from toolkit.core.results.comparable import workload
 
-        print(json.dumps({
+        emit("results.compare", {
             "groups": [{
                 "provenance": g.provenance.kind, "workload": workload(g.rows[0].entry).__dict__,
                 "throughput_kind": g.throughput_kind, "apart": g.apart,
@@ -129,7 +129,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 } for r in g.rows],
             } for g in groups],
             "no_results": missing,
-        }, indent=2))
+        })
         return 0
     from rich import box
     from rich.markup import escape

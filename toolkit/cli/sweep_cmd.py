@@ -7,9 +7,9 @@ the rankings. `--resume RUN` carries on where an interrupted sweep stopped.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -102,7 +102,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
                                           loop=sweep.loop(session, runner) if state.capacity else None)
     report_path = sweep.write_report(session)
     if args.json:
-        print(json.dumps(report.to_json(state), indent=1))
+        emit("sweep", report.to_json(state))
     else:
         _print_rankings(con, state)
     con.print(f"report: {report_path}")

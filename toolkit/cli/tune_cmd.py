@@ -7,8 +7,8 @@ Thin: parse, call toolkit.app.tune (whose runners, locks and checks are toolkit.
 from __future__ import annotations
 
 import argparse
-import json
 
+from toolkit.cli.envelope import emit
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -107,7 +107,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
             promoted_name = promoted[0].path.stem
     report_path = tune.write_report(session, promoted_name)
     if args.json:
-        print(json.dumps(report.to_json(state), indent=1))
+        emit("tune", report.to_json(state))
     else:
         for row in report.path_rows(state):
             con.print("  step " + " | ".join(row), markup=False, highlight=False)

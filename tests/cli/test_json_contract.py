@@ -1,0 +1,156 @@
+"""The `--json` contract: every command prints one envelope (`kind`, `schema_version`, `data`) through
+toolkit.cli.envelope, each kind's committed schema in docs/schemas/ is the one its types generate, and real output
+of the commands validates against it; a refusal is the "error" kind with a code, on stdout."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from toolkit.cli.envelope import SCHEMA_VERSIONS
+from toolkit.cli.main import main
+from toolkit.cli.schemas import DATA_TYPES, schema
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMAS = REPO / "docs" / "schemas"
+PROBE_RUN = REPO / "tests" / "fixtures" / "probe" / "h200-spin"
+LAB_RUN = REPO / "tests" / "results" / "fixtures" / "run-synthetic-tp8"
+
+
+def _validated(text: str, kind: str) -> Any:
+    """The envelope printed, checked against docs/schemas/KIND.schema.json as committed; its data."""
+    printed = json.loads(text)
+    committed = json.loads((SCHEMAS / f"{kind}.schema.json").read_text())
+    jsonschema.Draft202012Validator(committed).validate(printed)
+    assert printed["kind"] == kind and printed["schema_version"] == SCHEMA_VERSIONS[kind]
+    return printed["data"]
+
+
+def _run(capsys: pytest.CaptureFixture[str], argv: list[str], rc: int = 0) -> str:
+    capsys.readouterr()
+    assert main(argv) == rc
+    return capsys.readouterr().out
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> Path:
+    """The shipped profiles plus one lab entry in glm5-tp8, recorded through `results record --json`."""
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    return tmp_path / "profiles"
+
+
+def test_committed_schemas_are_the_generated_ones() -> None:
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "json_schemas.py"), "--check"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_kind_has_a_version_a_type_and_a_valid_schema() -> None:
+    assert set(SCHEMA_VERSIONS) == set(DATA_TYPES)
+    for kind in SCHEMA_VERSIONS:
+        jsonschema.Draft202012Validator.check_schema(schema(kind))
+
+
+def test_every_json_print_in_the_commands_goes_through_the_envelope() -> None:
+    """No command prints JSON of its own, and every kind a command emits is a versioned one."""
+    emitted: set[str] = set()
+    for path in sorted((REPO / "toolkit" / "cli").glob("*.py")):
+        if path.name in ("envelope.py", "schemas.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            owner = getattr(node.func, "value", None)
+            assert not (name in ("dump", "dumps") and isinstance(owner, ast.Name) and owner.id == "json"
+                        and _printed(node, path)), f"{path.name}:{node.lineno} prints JSON outside the envelope"
+            if name == "emit" and node.args:
+                kinds = [c.value for c in ast.walk(node.args[0]) if isinstance(c, ast.Constant)
+                         and isinstance(c.value, str)]
+                assert kinds, f"{path.name}:{node.lineno}: emit's kind is not a literal"
+                emitted.update(kinds)
+    assert emitted <= set(SCHEMA_VERSIONS), emitted - set(SCHEMA_VERSIONS)
+    assert set(SCHEMA_VERSIONS) - emitted == {"error"}  # every kind is emitted somewhere; errors by main
+
+
+def _printed(call: ast.Call, path: Path) -> bool:
+    """json.dump to stdout, or json.dumps whose text is printed (not a value passed on, e.g. into a table)."""
+    if call.func.attr == "dump":  # type: ignore[attr-defined]
+        return True
+    text = path.read_text().splitlines()[call.lineno - 1]
+    return "print(json.dumps" in text
+
+
+def test_profile_list(capsys: pytest.CaptureFixture[str], profiles: Path) -> None:
+    data = _validated(_run(capsys, ["profile", "list", "--json", "--profiles-dir", str(profiles)]), "profile.list")
+    assert {"glm5-baseline", "glm5-tp8"} <= {row["name"] for row in data}
+    (profiles / "broken.yaml").write_text("extends: [\n")
+    data = _validated(_run(capsys, ["profile", "list", "--json", "--profiles-dir", str(profiles)]), "profile.list")
+    assert next(row for row in data if row["name"] == "broken")["error"]
+
+
+def test_results_record_and_compare(capsys: pytest.CaptureFixture[str], profiles: Path, tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "run-synthetic-tp8"
+    shutil.copytree(LAB_RUN, run)
+    record = _validated(_run(capsys, ["results", "record", str(run), "--profile", "glm5-tp8", "--json",
+                                      "--profiles-dir", str(profiles)]), "results.record")
+    assert record["action"] == "added" and record["entry"]["run_id"] == record["run_id"]
+    data = _validated(_run(capsys, ["results", "compare", "all", "--json", "--profiles-dir", str(profiles)]),
+                      "results.compare")
+    assert [g["provenance"] for g in data["groups"]] == ["imported", "stand-in"]
+    assert data["groups"][1]["ranked"][0]["run_id"] == record["run_id"]
+
+
+@pytest.mark.parametrize("command", [
+    ["profile", "show", "glm5-tp8", "--json"],
+    ["profile", "show", "glm5-tp8", "--resolved", "--json"],
+    ["profile", "validate", "all", "--json"],
+    ["profile", "render", "glm5-tp8", "--json"],
+    ["profile", "render", "glm5-tp8", "--only", "argv", "--json"],
+    ["profile", "diff", "glm5-baseline", "glm5-tp8", "--json"],
+])
+def test_profile_commands(capsys: pytest.CaptureFixture[str], profiles: Path, command: list[str]) -> None:
+    printed = json.loads(_run(capsys, [*command, "--profiles-dir", str(profiles)]))
+    _validated(json.dumps(printed), printed["kind"])
+    assert printed["kind"].startswith("profile.")
+
+
+def test_probe_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    data = _validated(_run(capsys, ["probe", "replay", str(PROBE_RUN), "--json"]), "probe.replay")
+    assert data["dir"] == str(PROBE_RUN) and data["verdict"]["class"]
+
+
+def test_a_refusal_is_the_error_kind_on_stdout(capsys: pytest.CaptureFixture[str], profiles: Path) -> None:
+    data = _validated(_run(capsys, ["profile", "show", "nope", "--json", "--profiles-dir", str(profiles)], rc=2),
+                      "error")
+    assert data["code"] == "bad_input" and data["exit_code"] == 2 and "nope" in data["message"] and data["fix"]
+    data = _validated(_run(capsys, ["probe", "replay", str(profiles), "--json"], rc=2), "error")
+    assert data["code"] == "bad_input" and data["problems"]
+
+
+def test_a_usage_error_is_the_error_kind_too(capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(["profile", "lst", "--json"])
+    assert exit_.value.code == 2
+    data = _validated(capsys.readouterr().out, "error")
+    assert data["code"] == "usage" and "did you mean list?" in data["message"]
+
+
+def test_output_off_its_schema_is_refused() -> None:
+    """The contract can fail: a missing key, a wrong kind or another version does not validate."""
+    committed = json.loads((SCHEMAS / "results.compare.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(committed)
+    good = {"kind": "results.compare", "schema_version": 1, "data": {"groups": [], "no_results": []}}
+    validator.validate(good)
+    for bad in ({**good, "kind": "results.record"}, {**good, "schema_version": 2},
+                {**good, "data": {"groups": []}}):
+        assert not validator.is_valid(bad)

@@ -1,0 +1,190 @@
+"""The JSON Schema of every `--json` kind (docs/schemas/KIND.schema.json), generated from the types here.
+
+`scripts/json_schemas.py` rewrites docs/schemas/; `--check` exits 1 when a committed schema differs from the
+generated one (tests/cli/test_json_contract.py runs it). A kind's data is described by the type its command builds
+it from: the pydantic model where there is one (a results entry), else a TypedDict or dataclass written here or in
+core. A kind marked open (`dict[str, Any]`) promises its envelope only, until its data gets a type.
+
+Imported by the generator and the tests only, never by a command: `toolkit probe` runs where pydantic is not.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
+
+from toolkit.cli.envelope import SCHEMA_VERSIONS
+from toolkit.core.doctor import Check
+from toolkit.core.errors import Problem
+from toolkit.core.results.comparable import ProvenanceKind, Workload
+from toolkit.core.results.model import ResultsEntry
+
+Open = dict[str, Any]  # data not typed yet: the envelope is the promise
+
+
+class ProblemData(TypedDict):
+    message: str
+    file: str | None
+    line: int | None
+    field: str | None
+    fix: str | None
+    severity: str
+    rule_id: str | None
+
+
+class ErrorData(TypedDict):
+    code: Literal["bad_input", "failed", "interrupted", "usage", "error"]
+    exit_code: int
+    message: str
+    field: str | None
+    fix: str | None
+    problems: list[ProblemData]
+
+
+class ProfileRow(TypedDict):
+    name: str
+    extends: str | None
+    sglang_version: str | None
+    description: str
+
+
+class UnreadableProfileRow(TypedDict):
+    name: str
+    error: str
+
+
+class ResolvedProfileData(TypedDict):
+    name: str
+    file: str
+    chain: list[str]
+    spec: dict[str, Any]
+    origins: dict[str, str]  # knob path -> FILE:LINE
+
+
+class RankedRow(TypedDict):
+    profile: str
+    run_id: str
+    source: Literal["toolkit", "manual"]
+    stale: bool
+    provenance: ProvenanceKind
+    output_tok_per_s: float | None
+    throughput_kind: Literal["steady", "full"]
+    output_tok_per_j: float | None
+    rank_throughput: int | None
+    rank_tok_per_j: int | None
+    verdict: str | None
+
+
+class CompareGroup(TypedDict):
+    provenance: ProvenanceKind
+    workload: Workload
+    throughput_kind: Literal["steady", "full"]
+    apart: str | None  # why this group is not ranked with the first
+    ranked: list[RankedRow]
+
+
+class CompareData(TypedDict):
+    groups: list[CompareGroup]
+    no_results: list[str]  # profiles with no entry to compare
+
+
+class RecordData(TypedDict):
+    profile: str
+    file: str
+    action: Literal["added", "replaced", "unchanged"]
+    run_id: str
+    dropped: list[str]
+    entry: ResultsEntry
+
+
+# A verdict as toolkit.core.probe.verdict.Verdict.to_dict writes it ("class" is not a Python name).
+VerdictData = TypedDict("VerdictData", {
+    "schema_version": int,
+    "class": str,
+    "headline": str,
+    "confidence": float,
+    "confidence_label": Literal["high", "medium", "low"],
+    "basis": str,
+    "signals": list[str],
+    "disagreements": list[str],
+    "power_capped": bool | None,
+    "slow_gpu": int | None,
+    "evidence": dict[str, Any],
+    "next_steps": list[str],
+    "knob_steps": list[dict[str, Any]],
+    "mix": Any,
+    "phases": list[dict[str, Any]] | None,
+    "timeline": dict[str, Any] | None,
+    "window_mean": dict[str, Any] | None,
+    "per_gpu": dict[str, dict[str, Any]],
+    "data_source": str,
+})
+
+
+class ProbeData(TypedDict):
+    dir: str  # the run directory
+    data_source: str
+    verdict: VerdictData
+
+
+class RebootData(TypedDict):
+    duration_s: float
+    failed_units: list[str]
+
+
+# kind -> the type of its data. Every kind of toolkit.cli.envelope.SCHEMA_VERSIONS, no other.
+DATA_TYPES: dict[str, Any] = {
+    "apply": Open,
+    "doctor": list[Check],
+    "error": ErrorData,
+    "host.facts": Open,
+    "host.plan": Open,
+    "host.provision": Open,
+    "host.reproduce": Open,
+    "lab.reboot": RebootData,
+    "lab.state": Open,
+    "probe.replay": ProbeData,
+    "probe.run": ProbeData,
+    "profile.changes": list[Open],
+    "profile.diff": Open,
+    "profile.list": list[ProfileRow | UnreadableProfileRow],
+    "profile.lock": list[Open],
+    "profile.migrate": Open,
+    "profile.render": Any,  # every part (an object), or the one --only names (a list or a string)
+    "profile.resolved": ResolvedProfileData,
+    "profile.show": Open,
+    "profile.validate": dict[str, list[Problem]],
+    "results.compare": CompareData,
+    "results.record": RecordData,
+    "sweep": Open,
+    "tune": Open,
+}
+
+
+def schema(kind: str) -> dict[str, Any]:
+    """The envelope of `kind`, its data described by DATA_TYPES[kind] (its $defs lifted to the top, where the
+    data's references point)."""
+    data = TypeAdapter(DATA_TYPES[kind]).json_schema(mode="serialization")
+    defs = data.pop("$defs", None)
+    out: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"toolkit --json: {kind}",
+        "description": "docs/json.md: within a schema_version keys are only added",
+        "type": "object",
+        "required": ["kind", "schema_version", "data"],
+        "properties": {
+            "kind": {"const": kind},
+            "schema_version": {"const": SCHEMA_VERSIONS[kind]},
+            "data": data,
+        },
+    }
+    if defs:
+        out["$defs"] = defs
+    return out
+
+
+def text(kind: str) -> str:
+    return json.dumps(schema(kind), indent=2, sort_keys=True) + "\n"
