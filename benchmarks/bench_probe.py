@@ -40,13 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import contextlib
 
+from toolkit.core.probe.sampler import Row
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import dump_trace, parse_trace, trace_from_rows
 from toolkit.core.probe.verdict import judge
 
 
 def synthetic_trace_text(gpus: int = 8, seconds: float = 3600.0, hz: float = 10.0) -> str:
-    rows = []
+    rows: list[Row] = []
     n = int(seconds * hz)
     for i in range(n):
         t = i / hz
@@ -178,7 +179,7 @@ def _load_rate(timeline: list[list[float]], a: float, b: float) -> float | None:
     return (nb - na) / (b - a) if na is not None and nb is not None and b > a else None
 
 
-def _sample_energy_j(rows: list[dict[str, object]], a: float, b: float) -> float:
+def _sample_energy_j(rows: list[Row], a: float, b: float) -> float:
     """Trapezoid of one state's 20 ms power samples over [a, b], held flat to the bounds."""
     pts = sorted((float(r["t_s"]), float(r["power_sample_w"])) for r in rows  # type: ignore[arg-type]
                  if r.get("power_sample_w") is not None and a - 0.05 <= float(r["t_s"]) <= b + 0.05)  # type: ignore[arg-type]
@@ -220,7 +221,7 @@ def bench_fleet(phase: str, seconds: float, rounds: int, states: int = 8) -> dic
                 for i, g in enumerate(sampler._gpus):
                     g.index = i
                 sampler.bench_started(0.0)  # as `probe run` does: the counter read at the window's start edge
-            rows: list[dict[str, object]] = []
+            rows: list[Row] = []
             e_reads: list[tuple[float, float]] = []
             start = time.monotonic()
             c0, p0 = time.thread_time(), time.process_time()
@@ -228,7 +229,7 @@ def bench_fleet(phase: str, seconds: float, rounds: int, states: int = 8) -> dic
             while (now := time.monotonic()) - start < seconds:
                 if sampler is not None:
                     got = sampler.sample(now - t0)
-                    _write_rows(trace_f, got)  # type: ignore[arg-type]
+                    _write_rows(trace_f, got)
                     rows.extend(r for r in got if r["gpu"] == 0)
                 # The check's own counter reads around the window's middle (after the first drains, before the
                 # last second), in the off windows too: the baseline's loop does all the check does.
@@ -245,7 +246,7 @@ def bench_fleet(phase: str, seconds: float, rounds: int, states: int = 8) -> dic
                                     "main_thread_cpu_s": round(time.thread_time() - c0, 5)}
             if sampler is not None:
                 rest = sampler.finish(time.monotonic() - t0)
-                _write_rows(trace_f, rest)  # type: ignore[arg-type]
+                _write_rows(trace_f, rest)
                 rows.extend(r for r in rest if r["gpu"] == 0)
                 p1 = time.process_time()
                 cost = sampler.cost()
@@ -267,25 +268,25 @@ def bench_fleet(phase: str, seconds: float, rounds: int, states: int = 8) -> dic
     for w in windows:  # the load's rate over each window, 1 s in from each end
         w["load_rate_per_s"] = _load_rate(timeline, float(w["start_s"]) + 1.0,  # type: ignore[arg-type]
                                           float(w["end_s"]) - 1.0)  # type: ignore[arg-type]
-    on = [w for w in windows if w["sampler"]]
-    off = [w for w in windows if not w["sampler"]]
+    on_ws = [w for w in windows if w["sampler"]]
+    off_ws = [w for w in windows if not w["sampler"]]
 
     def med(ws: list[dict[str, object]], key: str) -> float | None:
         vs = [float(w[key]) for w in ws if w.get(key) is not None]  # type: ignore[arg-type]
         return round(statistics.median(vs), 5) if vs else None
 
     extra = [float(a["process_cpu_share"]) - float(b["process_cpu_share"])  # type: ignore[arg-type]
-             for a, b in zip(on, off, strict=True)]
-    rate_on, rate_off = med(on, "load_rate_per_s"), med(off, "load_rate_per_s")
+             for a, b in zip(on_ws, off_ws, strict=True)]
+    rate_on, rate_off = med(on_ws, "load_rate_per_s"), med(off_ws, "load_rate_per_s")
     return {
         "what": f"NVML sampler thread, {states} independent states on GPU 0, 50 Hz driver samples, under "
                 f"loads/gpu_phases.py {phase}; interleaved {seconds:g} s windows off/on, {rounds} rounds",
         "phase": phase,
-        "sampler_thread_cpu_share_median": med(on, "thread_cpu_share"),
-        "process_cpu_share_on_median": med(on, "process_cpu_share"),
-        "process_cpu_share_off_median": med(off, "process_cpu_share"),
+        "sampler_thread_cpu_share_median": med(on_ws, "thread_cpu_share"),
+        "process_cpu_share_on_median": med(on_ws, "process_cpu_share"),
+        "process_cpu_share_off_median": med(off_ws, "process_cpu_share"),
         "process_cpu_share_on_minus_off_median": round(statistics.median(extra), 5),
-        "energy_error_by_round": [w["energy"]["error"] for w in on],  # type: ignore[index]
+        "energy_error_by_round": [w["energy"]["error"] for w in on_ws],  # type: ignore[index]
         "load_rate_on_median": rate_on,
         "load_rate_off_median": rate_off,
         "load_rate_on_over_off": round(rate_on / rate_off, 5) if rate_on and rate_off else None,

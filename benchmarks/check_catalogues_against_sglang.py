@@ -158,7 +158,9 @@ def main() -> int:
     for item in args.parse:
         name, _, version = item.partition("@")
         wanted.setdefault(version, []).append((name, render_launch_argv(profiles.resolve(name))[3:]))
-    out: dict[str, object] = {"releases": {}, "parses": []}
+    releases_out: dict[str, object] = {}
+    parses_out: list[dict[str, object]] = []
+    out: dict[str, object] = {"releases": releases_out, "parses": parses_out}
     ok = True
     for version in sorted(set(releases) | set(wanted), key=sglang_catalogue.release_key):
         argvs = wanted.get(version, [])
@@ -167,12 +169,12 @@ def main() -> int:
         if catalogue is not None and version in releases:
             row = compare([f.to_json() for f in catalogue.flags], result["flags"])
             ok &= not (row["only_static"] or row["only_runtime"] or row["disagree"] or not row["same_order"])
-            out["releases"][version] = row  # type: ignore[index]
+            releases_out[version] = row
             print(f"{version}: {row['flags_static']} static / {row['flags_runtime']} runtime flags, "
                   f"{len(row['disagree'])} disagreements, same order {row['same_order']}, choices only at run time: "
                   f"{', '.join(row['choices_only_at_run_time']) or 'none'}", file=sys.stderr)
         for (name, _argv), parsed in zip(argvs, result["parses"], strict=True):
-            out["parses"].append({"profile": name, "release": version, **parsed})  # type: ignore[union-attr]
+            parses_out.append({"profile": name, "release": version, **parsed})
             print(f"{name} under SGLang {version}'s parser: {'parses' if parsed['ok'] else parsed['error']}",
                   file=sys.stderr)
             pinned = profiles.resolve(name).spec.engine.sglang_version

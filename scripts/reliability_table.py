@@ -35,7 +35,8 @@ def render(rows: dict[str, dict[str, object]]) -> str:
         area = str(item[1].get("area", ""))
         return (AREA_ORDER.index(area) if area in AREA_ORDER else len(AREA_ORDER), item[0])
 
-    out = [HEADER.rstrip("\n") + "\n", "| fault | what the user saw | what was recorded | what the next run did | test |",
+    out = [HEADER.rstrip("\n") + "\n",
+           "| fault | what the user saw | what was recorded | what the next run did | test |",
            "|---|---|---|---|---|"]
     for _key, row in sorted(rows.items(), key=order):
         test = f"`{row['test']}` ({row.get('date', '?')}, {row.get('commit', '?')})"

@@ -75,10 +75,6 @@ class PlaybookResult:
     def ok(self) -> bool:
         return self.rc == 0 and not self.failures
 
-    @property
-    def changed_total(self) -> int:
-        return sum(h.changed for h in self.hosts.values())
-
     def results_of(self, task: str) -> dict[str, Mapping[str, Any]]:
         """host -> module result of the task of this name that ran ok (for read-only report tasks)."""
         return {e.host: e.result for e in self.events if e.kind in ("ok", "changed") and e.task == task}

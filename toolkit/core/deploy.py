@@ -8,7 +8,6 @@ runs; the roles never re-render. This module only gathers those pieces and adds 
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,6 @@ from toolkit.core.profile.render import (
     systemd_word,
 )
 from toolkit.core.profile.resolve import ResolvedProfile
-
-# Where the service listens when the profile says nothing: SGLang's own default host, and the
-# port the story's bench command used (docs/story.md, the benchmark: --base-url http://localhost:8000).
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 30000
 
 # Server log lines that fail a deploy. The story's first days were NaN crashes in decode; SGLang's
 # sampler raises "Detected errors during sampling! NaN in the logits." and CUDA failures print
@@ -343,8 +337,3 @@ def build_extravars(
         "bench_probe_fetch_dir": fetch_dir,
         "bench_probe_toolkit_wheel_src": toolkit_wheel,
     }
-
-
-def shell_line(argv: Sequence[str]) -> str:
-    """argv as one copy-pasteable shell line (for summaries and docs)."""
-    return shlex.join(argv)

@@ -153,10 +153,6 @@ def headers_files(kver: str) -> dict[str, tuple[str, int]]:
                                            "signer in the stand-in module itself)\nexit 0\n", 0o755)}
 
 
-def kernel_files(kver: str) -> dict[str, tuple[str, int]]:
-    return _kernel_files(kver)
-
-
 # Real Proxmox kernel packages run the /etc/kernel/postinst.d hooks (dkms, initramfs-tools, ...).
 _KERNEL_POSTINST = 'if [ "$1" = configure ] && [ -d /etc/kernel/postinst.d ]; then\n' \
                    '  run-parts --verbose --exit-on-error --arg={kver} --arg=/boot/vmlinuz-{kver} ' \

@@ -108,10 +108,6 @@ def template_dir(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DI
     return cache_dir / f"template-{suite}-{key}"
 
 
-def template_path(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR) -> Path:
-    return template_dir(suite, cache_dir) / template.APPLIANCES[suite].file_name
-
-
 def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR,
                    mirror: str = plan.DEBIAN_MIRROR) -> Path:
     """Proxmox's standard template for `suite`, made the way dab makes it: the package selection

@@ -114,7 +114,6 @@ def failed_requests(completed: float | None, sent: int | None) -> int | None:
 # between the streamed chunks after the first, seconds), `output_lens` (0 for a failure), `errors` ("" when it
 # succeeded), `input_lens` and `generated_texts`. Its own p99_ttft_ms / p99_itl_ms / p99_e2e_latency_ms are
 # np.percentile over the same lists (successful requests only; the ITL list is every gap of every request).
-DETAIL_KEYS = ("ttfts", "itls")
 LATENCY_QUANTILES = (50.0, 90.0, 95.0, 99.0)
 
 

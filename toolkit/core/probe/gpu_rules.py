@@ -26,8 +26,6 @@ SCHEDULER_CAPPED = "scheduler-capped"
 KV_BOUND = "kv-bound"
 CLIENT = "client-bound"
 OVERLOADED = "overloaded"
-CLASSES = (COMPUTE, MEMORY, WAITING, LAUNCH, THROTTLED, IMBALANCED, NO_LOAD, FAILED, MIXED,
-           HOST, INTERMITTENT, SCHEDULER_CAPPED, KV_BOUND, CLIENT, OVERLOADED)
 # States of one interval only (a run is never judged to be one): nothing ran; busy and idle inside one interval.
 IDLE = "idle"
 ON_OFF = "on-off"

@@ -61,10 +61,6 @@ REASON_BITS: dict[int, str] = {
 }
 
 
-def decode_reasons(mask: int) -> list[str]:
-    return [name for bit, name in REASON_BITS.items() if mask & bit]
-
-
 @dataclass
 class GpuSeries:
     """One GPU's samples as columns (parallel lists); None = unavailable."""

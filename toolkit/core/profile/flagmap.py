@@ -133,7 +133,6 @@ SERVER_KNOBS: tuple[Knob, ...] = (
     Knob("radix_cache", "--disable-radix-cache", "false"),
     Knob("enable_metrics", "--enable-metrics", "true"),
 )
-KNOBS_BY_FIELD = {k.field: k for k in SERVER_KNOBS}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.model import RESULTS_MARKER
 
 Path = tuple[str | int, ...]
@@ -465,7 +465,3 @@ class _Builder:
             raise self.refuse(node, (*path, shown), f"the key {key!r} holds U+{ord(hidden):04X}, a character that "
                               "does not show or drives the terminal", "write the key in plain text")
         return key
-
-
-def problem_at(source: ProfileSource, path: Path, message: str, fix: str, severity: str = "error") -> Problem:
-    return Problem(message, file=source.file, line=source.line_of(path), field=dotted(path), fix=fix, severity=severity)

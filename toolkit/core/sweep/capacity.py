@@ -397,15 +397,6 @@ def slo_ratio(check: SloCheck | None) -> float | None:
     return None if b is None else b.ratio
 
 
-def check_at(state: SweepState, v: VariantState, rate: float) -> SloCheck | None:
-    """The variant's SLO check at one rate it was measured at (the median of its runs there)."""
-    assert state.capacity is not None
-    for rp in rate_points(v, CapacityParams.of(state.capacity).slo):
-        if rp.rate == rate:
-            return rp.check
-    return None
-
-
 def measure_all(state: SweepState, base_spec: Mapping[str, Any], run_variant: RunVariant, *,
                 save: Callable[[SweepState], None], clock: Callable[[], float],
                 on_progress: Callable[[Progress], None] = lambda _p: None, budget: int | None = None) -> bool:

@@ -58,10 +58,6 @@ class WithinRun:
     se: float  # standard error of the mean
     batches: int
 
-    @property
-    def half_width(self) -> float:
-        return t975(self.batches - 1) * self.se
-
 
 def within_run(intervals: Sequence[float], interval_s: float | None, batch_s: float = BATCH_S) -> WithinRun | None:
     """Batch means over the per-interval series; None when it holds fewer than MIN_BATCHES batches."""

@@ -142,10 +142,6 @@ def get_path(spec: Mapping[str, Any], path: str) -> Any:
     return node
 
 
-def has_path(spec: Mapping[str, Any], path: str) -> bool:
-    return get_path(spec, path) is not _MISSING
-
-
 def set_path(spec: dict[str, Any], path: str, value: Scalar) -> None:
     """Set a dotted path in place, creating the mappings on the way."""
     parts = path.split(".")
