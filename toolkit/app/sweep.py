@@ -35,25 +35,32 @@ from toolkit.core.sweep.variants import parse_axes, plan
 
 
 @dataclass
-class SweepRequest:
+class MeasureRequest:
+    """What a sweep and a tune are both asked: the base, the load, the budget, how each point is measured (the
+    runner, its hosts and limits) and the capacity search."""
+
     profile: str | None = None
-    vary: list[str] = field(default_factory=list)
     concurrency: str | None = None
     budget: int | None = None
     resume: str | None = None
     show: str | None = None
-    retry_failed: bool = False
     runner: str = "apply"
     inventory: str | None = None
     wait: bool = True
     num_prompts: int | None = None
     point_timeout_s: float = 1800.0
     profiles_dir: str | None = None
-    sweeps_dir: str | None = None
-    slo: str | None = None  # a capacity search per variant (goodput, and tokens per joule at that rate)
-    rate_start: float | None = None
+    slo: str | None = None  # a capacity search per variant (a tune's default: the profile's bench.slo)
+    rate_start: float | None = None  # the first Poisson rate (else found from a closed-loop run)
     rate_tolerance_pct: float = 4.0
     max_rounds: int = 10
+
+
+@dataclass
+class SweepRequest(MeasureRequest):
+    vary: list[str] = field(default_factory=list)
+    retry_failed: bool = False
+    sweeps_dir: str | None = None
 
 
 @dataclass

@@ -38,26 +38,11 @@ from toolkit.core.tune.loop import (
 
 
 @dataclass
-class TuneRequest:
-    profile: str | None = None
+class TuneRequest(sweep.MeasureRequest):
     objective: str = "throughput"
-    budget: int | None = None
-    concurrency: str | None = None
     repeats: int = DEFAULT_REPEATS
     min_gain_pct: float = DEFAULT_MIN_GAIN_PCT
-    resume: str | None = None
-    show: str | None = None
-    runner: str = "apply"
-    inventory: str | None = None
-    wait: bool = True
-    num_prompts: int | None = None
-    point_timeout_s: float = 1800.0
-    profiles_dir: str | None = None
     tunes_dir: str | None = None
-    slo: str | None = None  # --slo ttft_p99_ms=3000,itl_p99_ms=100 (else the profile's bench.slo)
-    rate_start: float | None = None  # the base's first Poisson rate (else found from a closed-loop run)
-    rate_tolerance_pct: float = 4.0
-    max_rounds: int = 10
     max_repeats: int = DEFAULT_MAX_REPEATS
     max_goodput_loss_pct: float = DEFAULT_MAX_GOODPUT_LOSS_PCT
 

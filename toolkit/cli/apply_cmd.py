@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from toolkit.cli.options import inventory_option, profiles_dir_option
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="apply_command", metavar="SUBCOMMAND")
@@ -18,14 +20,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "optionally probe (benchmark + GPU power) and record the result into the profile.",
     )
     p.add_argument("name", help="profile name (profiles/NAME.yaml)")
-    p.add_argument("-i", "--inventory",
-                   help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    inventory_option(p)
     p.add_argument("--limit", help="only these hosts (Ansible --limit pattern); a profile's power limit still "
                    "runs on their Proxmox hosts, which join the limit")
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change")
     p.add_argument("--probe", action="store_true", help="after the deploy, run the probe with the profile's bench")
     p.add_argument("--record", action="store_true", help="record the probe's results into the profile (needs --probe)")
-    p.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
+    profiles_dir_option(p)
     p.add_argument("--runs-dir", default=os.environ.get("TOOLKIT_RUNS_DIR", "runs"),
                    help="where fetched run artifacts go on this machine (default: ./runs)")
     p.add_argument("--num-prompts", type=int, default=None, metavar="N",

@@ -10,13 +10,13 @@ import argparse
 from dataclasses import asdict
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import inventory_option
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("host", help="inventory name of the Proxmox host")
-    parser.add_argument("-i", "--inventory",
-                        help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    inventory_option(parser)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.set_defaults(func=run_doctor)
 

@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import inventory_option
 from toolkit.core.errors import EXIT_OK, ToolkitError
 
 
@@ -23,8 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Run playbooks/facts.yml (read-only) against HOST and print what the plan reads of it.",
     )
     facts.add_argument("host", help="inventory name of the Proxmox host")
-    facts.add_argument("-i", "--inventory",
-                       help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    inventory_option(facts)
     facts.add_argument("--json", action="store_true", help="print the facts as JSON")
     facts.set_defaults(func=run_facts)
 
@@ -38,8 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     plan.add_argument("host", help="inventory name of the Proxmox host")
     plan.add_argument("--profile", help="the profile to plan for (profiles/NAME.yaml); without it, the host only")
-    plan.add_argument("-i", "--inventory",
-                      help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    inventory_option(plan)
     plan.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",
                       help="a role variable as provision would get it (YAML value), e.g. a driver pin; repeatable")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -70,8 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-i", "--inventory",
-                   help="Ansible inventory (default: $TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
+    inventory_option(p)
     p.add_argument("--check", action="store_true", help="Ansible check mode: report what would change, change nothing")
     p.add_argument("--diff", action="store_true", help="print each changed task's diff (files, packages) under it")
     p.add_argument("-e", "--extra-var", action="append", default=[], metavar="KEY=VALUE",

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import profiles_dir_option
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_OK, ToolkitError
 
 
@@ -20,11 +21,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
-        p.add_argument(
-            "--profiles-dir",
-            metavar="DIR",
-            help="where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the git repository here)",
-        )
+        profiles_dir_option(p)
         return p
 
     p = add("list", "list the profiles with what they extend and their pinned SGLang")

@@ -1,12 +1,10 @@
 """What several commands show alike: live progress of a playbook run (`PlaybookProgress.on_event` is
 run_playbook's on_event) and of a sweep's or tune's points (`MeasureProgress.on_progress`), the per-host tables
-of a playbook and of an apply, the line for a promoted profile, and the capacity search's options (a sweep's and a
-tune's)."""
+of a playbook and of an apply, and the line for a promoted profile."""
 
 from __future__ import annotations
 
 import textwrap
-from argparse import ArgumentParser
 from types import TracebackType
 from typing import Any
 
@@ -187,18 +185,6 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
         console.print(rec.get("skipped") or "recorded: " + "; ".join(
             f"{host}: {what}" for host, what in sorted((rec.get("recorded") or {}).items())), highlight=False)
     console.print(f"artifacts: {summary['artifacts_dir']}")
-
-
-def capacity_arguments(parser: ArgumentParser, *, who: str) -> None:
-    """--slo, --rate-start, --rate-tolerance-pct, --max-rounds: the capacity search's options (docs/tune.md, "The
-    capacity search"); `who` says whose first rate --rate-start gives ("the base's" or "each variant's")."""
-    parser.add_argument("--slo", help="the latency bounds, p99 in ms, any of ttft_p99_ms, itl_p99_ms, e2e_p99_ms, "
-                        "e.g. ttft_p99_ms=3000,itl_p99_ms=100: search the highest Poisson request rate that meets them")
-    parser.add_argument("--rate-start", type=float, help=f"{who} first request rate (req/s) of the capacity search "
-                        "(default: 0.7 x the rate a closed-loop run completes)")
-    parser.add_argument("--rate-tolerance-pct", type=float, default=4.0, help="a capacity search stops when its "
-                        "bracket is this narrow (or the noise band, if wider); default 4")
-    parser.add_argument("--max-rounds", type=int, default=10, help="rates per variant's capacity search (default 10)")
 
 
 def figure_column(table: Table, name: str, cells: list[str]) -> None:

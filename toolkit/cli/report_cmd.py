@@ -9,6 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from toolkit.cli.options import profiles_dir_option
 from toolkit.core.errors import ToolkitError
 
 STDOUT = "-"
@@ -23,8 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "standard output, without plots; the default without --html)")
     parser.add_argument("--run", type=Path, metavar="DIR",
                         help="take the plots from this probe run directory (default: the latest entry's artifacts)")
-    parser.add_argument("--profiles-dir", metavar="DIR",
-                        help="where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the repository)")
+    profiles_dir_option(parser)
     parser.set_defaults(func=cmd_report)
 
 

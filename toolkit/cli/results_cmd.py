@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import profiles_dir_option
 from toolkit.core.errors import ToolkitError
-
-PROFILES_DIR_HELP = "where profiles live (default: $TOOLKIT_PROFILES_DIR, else profiles/ of the git repository here)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -26,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     rec.add_argument("--profile", required=True, metavar="NAME", help="the profile the run measured")
     rec.add_argument("--keep-last", type=int, default=None, metavar="N",
                      help="keep the newest N toolkit entries (default: the block's keep_last, 10)")
-    rec.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    profiles_dir_option(rec)
     rec.add_argument("--json", action="store_true", help="machine-readable output")
     rec.set_defaults(func=cmd_record)
 
@@ -40,7 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cmp_.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names, or `all`")
     cmp_.add_argument("--all", action="store_true", help="every entry of each profile, not only the latest of each "
                       "provenance and workload")
-    cmp_.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    profiles_dir_option(cmp_)
     cmp_.add_argument("--json", action="store_true", help="machine-readable output")
     cmp_.set_defaults(func=cmd_compare)
 
@@ -48,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                          description="Older results blocks are migrated on every read; this writes the migrated "
                          "block back (atomically; the author's text is untouched).")
     mig.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names, or `all`")
-    mig.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    profiles_dir_option(mig)
     mig.set_defaults(func=cmd_migrate)
 
 

@@ -10,11 +10,11 @@ import argparse
 from typing import Any
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import capacity_arguments, measure_fields, measure_options
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from toolkit.cli.render import capacity_arguments
 
     parser.add_argument("profile", nargs="?", help="base profile name (profiles/NAME.yaml); not needed with --resume")
     parser.add_argument(
@@ -39,22 +39,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     # --slo: each variant's capacity (adds the goodput ranking; tokens per joule is then at that rate)
     capacity_arguments(parser, who="each variant's")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
-    parser.add_argument(
-        "--runner",
-        default="apply",
-        help="apply (default: `toolkit apply profile VARIANT --probe` per point), recorded:FILE (replay a table of "
-        "recorded results in-process; no host is touched), or a runner an installed package provides (the lab's "
-        "engine-model: its engine model in-process, simulated, seconds per grid)",
-    )
-    parser.add_argument("-i", "--inventory", help="Ansible inventory for the apply runner (default: "
-                        "$TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
-    parser.add_argument("--no-wait", action="store_true",
-                        help="refuse at once when another toolkit apply or sweep holds a target host "
-                        "(default: wait for it, naming the holder)")
-    parser.add_argument("--num-prompts", type=int, help="prompts of each measurement instead of the profile's "
-                        "(apply's --num-prompts; the lab's inventory makes it 160 by default)")
-    parser.add_argument("--point-timeout-s", type=float, default=1800.0, help="apply + probe of one point (s)")
-    parser.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
+    measure_options(parser)
     parser.add_argument("--sweeps-dir", help="where sweep runs live (default: TOOLKIT_SWEEPS_DIR or ./runs/sweeps)")
     parser.add_argument("--json", action="store_true", help="print the rankings as JSON")
     parser.set_defaults(func=run_sweep_cmd)
@@ -63,12 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _request(args: argparse.Namespace) -> Any:
     from toolkit.app.sweep import SweepRequest
 
-    return SweepRequest(profile=args.profile, vary=args.vary, concurrency=args.concurrency, budget=args.budget,
-                        resume=args.resume, show=args.show, retry_failed=args.retry_failed, runner=args.runner,
-                        inventory=args.inventory, wait=not args.no_wait, num_prompts=args.num_prompts,
-                        point_timeout_s=args.point_timeout_s, profiles_dir=args.profiles_dir,
-                        sweeps_dir=args.sweeps_dir, slo=args.slo, rate_start=args.rate_start,
-                        rate_tolerance_pct=args.rate_tolerance_pct, max_rounds=args.max_rounds)
+    return SweepRequest(**measure_fields(args), vary=args.vary, retry_failed=args.retry_failed,
+                        sweeps_dir=args.sweeps_dir)
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:

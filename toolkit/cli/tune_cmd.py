@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import capacity_arguments, measure_fields, measure_options
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from toolkit.cli.render import capacity_arguments
     from toolkit.core.tune.loop import (
         DEFAULT_MAX_GOODPUT_LOSS_PCT,
         DEFAULT_MAX_REPEATS,
@@ -46,18 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show", metavar="RUN", help="print tune RUN's path and write its report; measure nothing")
     parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
     parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
-    parser.add_argument("--runner", default="apply", help="apply (default: `toolkit apply profile VARIANT --probe` "
-                        "per point), recorded:FILE, or a runner an installed package provides (the lab's "
-                        "engine-model: its engine model in-process, simulated)")
-    parser.add_argument("-i", "--inventory", help="Ansible inventory for the apply runner (default: "
-                        "$TOOLKIT_INVENTORY, else the lab's inventory/lab.yml)")
-    parser.add_argument("--num-prompts", type=int, help="prompts of each measurement instead of the profile's "
-                        "(apply's --num-prompts; the lab's inventory makes it 160 by default, which keeps the demand "
-                        "near 150 requests)")
-    parser.add_argument("--no-wait", action="store_true", help="refuse at once when another apply, sweep or tune "
-                        "holds a target host")
-    parser.add_argument("--point-timeout-s", type=float, default=1800.0, help="apply + probe of one point (s)")
-    parser.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
+    measure_options(parser)
     parser.add_argument("--tunes-dir", help="where tune runs live (default: TOOLKIT_TUNES_DIR or ./runs/tunes)")
     parser.add_argument("--json", action="store_true", help="print the path and the rankings as JSON")
     parser.set_defaults(func=run_tune_cmd)
@@ -70,13 +59,8 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     from toolkit.core.tune import report
 
     con = stderr_console()
-    req = TuneRequest(profile=args.profile, objective=args.objective, budget=args.budget,
-                      concurrency=args.concurrency, repeats=args.repeats, min_gain_pct=args.min_gain_pct,
-                      resume=args.resume, show=args.show, runner=args.runner, inventory=args.inventory,
-                      wait=not args.no_wait, num_prompts=args.num_prompts, point_timeout_s=args.point_timeout_s,
-                      profiles_dir=args.profiles_dir, tunes_dir=args.tunes_dir, slo=args.slo,
-                      rate_start=args.rate_start, rate_tolerance_pct=args.rate_tolerance_pct,
-                      max_rounds=args.max_rounds, max_repeats=args.max_repeats,
+    req = TuneRequest(**measure_fields(args), objective=args.objective, repeats=args.repeats,
+                      min_gain_pct=args.min_gain_pct, tunes_dir=args.tunes_dir, max_repeats=args.max_repeats,
                       max_goodput_loss_pct=args.max_goodput_loss_pct)
     session = tune.open_session(req)
     state = session.state
