@@ -4,24 +4,25 @@ Two runs that need the same entry on a cold machine (CI's two test shards, each 
 applies from two checkouts) would otherwise build it in the same `.building` path, and the second one's
 clean start removes the first one's half-made files (seen in CI: the stand-in installer's tar "Cannot open"
 its payload, whose directory the other shard had just removed). The lock is flock(2) on `.<entry>.lock`
-beside the entry, so a builder killed however it is killed frees it at once. `build_once` checks for a
-finished entry, takes the lock, and checks again before building: the waiter finds the other's finished entry.
+beside the entry (toolkit.adapters.file_lock), so a builder killed however it is killed frees it at once.
+`build_once` checks for a finished entry, takes the lock, and checks again before building: the waiter finds the
+other's finished entry.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from toolkit.adapters import file_lock
 
 
 @contextlib.contextmanager
 def building(entry: Path) -> Iterator[None]:
     """Held while `entry` (a cache directory or file) is built; waits for another builder of it."""
     entry.parent.mkdir(parents=True, exist_ok=True)
-    with open(entry.parent / f".{entry.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock.held(entry.parent / f".{entry.name}.lock"):
         yield
 
 

@@ -21,7 +21,6 @@ a network file system without flock, and Ansible runs started by hand.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolkit.adapters import file_lock
 from toolkit.core.errors import ToolkitError
 
 LOCK_TOKEN_ENV = "TOOLKIT_HOST_LOCK_TOKEN"
@@ -160,9 +160,7 @@ def _acquire(
     """(fd holding the lock, or None when re-entered under the inherited token; the stale holder taken over)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not file_lock.lock(fd, wait=False):
             holder = read_holder(path)
             if inherited and holder is not None and holder.token == inherited:
                 os.close(fd)
@@ -178,7 +176,7 @@ def _acquire(
                 ) from None
             on_message(f"host {name} is in use by {who}: waiting for it (Ctrl-C to give up)")
             started = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            file_lock.lock(fd)
             on_message(f"host {name} is free after {time.monotonic() - started:.1f} s")
         stale = read_holder(path)
         took_over = stale.describe() if stale is not None else ""

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import fcntl
 import os
 import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from toolkit.adapters import file_lock
 from toolkit.adapters.files import os_fix, os_reason, read_capped, write_atomic
 from toolkit.adapters.sglang_catalogue import load_catalogue
 from toolkit.core.errors import Problem, ToolkitError
@@ -69,23 +69,10 @@ def profile_lock(path: Path) -> Iterator[None]:
     """Exclusive lock on the profile file itself, so two recorders (parallel sweeps, several hosts) never
     both read the old block and the second write drops the first entry.
 
-    The lock is on the inode; a writer replaces the inode, so after acquiring we check that the path
-    still names the inode we locked, and lock again if it moved on.
+    The lock is on the inode, and a writer replaces the inode: file_lock.held follows it.
     """
-    while True:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.fstat(fd).st_ino == os.stat(path).st_ino:
-                break
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-    try:
+    with file_lock.held(path, replaced=True):
         yield
-    finally:
-        os.close(fd)  # closing releases the lock
 
 
 def _is_file(path: Path) -> bool:

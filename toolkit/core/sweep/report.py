@@ -205,19 +205,32 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
             ],
         ),
     ]
-    if state.capacity is not None:
-        parts += ["", "## Capacity under the SLO, per variant", "",
-                  _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
-                             "capacity req/s", "goodput tok/s", "tok/J", "J/tok", "search"], capacity_rows(state))]
-    missing = not_measured_rows(state)
-    if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
+    parts += capacity_section(state)
+    parts += not_ranked_section(state)
     mark = data_watermark(sources)
     if plots and mark:
         parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"
+
+
+def capacity_section(state: SweepState, interval_of: Callable[[VariantState], Any] | None = None) -> list[str]:
+    """The report's "Capacity under the SLO" section, a sweep's and a tune's alike (none without a capacity
+    search); with `interval_of`, goodput with its interval."""
+    if state.capacity is None:
+        return []
+    goodput = "goodput tok/s [to the rate missed]" if interval_of is not None else "goodput tok/s"
+    return ["", "## Capacity under the SLO, per variant", "",
+            _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)", "capacity req/s",
+                       goodput, "tok/J", "J/tok", "search"], capacity_rows(state, interval_of=interval_of))]
+
+
+def not_ranked_section(state: SweepState) -> list[str]:
+    """The report's "Not ranked" section: each variant or point with no figure to rank, and why (none when every
+    one has)."""
+    missing = not_measured_rows(state)
+    return ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)] if missing else []
 
 
 def capacity_rows(state: SweepState, interval_of: Callable[[VariantState], Any] | None = None) -> list[list[str]]:

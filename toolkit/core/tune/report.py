@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from toolkit.core.sweep import capacity
-from toolkit.core.sweep.report import _md_table, capacity_rows, data_watermark, not_measured_rows, ranking_sections
+from toolkit.core.sweep.report import (
+    _md_table,
+    capacity_section,
+    data_watermark,
+    not_ranked_section,
+    ranking_sections,
+)
 from toolkit.core.sweep.state import SweepState
 from toolkit.core.tune.loop import at_score, change_text, score, unit, variant_interval
 
@@ -173,18 +179,12 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
     if log.get("failed_directions"):
         parts += ["", "## Directions not proposed again (a variant failed)", ""]
         parts += [f"- `{f['knob']}` {f['direction']} ({f['variant']}): {f['reason']}" for f in log["failed_directions"]]
-    if state.capacity is not None:
-        parts += ["", "## Capacity under the SLO, per variant", "",
-                  _md_table(["variant", "knobs", "power limit W", "rates tried (req/s; + met, - missed)",
-                             "capacity req/s", "goodput tok/s [to the rate missed]", "tok/J", "J/tok", "search"],
-                            capacity_rows(state, interval_of=lambda v: variant_interval(state, log, v)
-                                          if log.get("objective") == "goodput" else None))]
-        if plots_frontier:
-            parts += ["", f"![throughput against p99 latency, SLO lines, J/token]({plots_frontier})"]
+    parts += capacity_section(state, interval_of=lambda v: variant_interval(state, log, v)
+                              if log.get("objective") == "goodput" else None)
+    if state.capacity is not None and plots_frontier:
+        parts += ["", f"![throughput against p99 latency, SLO lines, J/token]({plots_frontier})"]
     parts += ["", *ranking_sections(state, "Every measured variant, ranked by steady-state output throughput")]
-    missing = not_measured_rows(state)
-    if missing:
-        parts += ["", "## Not ranked", "", _md_table(["variant", "knobs", "why"], missing)]
+    parts += not_ranked_section(state)
     return "\n".join(parts) + "\n"
 
 
