@@ -68,18 +68,14 @@ def synthetic_trace_text(gpus: int = 8, seconds: float = 3600.0, hz: float = 10.
 
 def _replay_once(text: str, run: dict[str, object], *, stdlib: bool) -> tuple[float, dict[str, object]]:
     """parse_trace + summarize + judge of the text: (seconds, verdict dict)."""
-    import os
+    from toolkit.core.probe import columnar
 
-    if stdlib:
-        os.environ["TOOLKIT_PROBE_STDLIB"] = "1"
-    try:
+    with columnar.list_path() if stdlib else contextlib.nullcontext():
         t0 = time.perf_counter()
         trace = parse_trace(text, "synthetic.csv")
         summary = summarize(trace, run, {})
         verdict = judge(summary, {}, {})
         return time.perf_counter() - t0, verdict.to_dict()
-    finally:
-        os.environ.pop("TOOLKIT_PROBE_STDLIB", None)
 
 
 def bench_replay(repeats: int) -> dict[str, object]:

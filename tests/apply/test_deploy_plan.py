@@ -187,12 +187,17 @@ def test_exec_line_keeps_the_api_key_variable_for_systemd() -> None:
     assert '"a b$$c%%d"' in line  # systemd would expand $ and % otherwise
 
 
-def test_missing_patch_file_is_refused_before_anything_runs(store: ProfileStore, tmp_path: Path) -> None:
-    resolved = store.resolve("glm5-tp8")
+def test_missing_patch_file_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """The check every use case starts with (apply's first step) refuses it, naming the field and the fix."""
+    import shutil
+
+    from toolkit.app.profiles import resolve_checked
+
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles", ignore=shutil.ignore_patterns("patches"))
     with pytest.raises(ToolkitError) as err:
-        deploy.inputs_from_resolved(resolved, repo_root=tmp_path)  # no profiles/patches/ there
+        resolve_checked("glm5-tp8", str(tmp_path / "profiles"))  # no profiles/patches/ there
     (problem,) = err.value.problems
-    assert problem.field == "engine.patches[0].patch" and problem.fix
+    assert problem.field == "engine.patches.0.patch" and "does not exist" in problem.message and problem.fix
 
 
 def _two_node(store: ProfileStore) -> ResolvedProfile:

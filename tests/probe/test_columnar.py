@@ -1,6 +1,6 @@
 """The numpy path (core/probe/columnar.py) against the list path on every committed probe recording: the same
 summary (to float rounding) and the same verdict. The list path is what runs where numpy is missing (the GPU
-box's python may lack it); TOOLKIT_PROBE_STDLIB=1 forces it."""
+box's python may lack it); columnar.list_path() forces it."""
 
 from __future__ import annotations
 
@@ -36,12 +36,11 @@ def _close(a: Any, b: Any, path: str = "") -> list[str]:
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
 @pytest.mark.parametrize("name", RUNS)
-def test_numpy_and_list_paths_agree_on_every_recording(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOOLKIT_PROBE_STDLIB", "1")
-    slow_run = load_run(FIX / name)
-    assert not isinstance(slow_run.trace.gpus[min(slow_run.trace.gpus)].values, columnar.ColumnValues)
-    slow_summary, slow_verdict = judge_run(slow_run)
-    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB")
+def test_numpy_and_list_paths_agree_on_every_recording(name: str) -> None:
+    with columnar.list_path():
+        slow_run = load_run(FIX / name)
+        assert not isinstance(slow_run.trace.gpus[min(slow_run.trace.gpus)].values, columnar.ColumnValues)
+        slow_summary, slow_verdict = judge_run(slow_run)
     fast_run = load_run(FIX / name)
     fast_summary, fast_verdict = judge_run(fast_run)
     if "interrupted" not in name:  # a .partial trace of a cut run may end mid-line: the list path reads it
@@ -53,8 +52,7 @@ def test_numpy_and_list_paths_agree_on_every_recording(name: str, monkeypatch: p
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
+def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges() -> None:
     run = load_run(FIX / "h200c-compute-10hz")
     s = run.trace.gpus[0]
     power = s.values["power_w"]  # materialised as a list: callers may edit it
@@ -65,8 +63,7 @@ def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges(monkeypatch: py
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_malformed_text_falls_back_to_the_list_path_and_names_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
+def test_malformed_text_falls_back_to_the_list_path_and_names_the_line() -> None:
     text = (FIX / "h200e-spin" / "trace.csv").read_text()
     lines = text.split("\n")
     lines[40] = lines[40].replace(",", ",x", 1)
@@ -78,8 +75,7 @@ def test_malformed_text_falls_back_to_the_list_path_and_names_the_line(monkeypat
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_error_cells_survive_the_numpy_parse(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB", raising=False)
+def test_error_cells_survive_the_numpy_parse() -> None:
     text = dump_trace(load_run(FIX / "h200e-launch").trace)
     lines = text.split("\n")
     lines[10] = lines[10] + "GPU is lost"
@@ -89,7 +85,7 @@ def test_error_cells_survive_the_numpy_parse(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")
-def test_columns_empty_on_every_row_are_cut_not_parsed_with_the_same_values(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_columns_empty_on_every_row_are_cut_not_parsed_with_the_same_values() -> None:
     # The seed-shaped synthetic trace has no GPM and no driver samples: its rows end in empty cells, which the
     # numpy path cuts before parsing. Rows with more empty cells than the first, and a malformed row after the
     # cut, must read as the list path reads them.
@@ -102,9 +98,8 @@ def test_columns_empty_on_every_row_are_cut_not_parsed_with_the_same_values(monk
     cells[-k:] = [""] * k  # a row emptier than the first: its last numbers are gone
     lines[body[5]] = ",".join(cells)
     edited = "\n".join(lines)
-    monkeypatch.setenv("TOOLKIT_PROBE_STDLIB", "1")
-    slow = parse_trace(edited, "t.csv")
-    monkeypatch.delenv("TOOLKIT_PROBE_STDLIB")
+    with columnar.list_path():
+        slow = parse_trace(edited, "t.csv")
     fast = parse_trace(edited, "t.csv")
     assert isinstance(fast.gpus[0].values, columnar.ColumnValues)  # the numpy path took it
     for g, s in slow.gpus.items():

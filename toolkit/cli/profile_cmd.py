@@ -571,20 +571,16 @@ def cmd_catalogue(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from toolkit.adapters import sglang_catalogue
+    from toolkit.app.catalogue import regenerate
 
-    console = Console(stderr=True)
+    wheel = Path(args.wheel) if args.wheel else None
+    out_dir = Path(args.out_dir) if args.out_dir else None
     if args.from_installed:
-        catalogue = sglang_catalogue.from_installed()
-        out_dir = Path(args.out_dir) if args.out_dir else sglang_catalogue.DATA_DIR
-        path, catalogue = sglang_catalogue.store(catalogue, out_dir)
+        path, catalogue = regenerate(None, from_installed=True, out_dir=out_dir)
     else:
-        with console.status(f"reading SGLang {args.sglang_version}'s argument declarations (pip download --no-deps)"):
-            path, catalogue = sglang_catalogue.regenerate(
-                args.sglang_version,
-                wheel=Path(args.wheel) if args.wheel else None,
-                out_dir=Path(args.out_dir) if args.out_dir else sglang_catalogue.DATA_DIR,
-            )
+        with Console(stderr=True).status(f"reading SGLang {args.sglang_version}'s argument declarations "
+                                         "(pip download --no-deps)"):
+            path, catalogue = regenerate(args.sglang_version, wheel=wheel, out_dir=out_dir)
     deprecated = sum(f.deprecated for f in catalogue.flags)
     print(f"{path}: {len(catalogue.flags)} flags of SGLang {catalogue.sglang_version} ({deprecated} deprecated)")
     return EXIT_OK

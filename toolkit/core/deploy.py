@@ -197,15 +197,11 @@ def inputs_from_resolved(resolved: ResolvedProfile, *, repo_root: Path) -> Deplo
     if not spec.engine.sglang_version:
         problems.append(Problem("the SGLang version is not pinned", file=resolved.file, field="engine.sglang_version",
                                 fix="set engine.sglang_version to an exact release, e.g. 0.5.9"))
-    patches: list[PatchSpec] = []
-    for i, p in enumerate(spec.engine.patches):
-        pfile = Path(p.patch)
-        pfile = pfile if pfile.is_absolute() else repo_root / pfile
-        if not pfile.is_file():
-            problems.append(Problem(f"patch file not found: {pfile}", file=resolved.file,
-                                    field=f"engine.patches[{i}].patch",
-                                    fix="name a patch file relative to the repository root (profiles/patches/...)"))
-        patches.append(PatchSpec(name=p.name, target=p.target, patch_file=pfile, sha256=p.target_sha256))
+    # That each patch file is there, a regular file inside the profiles' tree, was checked with the profile
+    # (ProfileStore.file_problems, before any use case goes on): here it is only named.
+    patches = [PatchSpec(name=p.name, target=p.target, sha256=p.target_sha256,
+                         patch_file=Path(p.patch) if Path(p.patch).is_absolute() else repo_root / p.patch)
+               for p in spec.engine.patches]
     if problems:
         raise ToolkitError(problems)
     argv = render_launch_argv(resolved)

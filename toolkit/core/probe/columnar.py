@@ -10,13 +10,13 @@ works unchanged; a column once materialised as a list is the truth from then on 
 
 The results are those of the list path, to float rounding (tests/probe/test_columnar.py compares both on
 every committed fixture). Pure: text in, data out. The list path stays the one used without numpy (the
-GPU box's python may lack it) and with TOOLKIT_PROBE_STDLIB=1.
+GPU box's python may lack it) and inside `list_path()` (the tests and the benchmark compare the two).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
-import os
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
@@ -28,9 +28,22 @@ except ImportError:  # pragma: no cover - the stdlib path is used
 from toolkit.core.probe.numbers import rounded
 from toolkit.core.probe.series import GpuSeries, Trace
 
+_list_only = False  # inside list_path()
+
 
 def available() -> bool:
-    return np is not None and os.environ.get("TOOLKIT_PROBE_STDLIB", "") not in ("1", "true", "yes")
+    return np is not None and not _list_only
+
+
+@contextlib.contextmanager
+def list_path() -> Iterator[None]:
+    """The list path for what runs inside, numpy installed or not."""
+    global _list_only
+    before, _list_only = _list_only, True
+    try:
+        yield
+    finally:
+        _list_only = before
 
 
 class ColumnValues(MutableMapping[str, list[float | None]]):
