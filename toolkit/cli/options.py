@@ -49,6 +49,12 @@ def measure_options(parser: ArgumentParser) -> None:
     profiles_dir_option(parser)
 
 
+def promote_options(parser: ArgumentParser) -> None:
+    """--promote and --promote-name: a sweep's or a tune's best written as a profile of its own."""
+    parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
+    parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
+
+
 def measure_fields(args: Namespace) -> dict[str, Any]:
     """The MeasureRequest fields of a sweep's or a tune's command line (measure_options, capacity_arguments and
     the profile, --concurrency, --budget, --resume and --show each declares with its own help)."""

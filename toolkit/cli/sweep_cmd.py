@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from toolkit.cli.envelope import emit
-from toolkit.cli.options import capacity_arguments, measure_fields, measure_options
+from toolkit.cli.options import capacity_arguments, measure_fields, measure_options, promote_options
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -33,12 +33,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retry-failed", action="store_true", help="with --resume: measure the failed points again too"
     )
-    parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
+    promote_options(parser)
     parser.add_argument("--promote-by", choices=("throughput", "tokens-per-joule", "goodput"), default="throughput",
                         help="which ranking --promote takes the best of (default: throughput; goodput needs --slo)")
     # --slo: each variant's capacity (adds the goodput ranking; tokens per joule is then at that rate)
     capacity_arguments(parser, who="each variant's")
-    parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
     measure_options(parser)
     parser.add_argument("--sweeps-dir", help="where sweep runs live (default: TOOLKIT_SWEEPS_DIR or ./runs/sweeps)")
     parser.add_argument("--json", action="store_true", help="print the rankings as JSON")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from toolkit.cli.envelope import emit
-from toolkit.cli.options import capacity_arguments, measure_fields, measure_options
+from toolkit.cli.options import capacity_arguments, measure_fields, measure_options, promote_options
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK
 
 
@@ -44,8 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_MIN_GAIN_PCT})")
     parser.add_argument("--resume", metavar="RUN", help="carry on with tune RUN: what finished is kept")
     parser.add_argument("--show", metavar="RUN", help="print tune RUN's path and write its report; measure nothing")
-    parser.add_argument("--promote", action="store_true", help="write the best variant as profiles/NAME.yaml")
-    parser.add_argument("--promote-name", help="name of the promoted profile (default: BASE-RUNSTAMP-vNN)")
+    promote_options(parser)
     measure_options(parser)
     parser.add_argument("--tunes-dir", help="where tune runs live (default: TOOLKIT_TUNES_DIR or ./runs/tunes)")
     parser.add_argument("--json", action="store_true", help="print the path and the rankings as JSON")
