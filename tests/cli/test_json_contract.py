@@ -123,6 +123,14 @@ def test_profile_commands(capsys: pytest.CaptureFixture[str], profiles: Path, co
     assert printed["kind"].startswith("profile.")
 
 
+def test_profile_diff_since(capsys: pytest.CaptureFixture[str]) -> None:
+    """Against the repository's own history: each profile changed since the first commit that had profiles."""
+    first = subprocess.run(["git", "log", "--diff-filter=A", "--format=%H", "--", "profiles/glm5-tp8.yaml"],
+                           cwd=REPO, capture_output=True, text=True, check=True).stdout.split()[-1]
+    data = _validated(_run(capsys, ["profile", "diff", "--since", first, "--json"]), "profile.changes")
+    assert data and any(c["knobs"] for c in data)  # the shipped profiles changed since: knobs with their why
+
+
 def test_probe_replay(capsys: pytest.CaptureFixture[str]) -> None:
     data = _validated(_run(capsys, ["probe", "replay", str(PROBE_RUN), "--json"]), "probe.replay")
     assert data["dir"] == str(PROBE_RUN) and data["verdict"]["class"]

@@ -18,7 +18,10 @@ from typing_extensions import TypedDict
 
 from toolkit.cli.envelope import SCHEMA_VERSIONS
 from toolkit.core.doctor import Check
+from toolkit.core.engine_lock import LockRefusal
 from toolkit.core.errors import Problem
+from toolkit.core.profile.diff import KnobChange, ProfileDiff
+from toolkit.core.profile.migrate import Change
 from toolkit.core.results.comparable import ProvenanceKind, Workload
 from toolkit.core.results.model import ResultsEntry
 
@@ -62,6 +65,45 @@ class ResolvedProfileData(TypedDict):
     chain: list[str]
     spec: dict[str, Any]
     origins: dict[str, str]  # knob path -> FILE:LINE
+
+
+class ProfileChangeData(TypedDict):
+    """toolkit.app.profiles.ProfileChange."""
+
+    name: str
+    status: Literal["changed", "added", "removed", "unresolved"]
+    knobs: list[KnobChange]
+    render_changed: list[str]  # which renders differ: argv, env, unit, config
+    note: str
+
+
+# toolkit.app.profile_migrate.MigrateResult with its Migration ("from" is not a Python name).
+MigrateData = TypedDict("MigrateData", {
+    "profile": str,
+    "from": str | None,
+    "to": str,
+    "changes": list[Change],
+    "refusals": list[Problem],
+    "problems": dict[str, list[Problem]],
+    "written": bool,
+    "lock_files": list[str],
+    "locks_missing": list[str],
+    "locks_written": list[str],
+    "lock_refusals": list[LockRefusal],
+})
+
+
+class LockData(TypedDict):
+    """toolkit.app.engine_lock.LockOutcome, one per container CPython."""
+
+    sglang_version: str
+    python: str
+    status: Literal["written", "unchanged", "refused", "closed", "differs"]
+    path: str
+    packages: int | None
+    duration_s: float
+    refusal: LockRefusal | None
+    difference: list[str]
 
 
 class RankedRow(TypedDict):
@@ -148,11 +190,11 @@ DATA_TYPES: dict[str, Any] = {
     "lab.state": Open,
     "probe.replay": ProbeData,
     "probe.run": ProbeData,
-    "profile.changes": list[Open],
-    "profile.diff": Open,
+    "profile.changes": list[ProfileChangeData],
+    "profile.diff": ProfileDiff,
     "profile.list": list[ProfileRow | UnreadableProfileRow],
-    "profile.lock": list[Open],
-    "profile.migrate": Open,
+    "profile.lock": list[LockData],
+    "profile.migrate": MigrateData,
     "profile.render": Any,  # every part (an object), or the one --only names (a list or a string)
     "profile.resolved": ResolvedProfileData,
     "profile.show": Open,
