@@ -144,6 +144,13 @@ def test_a_refusal_is_the_error_kind_on_stdout(capsys: pytest.CaptureFixture[str
     assert data["code"] == "bad_input" and data["problems"]
 
 
+def test_a_refusal_as_a_command_loads_is_the_error_kind_too(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLKIT_LAB_INSTANCE", "bad/instance")
+    data = _validated(_run(capsys, ["lab", "status", "--json"], rc=2), "error")
+    assert data["field"] == "TOOLKIT_LAB_INSTANCE" and data["fix"]
+
+
 def test_a_usage_error_is_the_error_kind_too(capsys: pytest.CaptureFixture[str]) -> None:
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_:
@@ -151,6 +158,10 @@ def test_a_usage_error_is_the_error_kind_too(capsys: pytest.CaptureFixture[str])
     assert exit_.value.code == 2
     data = _validated(capsys.readouterr().out, "error")
     assert data["code"] == "usage" and "did you mean list?" in data["message"]
+    with pytest.raises(SystemExit):
+        main(["profile", "show", "x", "--server-url=http://u:pw0rdpw0rd@10.0.0.2/", "--json"])
+    data = _validated(capsys.readouterr().out, "error")
+    assert "unrecognized arguments" in data["message"] and "pw0rdpw0rd" not in data["message"]
 
 
 def test_output_off_its_schema_is_refused() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ToolkitError
+from toolkit.core.text import redact
 
 # kind -> its schema version. Within a version keys are only added; a key removed, renamed or given another
 # meaning or type is a new version (docs/json.md, "The promise").
@@ -70,7 +71,7 @@ def error_data(err: ToolkitError | None = None, *, code: str | None = None, mess
     return {
         "code": code or ERROR_CODES.get(exit_code, "error"),
         "exit_code": exit_code,
-        "message": first.get("message") or message,
+        "message": first.get("message") or redact(message),  # a problem's is redacted where it is made
         "field": first.get("field"),
         "fix": first.get("fix"),
         "problems": problems,

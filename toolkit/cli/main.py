@@ -101,13 +101,15 @@ def build_parser(group: str | None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     group = next((a for a in args_list if not a.startswith("-")), None)
+    as_json = wants_json(args_list)
     try:
         # A command's module may refuse its environment as it loads (the lab's TOOLKIT_LAB_INSTANCE).
         parser = build_parser(group if group in GROUPS else None)
     except ToolkitError as err:
+        if as_json:
+            emit_error(err)
         print(str(err), file=sys.stderr)
         return err.exit_code
-    as_json = wants_json(args_list)
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exit_:
