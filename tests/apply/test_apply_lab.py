@@ -39,9 +39,11 @@ def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
     proc = subprocess.run([sys.executable, "-m", "toolkit", *args, "--json"], capture_output=True, text=True,
                           cwd=cwd, timeout=1200)
     try:
-        summary = json.loads(proc.stdout)["data"] if proc.stdout.strip() else {}
+        printed = json.loads(proc.stdout) if proc.stdout.strip() else {}
     except json.JSONDecodeError:
-        summary = {}
+        printed = {}
+    # apply's summary; a refusal's envelope (the "error" kind) is no summary
+    summary = printed["data"] if printed.get("kind") == "apply" else {}
     return proc.returncode, summary, proc.stderr
 
 
