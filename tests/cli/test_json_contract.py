@@ -145,6 +145,19 @@ def test_profile_diff_since(capsys: pytest.CaptureFixture[str]) -> None:
     assert data and any(c["knobs"] for c in data)  # the shipped profiles changed since: knobs with their why
 
 
+def test_sweep(capsys: pytest.CaptureFixture[str], profiles: Path, tmp_path: Path) -> None:
+    """A sweep over the recorded 3 x 2 table (in process, no host)."""
+    table = json.loads((REPO / "tests" / "sweep" / "fixtures" / "sweep_3x2_results.json").read_text())
+    for point in table["points"]:
+        point["duration_s"] = 0.05
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    argv = ["sweep", "glm5-tp8", "--vary", "server.max_running_requests=256,512,1024", "--vary",
+            "server.cuda_graph=on,off", "--concurrency", "64,256", "--runner", f"recorded:{tmp_path / 'table.json'}",
+            "--profiles-dir", str(profiles), "--sweeps-dir", str(tmp_path / "sweeps"), "--json"]
+    data = _validated(_run(capsys, argv), "sweep")
+    assert data["by_throughput"] and data["pareto_front"]
+
+
 def test_probe_replay(capsys: pytest.CaptureFixture[str]) -> None:
     data = _validated(_run(capsys, ["probe", "replay", str(PROBE_RUN), "--json"]), "probe.replay")
     assert data["dir"] == str(PROBE_RUN) and data["verdict"]["class"]

@@ -14,7 +14,7 @@ import json
 from typing import Any, Literal
 
 from pydantic import TypeAdapter
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from toolkit.cli.envelope import SCHEMA_VERSIONS
 from toolkit.core.doctor import Check
@@ -24,6 +24,7 @@ from toolkit.core.profile.diff import KnobChange, ProfileDiff
 from toolkit.core.profile.migrate import Change
 from toolkit.core.results.comparable import ProvenanceKind, Workload
 from toolkit.core.results.model import ResultsEntry
+from toolkit.core.sweep import ranking
 
 Open = dict[str, Any]  # data not typed yet: the envelope is the promise
 
@@ -172,6 +173,27 @@ class ProbeData(TypedDict):
     verdict: VerdictData
 
 
+class NotMeasuredRow(TypedDict):
+    variant: str
+    knobs: str
+    reason: str  # why it is not ranked: invalid, over budget, failed
+
+
+class SweepData(TypedDict):
+    """toolkit.core.sweep.report.to_json: what ranking.json holds too."""
+
+    schema_version: int
+    run_id: str
+    profile: str
+    runner: str
+    by_throughput: list[ranking.RankedRow]
+    slo: NotRequired[dict[str, Any]]  # with a capacity search
+    by_goodput: NotRequired[list[ranking.RankedRow]]  # with a capacity search
+    by_tokens_per_j: list[ranking.RankedRow]
+    pareto_front: list[ranking.ParetoPoint]
+    not_measured: list[NotMeasuredRow]
+
+
 class RebootData(TypedDict):
     duration_s: float
     failed_units: list[str]
@@ -201,7 +223,7 @@ DATA_TYPES: dict[str, Any] = {
     "profile.validate": dict[str, list[Problem]],
     "results.compare": CompareData,
     "results.record": RecordData,
-    "sweep": Open,
+    "sweep": SweepData,
     "tune": Open,
 }
 
