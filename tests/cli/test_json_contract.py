@@ -158,6 +158,26 @@ def test_sweep(capsys: pytest.CaptureFixture[str], profiles: Path, tmp_path: Pat
     assert data["by_throughput"] and data["pareto_front"]
 
 
+def test_host_facts_and_plan_from_a_recorded_host() -> None:
+    """`host facts --json` and `host plan --json` print these objects' to_json through the envelope (a live host
+    is a lab test's): the recorded homelab host's facts, and its plan with a two-GPU profile and
+    without one."""
+    from tests.hostplan.conftest import load_raw
+    from toolkit.adapters.compat_store import read_matrix
+    from toolkit.cli.envelope import envelope
+    from toolkit.core.hostplan.facts import parse_facts, raw_from_json
+    from toolkit.core.hostplan.plan import ProfileNeeds, make_plan
+
+    facts = parse_facts("pve1", raw_from_json(load_raw("pve92-homelab")))
+    _validated(json.dumps(envelope("host.facts", facts.to_json())), "host.facts")
+    needs = ProfileNeeds(name="two-gpus", sglang_version="0.5.23", gpu_count=2, tp_size=2, p2p=False, nnodes=1,
+                         model_size_gib=60.0, power_limit_w=300.0)
+    plans = [make_plan(facts, read_matrix(), needs, {}, {}), make_plan(facts, read_matrix(), None, {}, {})]
+    for plan in plans:
+        data = _validated(json.dumps(envelope("host.plan", plan.to_json())), "host.plan")
+        assert data["choices"] and data["extravars"]["toolkit_plan_digest"]
+
+
 def test_probe_replay(capsys: pytest.CaptureFixture[str]) -> None:
     data = _validated(_run(capsys, ["probe", "replay", str(PROBE_RUN), "--json"]), "probe.replay")
     assert data["dir"] == str(PROBE_RUN) and data["verdict"]["class"]

@@ -20,6 +20,8 @@ from toolkit.cli.envelope import SCHEMA_VERSIONS
 from toolkit.core.doctor import Check
 from toolkit.core.engine_lock import LockRefusal
 from toolkit.core.errors import Problem
+from toolkit.core.hostplan import plan as hostplan
+from toolkit.core.hostplan.facts import HostFacts
 from toolkit.core.profile.diff import KnobChange, ProfileDiff
 from toolkit.core.profile.migrate import Change
 from toolkit.core.results.comparable import ProvenanceKind, Workload
@@ -194,6 +196,22 @@ class SweepData(TypedDict):
     not_measured: list[NotMeasuredRow]
 
 
+class HostPlanData(TypedDict):
+    """toolkit.core.hostplan.plan.Plan.to_json."""
+
+    schema: int
+    host: str
+    profile: str | None
+    resolved: bool
+    stack: dict[str, Any]  # each choice's value by what it chose
+    choices: list[hostplan.Choice]
+    changes: list[hostplan.Change]
+    refusals: list[hostplan.Refusal]
+    warnings: list[hostplan.Refusal]
+    extravars: dict[str, Any]  # what the roles are given, toolkit_plan_digest included
+    unknown: list[str]  # what could not be read on the host
+
+
 class RebootData(TypedDict):
     duration_s: float
     failed_units: list[str]
@@ -204,8 +222,8 @@ DATA_TYPES: dict[str, Any] = {
     "apply": Open,
     "doctor": list[Check],
     "error": ErrorData,
-    "host.facts": Open,
-    "host.plan": Open,
+    "host.facts": HostFacts,
+    "host.plan": HostPlanData,
     "host.provision": Open,
     "host.reproduce": Open,
     "lab.reboot": RebootData,
