@@ -162,13 +162,15 @@ def test_host_facts_and_plan_from_a_recorded_host() -> None:
     """`host facts --json` and `host plan --json` print these objects' to_json through the envelope (a live host
     is a lab test's): the recorded homelab host's facts, and its plan with a two-GPU profile and
     without one."""
-    from tests.hostplan.conftest import load_raw
+    import yaml
+
     from toolkit.adapters.compat_store import read_matrix
     from toolkit.cli.envelope import envelope
     from toolkit.core.hostplan.facts import parse_facts, raw_from_json
     from toolkit.core.hostplan.plan import ProfileNeeds, make_plan
 
-    facts = parse_facts("pve1", raw_from_json(load_raw("pve92-homelab")))
+    raw = yaml.safe_load((REPO / "tests" / "hostplan" / "fixtures" / "pve92-homelab.yaml").read_text())
+    facts = parse_facts("pve1", raw_from_json(raw))
     _validated(json.dumps(envelope("host.facts", facts.to_json())), "host.facts")
     needs = ProfileNeeds(name="two-gpus", sglang_version="0.5.23", gpu_count=2, tp_size=2, p2p=False, nnodes=1,
                          model_size_gib=60.0, power_limit_w=300.0)
