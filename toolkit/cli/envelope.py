@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from toolkit.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ToolkitError
@@ -64,8 +65,7 @@ def error_data(err: ToolkitError | None = None, *, code: str | None = None, mess
                exit_code: int = EXIT_BAD_INPUT) -> dict[str, Any]:
     """The "error" kind's data: the first problem's message, field and fix at the top (what most scripts show),
     every problem in `problems`."""
-    problems = [{"message": p.message, "file": p.file, "line": p.line, "field": p.field, "fix": p.fix,
-                 "severity": p.severity, "rule_id": p.rule_id} for p in (err.problems if err else [])]
+    problems = [asdict(p) for p in (err.problems if err else [])]
     exit_code = err.exit_code if err else exit_code
     first = problems[0] if problems else {}
     return {

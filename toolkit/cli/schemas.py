@@ -11,10 +11,10 @@ Imported by the generator and the tests only, never by a command: `toolkit probe
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired
 
 from pydantic import TypeAdapter
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from toolkit.cli.envelope import SCHEMA_VERSIONS
 from toolkit.core.doctor import Check
@@ -31,23 +31,13 @@ from toolkit.core.sweep import ranking
 Open = dict[str, Any]  # data not typed yet: the envelope is the promise
 
 
-class ProblemData(TypedDict):
-    message: str
-    file: str | None
-    line: int | None
-    field: str | None
-    fix: str | None
-    severity: str
-    rule_id: str | None
-
-
 class ErrorData(TypedDict):
     code: Literal["bad_input", "failed", "interrupted", "usage", "error"]
     exit_code: int
     message: str
     field: str | None
     fix: str | None
-    problems: list[ProblemData]
+    problems: list[Problem]
 
 
 class ProfileRow(TypedDict):
