@@ -10,8 +10,10 @@ Imported by the generator and the tests only, never by a command: `toolkit probe
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any, Literal, NotRequired
+from types import GenericAlias
+from typing import Any, Literal, NotRequired, get_type_hints
 
 from pydantic import TypeAdapter
 from typing_extensions import TypedDict
@@ -156,6 +158,7 @@ VerdictData = TypedDict("VerdictData", {
     "window_mean": dict[str, Any] | None,
     "per_gpu": dict[str, dict[str, Any]],
     "data_source": str,
+    "provenance": NotRequired[dict[str, Any]],  # where the figures came from, as a record (kind, detail)
 })
 
 
@@ -165,25 +168,41 @@ class ProbeData(TypedDict):
     verdict: VerdictData
 
 
+def typed_dict(name: str, fields: dict[str, Any]) -> Any:
+    """TypedDict(name, fields) made at run time (a type checker sees Any: it cannot follow a computed type)."""
+    make: Any = TypedDict
+    return make(name, fields)
+
+
+def fields_of(cls: type, **added: Any) -> Any:
+    """A TypedDict of a dataclass's fields, as `{**row.__dict__, ...}` prints them, with the keys `added` (name:
+    type) that the printing adds: the schema follows the dataclass, no copy of its fields to keep."""
+    hints = get_type_hints(cls)
+    return typed_dict(f"{cls.__name__}Data", {**{f.name: hints[f.name] for f in dataclasses.fields(cls)}, **added})
+
+
+SweepRows = GenericAlias(list, (fields_of(ranking.RankedRow),))  # list[...] of a computed type
+
+
 class NotMeasuredRow(TypedDict):
     variant: str
     knobs: str
     reason: str  # why it is not ranked: invalid, over budget, failed
 
 
-class SweepData(TypedDict):
-    """toolkit.core.sweep.report.to_json: what ranking.json holds too."""
-
-    schema_version: int
-    run_id: str
-    profile: str
-    runner: str
-    by_throughput: list[ranking.RankedRow]
-    slo: NotRequired[dict[str, Any]]  # with a capacity search
-    by_goodput: NotRequired[list[ranking.RankedRow]]  # with a capacity search
-    by_tokens_per_j: list[ranking.RankedRow]
-    pareto_front: list[ranking.ParetoPoint]
-    not_measured: list[NotMeasuredRow]
+# toolkit.core.sweep.report.to_json: what ranking.json holds too.
+SweepData = typed_dict("SweepData", {
+    "schema_version": int,
+    "run_id": str,
+    "profile": str,
+    "runner": str,
+    "by_throughput": SweepRows,
+    "slo": NotRequired[dict[str, Any]],  # with a capacity search
+    "by_goodput": NotRequired[SweepRows],  # with a capacity search
+    "by_tokens_per_j": SweepRows,
+    "pareto_front": list[ranking.ParetoPoint],
+    "not_measured": list[NotMeasuredRow],
+})
 
 
 class HostPlanData(TypedDict):
