@@ -18,7 +18,11 @@ from toolkit.adapters import cache_lock
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.lab import plan, template
 
-CACHE_DIR = Path("/var/cache/toolkit-lab")
+# What every lab on this machine shares (the userland, templates, stand-ins, mirrors); TOOLKIT_LAB_CACHE_DIR gives
+# one lab its own, e.g. to time a cold `lab up` while other labs keep using theirs (as TOOLKIT_WHEELHOUSE_DIR does
+# for the wheelhouse).
+CACHE_DIR_ENV = "TOOLKIT_LAB_CACHE_DIR"
+CACHE_DIR = Path(os.environ.get(CACHE_DIR_ENV) or "/var/cache/toolkit-lab")
 
 
 def cache_key(packages: tuple[str, ...] = plan.ROOTFS_PACKAGES, suite: str = plan.DEBIAN_SUITE) -> str:
