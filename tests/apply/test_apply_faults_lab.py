@@ -212,7 +212,8 @@ def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provi
         f"f=$(find /var/lib/toolkit/runs -name bench.stderr.log -newer {mark} 2>/dev/null | head -1); "
         f"if [ -n \"$f\" ]; then n=$(tr '\\r' '\\n' < \"$f\" | grep -oE '[|] *[0-9]+/{LAB_NUM_PROMPTS} ' | tail -1 "
         "| grep -oE '[0-9]+/' | tr -d /); "
-        f"if [ -n \"$n\" ] && [ \"$n\" -ge {LAB_NUM_PROMPTS} ]; then echo \"finished before the kill: $n\"; exit 3; fi; "
+        f"if [ -n \"$n\" ] && [ \"$n\" -ge {LAB_NUM_PROMPTS} ]; then "
+        "echo \"finished before the kill: $n\"; exit 3; fi; "
         "if [ -n \"$n\" ] && [ \"$n\" -ge 1 ]; then pid=$(systemctl show -p MainPID --value sglang); "
         "kill -9 $pid && echo \"killed $pid at $n\" && exit 0; fi; fi; sleep 0.05; done; exit 4")
     try:
