@@ -1,0 +1,218 @@
+"""Statistics for the decisions the toolkit takes on measured runs: keep a knob, rank variants, promote a release.
+
+Each test is on what is being decided:
+- an SLO kept or not is a pass per run, so its attainment is a pass rate with a Wilson score interval, and two pass
+  rates are compared by Newcombe's hybrid score interval of their difference (method 10 of Newcombe 1998, the one
+  built from the two Wilson intervals). A rate at 6 of 6 against 4 of 8 is then a difference whose interval lies
+  above zero, where a t-test on latency means, swung by one slow run near the edge, could not tell;
+- a throughput or J/token change between two things measured in alternation is a paired comparison: each pair
+  (old, new) measured back to back shares the host's drift, so the interval is that of the pairs' relative change.
+  A percentile bootstrap over the pairs (seeded: the same runs give the same interval) gives it without assuming a
+  shape; with a handful of pairs a bootstrap understates the spread (three pairs have ten distinct resamples), so
+  the interval is the wider of the bootstrap's and the t-interval of the per-pair log ratios, and nothing is
+  decided on fewer than MIN_PAIRS pairs.
+The decision: a significant gain (the interval wholly above zero) promotes; a significant loss refuses; an
+interval inside +-the effect that matters is "equal" (promoted only when the caller accepts an equal result);
+anything else needs more runs. Pure, standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Z95 = 1.959964  # two-sided 95 %
+MIN_PAIRS = 3  # fewer paired runs decide nothing: a bootstrap of two pairs has three distinct resamples
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20260  # fixed: the same runs always give the same interval (a report re-rendered says the same)
+
+# What a figure under an SLO means: the toolkit's bounds are percentiles over a run's requests; SGLang's
+# bench_serving --goodput counts each request against per-request bounds, its tpot the request's own mean
+# inter-token time (python/sglang/bench_serving.py, calculate_metrics in 0.5.23).
+SLO_DEFINITIONS = {
+    "toolkit-p99": "toolkit: p99 over the run's requests (ttft_p99_ms, itl_p99_ms, e2e_p99_ms)",
+    "sglang-goodput": "SGLang bench_serving --goodput: per request, tpot the request's mean inter-token time",
+}
+
+GAIN, LOSS, EQUAL, UNDECIDED = "gain", "loss", "equal", "undecided"
+
+# t(0.975, df): two-sided 95 %.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom (two-sided 95 %)."""
+    if df < 1:
+        return math.inf
+    if df in _T975:
+        return _T975[df]
+    known = sorted(_T975)
+    if df > known[-1]:
+        return 1.960
+    hi = next(k for k in known if k > df)
+    lo = max(k for k in known if k < df)
+    # Linear in 1/df between tabulated values (the quantile is close to linear in 1/df).
+    w = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
+    return _T975[hi] + w * (_T975[lo] - _T975[hi])
+
+
+@dataclass(frozen=True)
+class PassRate:
+    """Runs that met the SLO out of the runs made, with the 95 % Wilson score interval of the rate."""
+
+    passed: int
+    runs: int
+    low: float
+    high: float
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.runs if self.runs else 0.0
+
+    def text(self) -> str:
+        return f"{self.passed}/{self.runs} [{self.low * 100:.0f} %, {self.high * 100:.0f} %]"
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"passed": self.passed, "runs": self.runs, "low": round(self.low, 4), "high": round(self.high, 4)}
+
+
+def wilson(passed: int, runs: int, z: float = Z95) -> PassRate:
+    """The Wilson score interval of passed/runs (Wilson 1927): unlike the normal one it stays inside [0, 1] and
+    says something at 6 of 6. No runs: [0, 1]."""
+    if passed < 0 or runs < 0 or passed > runs:
+        raise ValueError(f"{passed} passed of {runs} runs")
+    if runs == 0:
+        return PassRate(0, 0, 0.0, 1.0)
+    p = passed / runs
+    denom = 1 + z * z / runs
+    centre = (p + z * z / (2 * runs)) / denom
+    half = z * math.sqrt(p * (1 - p) / runs + z * z / (4 * runs * runs)) / denom
+    # At 0 or all passed the bound is exactly 0 or 1; rounding would put it a hair off.
+    return PassRate(passed, runs, 0.0 if passed == 0 else max(0.0, centre - half),
+                    1.0 if passed == runs else min(1.0, centre + half))
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A difference (or relative change) with its 95 % interval and how it was made."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+
+    def significant_above(self) -> bool:
+        return self.low > 0
+
+    def significant_below(self) -> bool:
+        return self.high < 0
+
+    def to_dict(self) -> dict[str, float | str]:
+        return {"value": round(self.value, 6), "low": round(self.low, 6), "high": round(self.high, 6),
+                "method": self.method}
+
+    def pct_text(self) -> str:
+        return f"{self.value * 100:+.1f} % [{self.low * 100:+.1f} %, {self.high * 100:+.1f} %]"
+
+
+def pass_rate_difference(a: PassRate, b: PassRate) -> Difference:
+    """a's rate minus b's, with Newcombe's hybrid score interval (from both Wilson intervals)."""
+    d = a.rate - b.rate
+    low = d - math.sqrt((a.rate - a.low) ** 2 + (b.high - b.rate) ** 2)
+    high = d + math.sqrt((a.high - a.rate) ** 2 + (b.rate - b.low) ** 2)
+    return Difference(d, max(-1.0, low), min(1.0, high), f"Newcombe score interval ({a.runs} and {b.runs} runs)")
+
+
+def paired_relative_change(old: Sequence[float], new: Sequence[float], *, seed: int = BOOTSTRAP_SEED,
+                           resamples: int = BOOTSTRAP_RESAMPLES) -> Difference | None:
+    """new over old, less 1, over paired runs (old[i] and new[i] measured back to back): the ratio of the means,
+    its 95 % interval the wider of a seeded percentile bootstrap over the pairs and the t-interval of the per-pair
+    log ratios. None with fewer than two usable pairs (a pair with a non-positive or NaN value is a failure, not a
+    figure: the caller decides on failures)."""
+    pairs = [(o, n) for o, n in zip(old, new, strict=True) if _positive(o) and _positive(n)]
+    if len(pairs) < 2:
+        return None
+    k = len(pairs)
+    ratio = statistics.fmean(n for _, n in pairs) / statistics.fmean(o for o, _ in pairs)
+    rng = random.Random(seed)
+    boot = []
+    for _ in range(resamples):
+        pick = [pairs[rng.randrange(k)] for _ in range(k)]
+        boot.append(sum(n for _, n in pick) / sum(o for o, _ in pick))
+    boot.sort()
+    b_low, b_high = boot[int(0.025 * (resamples - 1))], boot[math.ceil(0.975 * (resamples - 1))]
+    logs = [math.log(n / o) for o, n in pairs]
+    hw = t975(k - 1) * statistics.stdev(logs) / math.sqrt(k)
+    t_low, t_high = math.exp(math.log(ratio) - hw), math.exp(math.log(ratio) + hw)
+    if t_high - t_low >= b_high - b_low:
+        low, high, how = t_low, t_high, f"t-interval of {k} pairs' log ratios (wider than the bootstrap's)"
+    else:
+        low, high, how = b_low, b_high, f"paired bootstrap of {k} pairs ({resamples} resamples, seed {seed})"
+    return Difference(ratio - 1, low - 1, high - 1, how)
+
+
+def _positive(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the interval of a change says: gain, loss, equal (inside +-the effect that matters) or undecided."""
+
+    outcome: str
+    promote: bool
+    text: str
+
+    def to_dict(self) -> dict[str, str | bool]:
+        return {"outcome": self.outcome, "promote": self.promote, "text": self.text}
+
+
+def decide(change: Difference | None, *, effect: float, accept_equal: bool = False, pairs: int | None = None,
+           min_pairs: int = MIN_PAIRS) -> Decision:
+    """Decide on `change`, signed so that above zero is better by the objective (J/token: pass old/new, not
+    new/old). `effect`: the smallest change that matters (0.05 for 5 %). A significant gain promotes; a significant
+    loss refuses; an interval inside +-effect is equal (promoted only with `accept_equal`); else undecided. Fewer
+    than `min_pairs` pairs decide nothing."""
+    if change is None or (pairs is not None and pairs < min_pairs):
+        have = "no interval" if change is None else f"{pairs} pair(s)"
+        return Decision(UNDECIDED, False, f"{have}: at least {min_pairs} paired runs decide")
+    at = change.pct_text()
+    if change.significant_above():
+        return Decision(GAIN, True, f"{at}: a significant gain")
+    if change.significant_below():
+        return Decision(LOSS, False, f"{at}: a significant loss")
+    if change.low > -effect and change.high < effect:
+        return Decision(EQUAL, accept_equal, f"{at}: inside +-{effect * 100:g} %, equal"
+                        + ("; accepted as equal" if accept_equal else "; not a gain"))
+    return Decision(UNDECIDED, False, f"{at}: wider than +-{effect * 100:g} % and across zero; more runs decide")
+
+
+def pass_rate_gain(candidate: PassRate, incumbent: PassRate) -> Decision:
+    """The candidate's SLO attainment against the incumbent's: a gain only when the interval of the difference
+    lies above zero."""
+    d = pass_rate_difference(candidate, incumbent)
+    at = (f"met the SLO in {candidate.passed} of {candidate.runs} runs against {incumbent.passed} of "
+          f"{incumbent.runs} (difference {d.value * 100:+.0f} points, 95 % [{d.low * 100:+.0f}, {d.high * 100:+.0f}])")
+    if d.significant_above():
+        return Decision(GAIN, True, f"{at}: significantly more often")
+    if d.significant_below():
+        return Decision(LOSS, False, f"{at}: significantly less often")
+    return Decision(UNDECIDED, False, f"{at}: not told apart")
+
+
+def overlaps(a_low: float, a_high: float, b_low: float, b_high: float) -> bool:
+    return a_low <= b_high and b_low <= a_high
+
+
+def ties_with_first(intervals: Sequence[tuple[float, float] | None]) -> list[bool]:
+    """For a ranking (best first) and each row's 95 % interval: whether the row is tied with #1 (their intervals
+    overlap). A row without an interval is not marked (nothing says it is within noise)."""
+    if not intervals or intervals[0] is None:
+        return [False] * len(intervals)
+    top = intervals[0]
+    return [i > 0 and iv is not None and overlaps(iv[0], iv[1], top[0], top[1]) for i, iv in enumerate(intervals)]
