@@ -106,3 +106,25 @@ def test_the_decision_promotes_a_gain_refuses_a_loss_and_calls_noise_equal_only_
 def test_ties_with_first_marks_overlapping_intervals() -> None:
     assert stats.ties_with_first([(99.0, 103.0), (98.0, 101.0), (90.0, 95.0), None]) == [False, True, False, False]
     assert stats.ties_with_first([None, (1.0, 2.0)]) == [False, False]
+
+
+def test_sglangs_goodput_spelling_is_accepted_as_its_own_definition_with_tpot_a_per_request_mean() -> None:
+    from toolkit.core.errors import ToolkitError
+    from toolkit.core.probe.bench import RequestLatencies, latency_percentiles
+    from toolkit.core.sweep.slo import SLO_DEFINITIONS, check_slo, parse_slo, slo_definition, slo_text
+
+    slo = parse_slo("ttft:3000 tpot:50")
+    assert slo == {"ttft_ms": 3000.0, "tpot_ms": 50.0} and parse_slo("ttft:3000,tpot:50") == slo
+    assert slo_definition(slo) == "sglang-goodput" and "tpot a request's mean" in SLO_DEFINITIONS["sglang-goodput"]
+    assert parse_slo(slo_text(slo)) == slo
+    toolkit_slo = parse_slo("ttft_p99_ms=3000,itl_p99_ms=50")
+    assert slo_definition(toolkit_slo) == "toolkit-p99" and parse_slo(slo_text(toolkit_slo)) == toolkit_slo
+    with pytest.raises(ToolkitError) as bad:
+        parse_slo("ttft:3000 itl:50")
+    assert "unknown SGLang --goodput bound 'itl'" in str(bad.value) and "ttft, tpot, e2el" in str(bad.value)
+    # 90 requests decode at 40 ms a gap; 10 have one 1 s stall among 99 fast gaps: their own mean is 49.6 ms.
+    gaps = [[0.040] * 100 for _ in range(90)] + [[0.040] * 99 + [1.0] for _ in range(10)]
+    lat = latency_percentiles(RequestLatencies([0.5] * 100, gaps, 0))
+    assert lat["tpot"]["p99"] == pytest.approx(49.6, abs=0.1)  # per-request means: the stall is averaged in
+    assert lat["itl"]["p99"] == pytest.approx(40.0)  # every gap: 10 stalls in 10,000 are under the 99th
+    assert check_slo(slo, lat).met and not check_slo({"tpot_ms": 45.0}, lat).met

@@ -29,14 +29,6 @@ MIN_PAIRS = 3  # fewer paired runs decide nothing: a bootstrap of two pairs has 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20260  # fixed: the same runs always give the same interval (a report re-rendered says the same)
 
-# What a figure under an SLO means: the toolkit's bounds are percentiles over a run's requests; SGLang's
-# bench_serving --goodput counts each request against per-request bounds, its tpot the request's own mean
-# inter-token time (python/sglang/bench_serving.py, calculate_metrics in 0.5.23).
-SLO_DEFINITIONS = {
-    "toolkit-p99": "toolkit: p99 over the run's requests (ttft_p99_ms, itl_p99_ms, e2e_p99_ms)",
-    "sglang-goodput": "SGLang bench_serving --goodput: per request, tpot the request's mean inter-token time",
-}
-
 GAIN, LOSS, EQUAL, UNDECIDED = "gain", "loss", "equal", "undecided"
 
 # t(0.975, df): two-sided 95 %.

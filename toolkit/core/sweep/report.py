@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.core.stats import SLO_DEFINITIONS
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import (
     ParetoPoint,
@@ -15,6 +14,7 @@ from toolkit.core.sweep.ranking import (
     rank_by_goodput,
     rank_by_throughput,
 )
+from toolkit.core.sweep.slo import SLO_DEFINITIONS, slo_definition
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState, VariantState
 from toolkit.core.sweep.variants import format_value
 from toolkit.core.tables import collapse_repeats, markdown_table
@@ -144,7 +144,8 @@ def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
                 "", f"## Ranked by goodput under the SLO ({slo})", "",
                 "Goodput: the output tok/s carried by the highest Poisson request rate whose p99 latencies met "
                 "every bound (the rate x the workload's output tokens per request); beside it, the steady window's "
-                f"throughput measured there. SLO definition: {SLO_DEFINITIONS['toolkit-p99']}.", "",
+                f"throughput measured there. SLO definition: "
+                f"{SLO_DEFINITIONS[slo_definition(state.capacity['slo'])]}.", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
                 "", "## Ranked by output tokens per joule at each capacity rate", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(by_tpj))]
