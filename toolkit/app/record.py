@@ -18,6 +18,7 @@ from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.results.block import block_problems
 from toolkit.core.results.build import build_entry
+from toolkit.core.results.check import DEFAULT_EFFECT, CheckResult, check_entries
 from toolkit.core.results.model import ResultsBlock, ResultsEntry
 from toolkit.core.results.record import RecordChange, migrated, read_block, with_entry
 
@@ -136,3 +137,11 @@ def migrate(profile: str, profiles_dir: str | Path | None = None) -> bool:
             return False
         store.write_text(profile, new_text)
     return True
+
+
+def check_results(profile: str, profiles_dir: str | Path | None = None, *, against: str | None = None,
+                  objective: str = "throughput", effect: float = DEFAULT_EFFECT) -> CheckResult:
+    """`results check`: the profile's newest entry against the reference (toolkit.core.results.check)."""
+    pr = load_results(profile, profiles_dir)
+    return check_entries(list(pr.block.entries), against=against, objective=objective, effect=effect,
+                         profile=profile)

@@ -148,6 +148,25 @@ def paired_relative_change(old: Sequence[float], new: Sequence[float], *, seed: 
     return Difference(ratio - 1, low - 1, high - 1, how)
 
 
+def unpaired_relative_change(old: Sequence[float], new: Sequence[float]) -> Difference | None:
+    """new over old, less 1, for runs not measured in pairs (a profile's recorded history): the ratio of the
+    geometric means with the t-interval of the difference of mean log values, the spread pooled over the sides
+    with two or more runs (a side of one run borrows the other's: the same host, the same workload). None when no
+    side has two runs: no spread was measured."""
+    a, b = [math.log(x) for x in old if _positive(x)], [math.log(x) for x in new if _positive(x)]
+    if not a or not b:
+        return None
+    groups = [g for g in (a, b) if len(g) >= 2]
+    df = sum(len(g) - 1 for g in groups)
+    if df < 1:
+        return None
+    pooled = math.sqrt(sum(sum((x - statistics.fmean(g)) ** 2 for x in g) for g in groups) / df)
+    d = statistics.fmean(b) - statistics.fmean(a)
+    hw = t975(df) * pooled * math.sqrt(1 / len(a) + 1 / len(b))
+    return Difference(math.exp(d) - 1, math.exp(d - hw) - 1, math.exp(d + hw) - 1,
+                      f"t-interval of log values, {len(a)} against {len(b)} runs (pooled spread, {df} df)")
+
+
 def _positive(x: float | None) -> bool:
     return x is not None and math.isfinite(x) and x > 0
 
