@@ -37,20 +37,33 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
 
 
+# t(0.995, df): two-sided 99 %, for a promotion decided while runs are still being added (see `decide`).
+_T995 = {1: 63.657, 2: 9.925, 3: 5.841, 4: 4.604, 5: 4.032, 6: 3.707, 7: 3.499, 8: 3.355, 9: 3.250, 10: 3.169,
+         11: 3.106, 12: 3.055, 13: 3.012, 14: 2.977, 15: 2.947, 16: 2.921, 17: 2.898, 18: 2.878, 19: 2.861,
+         20: 2.845, 25: 2.787, 30: 2.750, 40: 2.704, 60: 2.660, 120: 2.617}
+_TABLES = {0.95: (_T975, 1.960), 0.99: (_T995, 2.576)}
+
+
 def t975(df: int) -> float:
     """The 97.5 % quantile of Student's t with `df` degrees of freedom (two-sided 95 %)."""
+    return t_quantile(df, 0.95)
+
+
+def t_quantile(df: int, confidence: float = 0.95) -> float:
+    """Student's t quantile for a two-sided `confidence` interval (0.95 or 0.99) with `df` degrees of freedom."""
+    table, limit = _TABLES[confidence]
     if df < 1:
         return math.inf
-    if df in _T975:
-        return _T975[df]
-    known = sorted(_T975)
+    if df in table:
+        return table[df]
+    known = sorted(table)
     if df > known[-1]:
-        return 1.960
+        return limit
     hi = next(k for k in known if k > df)
     lo = max(k for k in known if k < df)
     # Linear in 1/df between tabulated values (the quantile is close to linear in 1/df).
     w = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
-    return _T975[hi] + w * (_T975[lo] - _T975[hi])
+    return table[hi] + w * (table[lo] - table[hi])
 
 
 @dataclass(frozen=True)
@@ -109,7 +122,10 @@ class Difference:
                 "method": self.method}
 
     def pct_text(self) -> str:
-        return f"{self.value * 100:+.1f} % [{self.low * 100:+.1f} %, {self.high * 100:+.1f} %]"
+        return f"{self.value * 100:+.1f} % {self.span_text()}"
+
+    def span_text(self) -> str:
+        return f"[{self.low * 100:+.1f} %, {self.high * 100:+.1f} %]"
 
 
 def pass_rate_difference(a: PassRate, b: PassRate) -> Difference:
@@ -121,14 +137,21 @@ def pass_rate_difference(a: PassRate, b: PassRate) -> Difference:
 
 
 def paired_relative_change(old: Sequence[float], new: Sequence[float], *, seed: int = BOOTSTRAP_SEED,
-                           resamples: int = BOOTSTRAP_RESAMPLES) -> Difference | None:
+                           resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95) -> Difference | None:
     """new over old, less 1, over paired runs (old[i] and new[i] measured back to back): the ratio of the means,
-    its 95 % interval the wider of a seeded percentile bootstrap over the pairs and the t-interval of the per-pair
-    log ratios. None with fewer than two usable pairs (a pair with a non-positive or NaN value is a failure, not a
-    figure: the caller decides on failures)."""
+    its `confidence` (0.95, 0.99) interval the wider of a seeded percentile bootstrap over the pairs and the
+    t-interval of the per-pair log ratios. None with fewer than two usable pairs (a pair with a non-positive or NaN
+    value is a failure, not a figure: the caller decides on failures)."""
+    return paired_relative_changes(old, new, seed=seed, resamples=resamples, confidences=(confidence,))[0]
+
+
+def paired_relative_changes(old: Sequence[float], new: Sequence[float], *, seed: int = BOOTSTRAP_SEED,
+                            resamples: int = BOOTSTRAP_RESAMPLES,
+                            confidences: Sequence[float] = (0.95, 0.99)) -> list[Difference | None]:
+    """`paired_relative_change` at each of `confidences`, from one bootstrap."""
     pairs = [(o, n) for o, n in zip(old, new, strict=True) if _positive(o) and _positive(n)]
     if len(pairs) < 2:
-        return None
+        return [None for _ in confidences]
     k = len(pairs)
     ratio = statistics.fmean(n for _, n in pairs) / statistics.fmean(o for o, _ in pairs)
     rng = random.Random(seed)
@@ -137,15 +160,21 @@ def paired_relative_change(old: Sequence[float], new: Sequence[float], *, seed: 
         pick = [pairs[rng.randrange(k)] for _ in range(k)]
         boot.append(sum(n for _, n in pick) / sum(o for o, _ in pick))
     boot.sort()
-    b_low, b_high = boot[int(0.025 * (resamples - 1))], boot[math.ceil(0.975 * (resamples - 1))]
     logs = [math.log(n / o) for o, n in pairs]
-    hw = t975(k - 1) * statistics.stdev(logs) / math.sqrt(k)
-    t_low, t_high = math.exp(math.log(ratio) - hw), math.exp(math.log(ratio) + hw)
-    if t_high - t_low >= b_high - b_low:
-        low, high, how = t_low, t_high, f"t-interval of {k} pairs' log ratios (wider than the bootstrap's)"
-    else:
-        low, high, how = b_low, b_high, f"paired bootstrap of {k} pairs ({resamples} resamples, seed {seed})"
-    return Difference(ratio - 1, low - 1, high - 1, how)
+    sd = statistics.stdev(logs)
+    out: list[Difference | None] = []
+    for confidence in confidences:
+        tail = (1 - confidence) / 2
+        b_low, b_high = boot[int(tail * (resamples - 1))], boot[math.ceil((1 - tail) * (resamples - 1))]
+        hw = t_quantile(k - 1, confidence) * sd / math.sqrt(k)
+        t_low, t_high = math.exp(math.log(ratio) - hw), math.exp(math.log(ratio) + hw)
+        pct = f"{confidence * 100:g} %"
+        if t_high - t_low >= b_high - b_low:
+            low, high, how = t_low, t_high, f"{pct} t-interval of {k} pairs' log ratios (wider than the bootstrap's)"
+        else:
+            low, high, how = b_low, b_high, f"{pct} paired bootstrap of {k} pairs ({resamples} resamples, seed {seed})"
+        out.append(Difference(ratio - 1, low - 1, high - 1, how))
+    return out
 
 
 def unpaired_relative_change(old: Sequence[float], new: Sequence[float]) -> Difference | None:
@@ -184,17 +213,27 @@ class Decision:
 
 
 def decide(change: Difference | None, *, effect: float, accept_equal: bool = False, pairs: int | None = None,
-           min_pairs: int = MIN_PAIRS) -> Decision:
-    """Decide on `change`, signed so that above zero is better by the objective (J/token: pass old/new, not
-    new/old). `effect`: the smallest change that matters (0.05 for 5 %). A significant gain promotes; a significant
-    loss refuses; an interval inside +-effect is equal (promoted only with `accept_equal`); else undecided. Fewer
-    than `min_pairs` pairs decide nothing."""
+           min_pairs: int = MIN_PAIRS, promote_change: Difference | None = None) -> Decision:
+    """Decide on `change` (its 95 % interval), signed so that above zero is better by the objective (J/token: pass
+    old/new, not new/old). `effect`: the smallest change that matters (0.05 for 5 %). A significant gain promotes;
+    a significant loss refuses; an interval inside +-effect is equal (promoted only with `accept_equal`); else
+    undecided. Fewer than `min_pairs` pairs decide nothing.
+
+    `promote_change`: the same change at a stricter confidence (99 %), for a caller that looks again after every
+    pair: each look is another chance for noise to clear a 95 % bar, so a gain must clear the stricter one, while a
+    loss (keeping what runs) needs only the 95 % one. benchmarks/bench_upgrade_gate.py measures what this buys."""
     if change is None or (pairs is not None and pairs < min_pairs):
         have = "no interval" if change is None else f"{pairs} pair(s)"
         return Decision(UNDECIDED, False, f"{have}: at least {min_pairs} paired runs decide")
     at = change.pct_text()
+    gain_bar = promote_change or change
+    if gain_bar.significant_above():
+        return Decision(GAIN, True, f"{at}: a significant gain"
+                        + (f" (99 % {gain_bar.span_text()} above zero too)"
+                           if promote_change else ""))
     if change.significant_above():
-        return Decision(GAIN, True, f"{at}: a significant gain")
+        return Decision(UNDECIDED, False, f"{at}: above zero at 95 % but not at the 99 % a repeated look needs "
+                        f"({gain_bar.span_text()}); more runs decide")
     if change.significant_below():
         return Decision(LOSS, False, f"{at}: a significant loss")
     if change.low > -effect and change.high < effect:
