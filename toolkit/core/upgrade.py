@@ -24,7 +24,6 @@ PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled-back"
 OBJECTIVES = {
     # name -> (what it reads, higher is better)
     "throughput": ("output tok/s", True),
-    "goodput": ("output tok/s at the SLO", True),
     "tokens-per-joule": ("output tokens per joule", True),
     "j-per-token": ("J per output token", False),
 }
