@@ -44,59 +44,43 @@ def slo_definition(slo: Mapping[str, float]) -> str:
     return SGLANG_GOODPUT if slo and all(k in SGLANG_KEYS.values() for k in slo) else TOOLKIT_P99
 
 
-def _sglang_spelling(text: str, field: str) -> dict[str, float]:
-    """`ttft:3000 tpot:50` (SGLang bench_serving --goodput's KEY:MS pairs, by spaces or commas)."""
-    out: dict[str, float] = {}
-    example = "e.g. --slo 'ttft:3000 tpot:50' (SGLang's --goodput spelling)"
-    for part in text.replace(",", " ").split():
-        key, _, value = part.partition(":")
-        if key not in SGLANG_KEYS:
-            raise ToolkitError.of(f"unknown SGLang --goodput bound {key!r}", field=field,
-                                  fix=f"use {', '.join(SGLANG_KEYS)} ({example})")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise ToolkitError.of(f"{key}:{value!r} is not a number of milliseconds", field=field,
-                                  fix=example) from None
-        if not ms > 0 or ms == float("inf"):
-            raise ToolkitError.of(f"{key}:{value} is not a positive, finite number of milliseconds", field=field,
-                                  fix=example)
-        if SGLANG_KEYS[key] in out:
-            raise ToolkitError.of(f"{key} is given twice", field=field, fix="give each bound once")
-        out[SGLANG_KEYS[key]] = ms
-    if not out:
-        raise ToolkitError.of("no SLO bound given", field=field, fix=example)
-    return out
+def _bound_ms(key: str, sep: str, value: str, field: str, example: str) -> float:
+    """One bound's milliseconds: a positive, finite number, or an error naming it."""
+    try:
+        ms = float(value)
+    except ValueError:
+        raise ToolkitError.of(f"{key}{sep}{value!r} is not a number of milliseconds", field=field,
+                              fix=example) from None
+    if not ms > 0 or ms == float("inf"):
+        raise ToolkitError.of(f"{key}{sep}{value} is not a positive, finite number of milliseconds", field=field,
+                              fix=example)
+    return ms
 
 
 def parse_slo(text: str, *, field: str = "--slo") -> dict[str, float]:
     """`ttft_p99_ms=3000,itl_p99_ms=100` -> {"ttft_p99_ms": 3000.0, "itl_p99_ms": 100.0}; SGLang's `ttft:3000
-    tpot:50` -> {"ttft_ms": 3000.0, "tpot_ms": 50.0}; bad input names the fix."""
-    if ":" in text and "=" not in text:
-        return _sglang_spelling(text, field)
+    tpot:50` (bench_serving --goodput's KEY:MS pairs, by spaces or commas) -> {"ttft_ms": 3000.0, "tpot_ms": 50.0};
+    bad input names the fix."""
+    sglang = ":" in text and "=" not in text
     out: dict[str, float] = {}
-    example = "e.g. --slo ttft_p99_ms=3000,itl_p99_ms=100"
-    for part in (p.strip() for p in text.split(",")):
+    example = ("e.g. --slo 'ttft:3000 tpot:50' (SGLang's --goodput spelling)" if sglang
+               else "e.g. --slo ttft_p99_ms=3000,itl_p99_ms=100")
+    for part in (p.strip() for p in (text.replace(",", " ").split() if sglang else text.split(","))):
         if not part:
             continue
-        key, eq, value = part.partition("=")
+        key, eq, value = part.partition(":" if sglang else "=")
         key = key.strip()
         if not eq:
             raise ToolkitError.of(f"{part!r} is not KEY=MS", field=field, fix=example)
-        if key not in BOUNDS:
-            raise ToolkitError.of(f"unknown SLO bound {key!r}", field=field,
-                                  fix=f"use {', '.join(BOUNDS)} ({example})")
-        try:
-            ms = float(value)
-        except ValueError:
-            raise ToolkitError.of(f"{key}={value!r} is not a number of milliseconds", field=field,
-                                  fix=example) from None
-        if not ms > 0 or ms == float("inf"):
-            raise ToolkitError.of(f"{key}={value} is not a positive, finite number of milliseconds", field=field,
-                                  fix=example)
-        if key in out:
+        if key not in (SGLANG_KEYS if sglang else BOUNDS):
+            what = "SGLang --goodput bound" if sglang else "SLO bound"
+            raise ToolkitError.of(f"unknown {what} {key!r}", field=field,
+                                  fix=f"use {', '.join(SGLANG_KEYS if sglang else BOUNDS)} ({example})")
+        ms = _bound_ms(key, eq, value, field, example)
+        name = SGLANG_KEYS[key] if sglang else key
+        if name in out:
             raise ToolkitError.of(f"{key} is given twice", field=field, fix="give each bound once")
-        out[key] = ms
+        out[name] = ms
     if not out:
         raise ToolkitError.of("no SLO bound given", field=field, fix=example)
     return out
