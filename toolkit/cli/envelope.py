@@ -40,10 +40,12 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "profile.resolved": 1,
     "profile.show": 1,
     "profile.validate": 1,
+    "results.check": 1,
     "results.compare": 1,
     "results.record": 1,
     "sweep": 1,
     "tune": 1,
+    "upgrade": 1,
 }
 
 # An error's code says what kind of failure it was; the exit code says the same to a shell.

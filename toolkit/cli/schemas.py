@@ -248,10 +248,12 @@ DATA_TYPES: dict[str, Any] = {
     "profile.resolved": ResolvedProfileData,
     "profile.show": Open,
     "profile.validate": dict[str, list[Problem]],
+    "results.check": Open,
     "results.compare": CompareData,
     "results.record": RecordData,
     "sweep": SweepData,
     "tune": Open,
+    "upgrade": Open,
 }
 
 
