@@ -76,6 +76,6 @@ def test_the_command_exits_1_on_a_recorded_regression_and_prints_the_interval(
     out = capsys.readouterr().out
     assert out.startswith("REGRESSION throughput: SGLang 0.5.24") and "significant loss" in out and "% [" in out
     assert main([*args, "--json"]) == 1
-    got = json.loads(capsys.readouterr().out)
+    got = json.loads(capsys.readouterr().out)["data"]
     assert got["regression"] is True and got["change"]["high"] < 0
     assert got["candidate_runs"] == ["run-11", "run-12"] and len(got["reference_runs"]) == 4
