@@ -251,11 +251,10 @@ def amend(ctx: OverlayContext) -> Amendment:
     extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
     imports = None
     if ctx.lock_src is not None:
-        from toolkit.adapters.wheelhouse import cache_root, directory, tarball_path
+        from toolkit.adapters.wheelhouse import tarball_path
 
-        probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
         real_engine = any(bool(h.vars.get(REAL_ENGINE_VAR)) for h in ctx.hosts.values())
-        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine,
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, ctx.probe_wheels, standins=not real_engine,
                                               importable=engine_imports(ctx.resolved))
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
@@ -281,3 +280,26 @@ def amend(ctx: OverlayContext) -> Amendment:
         notes=notes,
         engine_imports=imports,
     )
+
+
+def prefill(profile: str, profiles_dir: str | None = None) -> tuple[Path, engine_standins.LabLock | None]:
+    """What a lab apply of `profile` builds on the controller before it touches a host, built now: the probe's
+    wheels and the lab lock's wheelhouse (its real wheels downloaded into the cache, the stand-ins built), the same
+    calls `amend` makes, so the apply finds them done. The lab need not be up: `scripts/demo` runs this beside
+    `lab up`, whose debootstraps wait mostly on dpkg while this waits on PyPI. The wheelhouse's locks let an apply
+    that starts first wait for it instead of downloading the same files. Returns the lab lock file and the lab lock."""
+    from toolkit.adapters.ansible import share_dir
+    from toolkit.adapters.wheelhouse import probe_wheels
+    from toolkit.app.apply import engine_lock_src
+    from toolkit.app.profiles import resolve_checked
+    from toolkit.core.deploy import inputs_from_resolved
+    from toolkit.lab.standin_server import bench_client
+
+    checked = resolve_checked(profile, profiles_dir)
+    repo_root = checked.store.dir.resolve().parent
+    lock_src = engine_lock_src(checked.resolved, repo_root)
+    probe = probe_wheels(parse_lock(lock_src.read_text(), str(lock_src)).python, repo_root=share_dir())
+    if inputs_from_resolved(checked.resolved, repo_root=repo_root).sglang_version != bench_client.RELEASE:
+        bench_client_wheel(bench_client.RELEASE)
+    lock_file, _dest, lab = lab_wheelhouse(lock_src, probe.runtime, importable=engine_imports(checked.resolved))
+    return lock_file, lab
