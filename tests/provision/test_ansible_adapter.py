@@ -221,6 +221,28 @@ def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliabili
     )
 
 
+def test_a_run_past_its_timeout_is_stopped_like_ctrl_c(tmp_path: Path) -> None:
+    """`timeout_s` (a sweep's --point-timeout-s, in process): the playbook and its task's process are stopped, and
+    the caller gets PlaybookTimedOut, not a result."""
+    import time
+
+    from toolkit.adapters.ansible import PlaybookTimedOut
+
+    book = tmp_path / "slow.yml"
+    book.write_text(SLOW_PLAYBOOK)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                   f"      ansible_python_interpreter: {sys.executable}\n")
+    seconds = "124.6"  # an argv no other process here has
+    started = time.monotonic()
+    with pytest.raises(PlaybookTimedOut) as err:
+        run_playbook(str(book), inventory=inv, private_data_dir=tmp_path / "runs", extravars={"seconds": seconds},
+                     timeout_s=3)
+    assert 3 <= time.monotonic() - started < 60
+    assert "did not finish in 3 s" in str(err.value) and err.value.artifacts_dir.is_dir()
+    assert _processes_with(seconds) == [] and _processes_with(str(book)) == []
+
+
 def _processes_with(needle: str) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
