@@ -278,14 +278,15 @@ class ApplyProbeRunner:
 
 
 class _PointLog:
-    """One point's apply.log: the plays, changes, failures and messages of its apply, a line each, written as
-    they come (a person can follow a long deploy with tail -f) and redacted as every output is."""
+    """One point's apply.log: the plays, changes, failures and messages of its apply, a line each with the UTC
+    time, written as they come (a person can follow a long deploy with tail -f) and redacted as every output is."""
 
     def __init__(self, handle: IO[str]) -> None:
         self.handle = handle
 
     def say(self, text: str) -> None:
-        self.handle.write(safe(str(text), keep_newlines=True).rstrip("\n") + "\n")
+        stamp = time.strftime("%H:%M:%S", time.gmtime())
+        self.handle.write(f"{stamp} {safe(str(text), keep_newlines=True).rstrip()}\n")
         self.handle.flush()
 
     def event(self, event: PlaybookEvent) -> None:
