@@ -62,7 +62,7 @@ class UseCase:
                                       hosts={"ct": HostStats(ok=9, changed=1, failed=len(failures))},
                                       failures=failures, artifacts_dir=None)
             verdict = json.loads((run_dir / "verdict.json").read_text())
-            return ApplyOutcome(profile=req.profile, check=False, playbook=playbook, notes=[], left_out=[],
+            return ApplyOutcome(profile=req.profile, check=False, playbook=playbook, notes=[],
                                 artifacts_dir=fetch, probes={"ct": HostProbe(run_dir, verdict)})
 
 

@@ -30,7 +30,6 @@ from toolkit.adapters.ansible import (
 )
 from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
-from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
 from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
@@ -77,6 +76,7 @@ class OverlayContext:
     num_prompts: int | None  # the request's --num-prompts (None: the overlay may choose)
     toolkit_wheel: Path
     lock_src: Path | None = None  # the engine lock the venv is installed from (sglang_venv_lock_src)
+    probe_wheels: tuple[Path, ...] = ()  # the probe's runtime wheels, for the lock's CPython (beside the lock's)
 
 
 @dataclass
@@ -102,7 +102,6 @@ class DeployPlan:
     extravars: dict[str, Any]
     secrets: dict[str, str]
     fetch_dir: Path
-    left_out: list[str]  # SGLang requirements the wheelhouse leaves out (GPU-side)
     notes: list[str]  # what an overlay changed, one line each
     limit: str | None = None  # ansible-playbook's --limit: the request's, with the power-limit hosts it needs
 
@@ -125,7 +124,6 @@ class ApplyOutcome:
     check: bool
     playbook: PlaybookResult
     notes: list[str]
-    left_out: list[str]  # SGLang requirements the wheelhouse leaves out (GPU-side)
     artifacts_dir: Path  # where the hosts' probe runs are fetched to
     probes: dict[str, HostProbe] | None = None  # by host; None when the probe was not asked for
     record: dict[str, Any] | None = None  # what `record` did per host
@@ -164,7 +162,6 @@ class ApplyOutcome:
             "failed_hosts": self.failed_hosts,
             "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
             "notes": self.notes,
-            "left_out": self.left_out,
             "artifacts_dir": str(self.artifacts_dir),
             "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
         }
@@ -309,21 +306,24 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     nodes = deploy.per_node(resolved, list(hosts)) if resolved.spec.server.nnodes > 1 else {}
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
-    status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
-    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
     lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
     lock = parse_lock(lock_src.read_text(), str(lock_src))
+    # The engine lock is all the SGLang venv installs; the probe's own venv needs its few runtime wheels beside it.
+    status(f"the probe's wheels for CPython {lock.python} (pip download, once) and the toolkit's (this checkout)")
+    probe = wheelhouse_adapter.probe_wheels(lock.python, repo_root=share_dir())
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
                                            bench_argv=bench_argv, num_prompts=req.num_prompts,
-                                           toolkit_wheel=wheelhouse.toolkit_wheel, lock_src=lock_src))
+                                           toolkit_wheel=probe.toolkit_wheel, lock_src=lock_src,
+                                           probe_wheels=probe.runtime))
+    lock_dir = wheelhouse_adapter.lock_directory(f"sglang-{lock.sglang_version}-{lock.digest[:16]}")
     extravars = deploy.build_extravars(
         inputs,
         run_id=run_id,
-        wheelhouse_dir=str(wheelhouse.path),
-        wheelhouse_tar=str(wheelhouse.tarball),
-        toolkit_wheel=str(wheelhouse.toolkit_wheel),
+        wheelhouse_dir=str(lock_dir),
+        wheelhouse_tar=str(tarball_path(lock_dir)),
+        toolkit_wheel=str(probe.toolkit_wheel),
         # The lock's CPython only: a container of another is refused before anything changes (its wheels are the
         # lock's, for that interpreter).
         wheelhouse_pythons=(lock.python,),
@@ -339,10 +339,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
         # with stand-ins for the GPU-only wheels) is not made to download these.
         status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
-        lock_dir = wheelhouse_adapter.lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
-                                   sorted(wheelhouse.path.glob("*.whl")))
-        extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
-        extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
+        wheelhouse_adapter.lock_wheelhouse(lock, lock_dir.name, probe.runtime)
     extravars.update(amendment.extravars)
     imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
     extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]),
@@ -358,7 +355,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
-    return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
+    return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir,
                       [*notes, *amendment.notes], limit)
 
 
@@ -478,8 +475,7 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
                 _stop_remote_probe(deploy_plan, req.limit, on_message)
             raise  # the host lock is released on the way out; the command exits 130
     outcome = ApplyOutcome(profile=deploy_plan.profile_name, check=bool(req.check), playbook=result,
-                           notes=deploy_plan.notes, left_out=deploy_plan.left_out,
-                           artifacts_dir=deploy_plan.fetch_dir)
+                           notes=deploy_plan.notes, artifacts_dir=deploy_plan.fetch_dir)
     if req.probe:
         # A failed probe's run (benchmark-failed, with the server's log tail) was fetched before the role failed:
         # show its verdict; record only a deploy that succeeded, and only runs that were not failures.
