@@ -35,10 +35,11 @@ def capacity_arguments(parser: ArgumentParser, *, who: str) -> None:
 def measure_options(parser: ArgumentParser) -> None:
     """How a sweep's and a tune's points are measured: --runner, -i, --no-wait, --num-prompts, --point-timeout-s
     and --profiles-dir (toolkit.app.sweep.MeasureRequest)."""
-    parser.add_argument("--runner", default="apply", help="apply (default: `toolkit apply profile VARIANT --probe` "
-                        "per point), recorded:FILE (replay a table of recorded results in-process; no host is "
-                        "touched), or a runner an installed package provides (the lab's engine-model: its engine "
-                        "model in-process, simulated, seconds per point)")
+    parser.add_argument("--runner", default="apply", help="apply (default: each point deployed and probed as "
+                        "`toolkit apply profile VARIANT --probe` does, in this process), recorded:FILE (replay a "
+                        "table of recorded results in-process; no host is touched), or a runner an installed "
+                        "package provides (the lab's engine-model: its engine model in-process, simulated, seconds "
+                        "per point)")
     inventory_option(parser)
     parser.add_argument("--no-wait", action="store_true", help="refuse at once when another apply, sweep or tune "
                         "holds a target host (default: wait for it, naming the holder)")
