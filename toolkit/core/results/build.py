@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.bench import redact_argv
+from toolkit.core.provenance import of_record
 from toolkit.core.results.model import (
     BenchSettings,
     Energy,
@@ -140,17 +141,22 @@ def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any]
     A load that is not a served model (loads/gpu_phases.py on a real GPU) says so too: its "tokens" are
     whatever its `unit` names, so its tok/s and J per token must never be read as a model's.
     """
-    source = str(summary.get("data_source") or run.get("data_source") or "measured")
+    prov = of_record(summary if summary.get("provenance") or summary.get("data_source") else run)
+    source = prov.detail or prov.label
     unit = (bench_raw or {}).get("unit")
     load_note = None
     if isinstance(unit, str) and unit and unit.strip().lower() != "token":
         backend = (bench_raw or {}).get("backend")
         load_note = f"the load is not a served model ({backend or 'unknown benchmark'}): its tokens are {unit}"
-    if source.startswith("measured"):
-        return LabNote(kind="load", note=f"GPU figures {source}; {load_note}") if load_note else None
-    stand_in = any(w in source for w in ("stand-in", "synthetic", "simulated")) or load_note is not None
-    replay = any(w in source for w in ("replay", "recorded")) and not stand_in
-    return LabNote(kind="replay" if replay else "stand-in", note=source + (f"; {load_note}" if load_note else ""))
+    if prov.kind == "measured":
+        return LabNote(kind="load", note=f"GPU figures measured ({source}); {load_note}") if load_note else None
+    kind = _LAB_KIND.get(prov.kind, "stand-in")
+    return LabNote(kind=kind, note=source + (f"; {load_note}" if load_note else ""))
+
+
+# The provenance kinds a run directory can have, as the results block's `lab` names them.
+_LAB_KIND: dict[str, Literal["stand-in", "engine-model", "replay"]] = {
+    "stand-in": "stand-in", "engine-model": "engine-model", "replayed": "replay"}
 
 
 # bench_serving's flags and, where the command line leaves one out, its own default (sglang 0.5.9

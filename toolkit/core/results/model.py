@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolkit.core.provenance import Provenance, ProvenanceKind
+
 # Schema history (migrations live in toolkit/core/results/migrate.py):
 #   1: written by the profiles engineer's importer: flat manual entries (figures beside the stamp).
 #   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict).
@@ -30,8 +32,13 @@ class LabNote(_Strict):
     """Set when the figures did not come from a real GPU serving a real model: the entry says so in the file itself.
     `load`: real GPUs measured under a load that is not a served model (its "tokens" are what its unit says)."""
 
-    kind: Literal["stand-in", "replay", "load"]
+    kind: Literal["stand-in", "engine-model", "replay", "load"]
     note: str
+
+
+# The entry's lab kind as the toolkit's one provenance word list (toolkit.core.provenance) names it.
+_LAB_PROVENANCE: dict[str, ProvenanceKind] = {"stand-in": "stand-in", "engine-model": "engine-model",
+                                              "replay": "replayed", "load": "measured"}
 
 
 class GpuStamp(_Strict):
@@ -171,6 +178,15 @@ class ResultsEntry(_Strict):
 
     def verdict_class(self) -> str | None:
         return self.verdict.class_ if self.verdict else None
+
+    def provenance(self) -> Provenance:
+        """Where the figures came from. A load that is not a served model (`lab.kind` load) was measured on real
+        GPUs: it is told apart from a model's figures by its workload, which is never a served model's."""
+        if self.source == "manual":
+            return Provenance("imported", self.note)
+        if self.lab is None:
+            return Provenance("measured", None)
+        return Provenance(_LAB_PROVENANCE[self.lab.kind], self.lab.note)
 
 
 class ResultsBlock(_Strict):
