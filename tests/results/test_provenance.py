@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolkit.core.provenance import KINDS, MARK, Provenance, comparable, from_legacy_text, mark, of_record, watermark
+from toolkit.core.provenance import KINDS, MARK, Provenance, comparable, from_legacy_text, mark, of_record, stamp
 
 
 def test_one_word_list_and_a_mark_for_each_kind() -> None:
@@ -25,8 +25,8 @@ def test_like_is_compared_only_with_like() -> None:
 
 
 def test_the_stamp_of_mixed_sources_names_each_unmeasured_one() -> None:
-    assert watermark([Provenance("measured")]) is None
-    assert watermark([Provenance("replayed"), Provenance("stand-in"), Provenance("replayed", "x")]) == \
+    assert stamp([Provenance("measured")]) is None
+    assert stamp([Provenance("replayed"), Provenance("stand-in"), Provenance("replayed", "x")]) == \
         "LAB STAND-IN + REPLAYED"
 
 

@@ -458,11 +458,12 @@ def _summary(result: PlaybookResult, deploy_plan: DeployPlan, req: ApplyRequest)
 
 
 def _probe_results(fetch_dir: Path) -> dict[str, Any]:
+    from toolkit.adapters.probe_store import read_json
+
     out: dict[str, Any] = {}
     # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
     for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
-        verdict_file = host_dir / "verdict.json"
-        verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
+        verdict = read_json(host_dir / "verdict.json", required=False)
         out[host_dir.parent.name] = {"run_dir": str(host_dir), "verdict": verdict}
     return out
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolkit import __version__
-from toolkit.adapters.files import write_json
+from toolkit.adapters.probe_store import write_record
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.core.provenance import mark
 
@@ -229,9 +229,8 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     started_epoch_s = time.time()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "topology.json", {"schema_version": 1, **sampler.topology()})
+        write_record(out, "topology.json", sampler.topology())
         manifest: dict[str, Any] = {
-            "schema_version": 1,
             "toolkit_version": __version__,
             "provenance": sampler.provenance.to_dict(),
             # The same in words, for a person reading the file (nothing reads it back).
@@ -252,7 +251,7 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
             "steady_state": plan.steady_state or DEFAULT_STEADY,
             "status": "running",
         }
-        write_json(out / "run.json", manifest)
+        write_record(out, "run.json", manifest)
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str(bench_jsonl.resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
@@ -287,7 +286,7 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
         **{k: f() for k, f in side_info.items()},
     })
-    write_json(out / "run.json", manifest)
+    write_record(out, "run.json", manifest)
     summary, verdict = judge_dir(out, write=True)
     return result.interrupted, summary, verdict
 
@@ -363,7 +362,7 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     try:
         manifest = read_json(out / "run.json", required=False)
         if manifest is not None:
-            write_json(out / "run.json", {**manifest, "status": "failed", "error": note})
+            write_record(out, "run.json", {**manifest, "status": "failed", "error": note})
     except (OSError, ToolkitError):
         pass  # still full: run.json stays as it was, complete (status running)
     return ToolkitError.of(
@@ -384,6 +383,6 @@ def judge_dir(run_dir: Path, *, write: bool) -> tuple[dict[str, Any], dict[str, 
     summary, verdict = judge_run(load_run(run_dir))
     vd = verdict.to_dict()
     if write:
-        write_json(run_dir / "summary.json", summary)
-        write_json(run_dir / "verdict.json", vd)
+        write_record(run_dir, "summary.json", summary)
+        write_record(run_dir, "verdict.json", vd)
     return summary, vd

@@ -19,7 +19,7 @@ reports and `results compare`. Standard library only: the probe writes it on the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
@@ -75,7 +75,7 @@ def comparable(a: Provenance, b: Provenance) -> bool:
     return GROUP[a.kind] == GROUP[b.kind]
 
 
-def watermark(provenances: Any) -> str | None:
+def stamp(provenances: Iterable[Provenance]) -> str | None:
     """The stamp of an image drawn from several sources: the marks of all that were not measured, joined."""
     marks = sorted({p.watermark for p in provenances if p.watermark})
     return " + ".join(marks) or None

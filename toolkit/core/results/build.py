@@ -30,7 +30,7 @@ from toolkit.core.results.model import (
     ResultsEntry,
     SteadyRates,
     Throughput,
-    Verdict,
+    VerdictExcerpt,
 )
 
 # Rounding, by unit: enough digits to see a real change, few enough that float noise never shows.
@@ -279,7 +279,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = _evidence_value(value)
 
 
-def _verdict(verdict: dict[str, Any] | None) -> Verdict | None:
+def _verdict(verdict: dict[str, Any] | None) -> VerdictExcerpt | None:
     if not verdict or not isinstance(verdict.get("class"), str):
         return None
     raw = verdict.get("evidence")
@@ -290,7 +290,7 @@ def _verdict(verdict: dict[str, Any] | None) -> Verdict | None:
         evidence = {f"note{i + 1}": _evidence_value(v) for i, v in enumerate(raw)}
     headline = verdict.get("headline") or verdict.get("summary")
     basis = verdict.get("basis")
-    return Verdict.model_validate({
+    return VerdictExcerpt.model_validate({
         "class": verdict["class"],
         "summary": headline if isinstance(headline, str) and headline else None,
         "confidence": rnd(verdict.get("confidence"), 2),

@@ -136,7 +136,10 @@ class Energy(_Strict):
 EvidenceValue = str | int | float | bool | None
 
 
-class Verdict(_Strict):
+class VerdictExcerpt(_Strict):
+    """The results block's excerpt of the probe's verdict (toolkit.core.probe.verdict.Verdict, verdict.json): what a
+    diff and a comparison need, one figure per line."""
+
     class_: str = Field(alias="class")
     summary: str | None = None  # the probe's headline
     confidence: float | None = None
@@ -162,7 +165,7 @@ class ResultsEntry(_Strict):
     latency_ms: Latency | None = None
     power: Power | None = None
     energy: Energy | None = None
-    verdict: Verdict | None = None
+    verdict: VerdictExcerpt | None = None
     artifacts: str | None = None
     note: str | None = None  # manual entries: where the figures came from
 

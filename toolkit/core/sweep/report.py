@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from toolkit.core.provenance import KINDS, Provenance, mark, watermark
+from toolkit.core.provenance import KINDS, Provenance, mark, stamp
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import (
     ParetoPoint,
@@ -183,7 +183,7 @@ def data_text(state: SweepState) -> str:
 
 def data_watermark(state: SweepState) -> str | None:
     """The stamp of a sweep's or tune's images: the marks of every source that was not measured, else None."""
-    return watermark(provenances(state))
+    return stamp(provenances(state))
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
