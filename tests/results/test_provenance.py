@@ -57,3 +57,5 @@ def test_old_records_sentences_are_read_once_into_the_type(text: str, kind: str)
     p = of_record({"data_source": text})
     assert p == from_legacy_text(text) and p.kind == kind and p.detail == text
     assert of_record({}).kind == "measured"
+    assert of_record({}, {"data_source": text}) == p  # the first record that says
+

@@ -81,14 +81,18 @@ def stamp(provenances: Iterable[Provenance]) -> str | None:
     return " + ".join(marks) or None
 
 
-def of_record(data: Mapping[str, Any]) -> Provenance:
-    """A record's provenance (run.json, summary.json, verdict.json, a sweep point): its `provenance` field, or, in a
-    record written before there was one, read once from its `data_source` sentence (`from_legacy_text`)."""
-    raw = data.get("provenance")
-    if isinstance(raw, Mapping):
-        return Provenance.from_dict(raw)
-    text = data.get("data_source")
-    return from_legacy_text(str(text)) if text else MEASURED
+def of_record(*records: Mapping[str, Any]) -> Provenance:
+    """A record's provenance (run.json, summary.json, verdict.json, a sweep point), from the first of `records` that
+    says: its `provenance` field, or, in a record written before there was one, its `data_source` sentence read once
+    (`from_legacy_text`). None says: measured, as the probe's records said then."""
+    for data in records:
+        raw = data.get("provenance")
+        if isinstance(raw, Mapping):
+            return Provenance.from_dict(raw)
+        text = data.get("data_source")
+        if text:
+            return from_legacy_text(str(text))
+    return MEASURED
 
 
 def from_legacy_text(text: str) -> Provenance:

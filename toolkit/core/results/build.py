@@ -141,7 +141,7 @@ def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any]
     A load that is not a served model (loads/gpu_phases.py on a real GPU) says so too: its "tokens" are
     whatever its `unit` names, so its tok/s and J per token must never be read as a model's.
     """
-    prov = of_record(summary if summary.get("provenance") or summary.get("data_source") else run)
+    prov = of_record(summary, run)
     source = prov.detail or prov.label
     unit = (bench_raw or {}).get("unit")
     load_note = None

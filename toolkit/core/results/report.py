@@ -249,7 +249,7 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
         source = ("the benchmark reports whole-run totals only (no token timeline): the line is its average over "
                   "the whole run" + (f"; its reported peak was {figure(peak)} tok/s" if isinstance(peak, int | float)
                                      else ""))
-    prov = of_record(summary if summary.get("provenance") or summary.get("data_source") else run)
+    prov = of_record(summary, run)
     lat, lat_note = latencies_of(bench_raw)
     return PlotData(
         power=gpu_bands(trace, "power_w", models),
