@@ -29,14 +29,15 @@ def test_an_old_format_run_directory_loads_with_its_provenance_migrated(tmp_path
     run = load_run(run_dir)
     assert run.summary is not None and run.verdict is not None
     for record in (run.manifest, run.summary, run.verdict):
-        assert Provenance.from_dict(record["provenance"]) == Provenance("measured", "measured (NVML)")
+        assert Provenance.from_dict(record["provenance"]) == Provenance("measured", "NVML")
     manifest, summary, verdict, _topology, _bench = read_judged(run_dir)
     assert {of_record(r).kind for r in (manifest, summary, verdict)} == {"measured"}
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before  # reading migrates, it never writes
 
     # Judged again by today's code, the records carry the typed field; run.json is left as recorded.
     summary, vd = judge_dir(run_dir, write=True)
-    assert summary["provenance"] == vd["provenance"] == {"kind": "measured", "detail": "measured (NVML)"}
+    assert summary["provenance"] == vd["provenance"] == {"kind": "measured", "detail": "NVML"}
+    assert vd["data_source"] == "measured (NVML)"  # the words, as the probe wrote them then
     assert json.loads((run_dir / "verdict.json").read_text())["provenance"]["kind"] == "measured"
     assert (run_dir / "run.json").read_bytes() == before["run.json"]
 

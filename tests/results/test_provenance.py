@@ -38,9 +38,12 @@ def test_dict_form_round_trips_and_refuses_an_unknown_kind() -> None:
         Provenance.from_dict({"kind": "simulated"})
 
 
+def test_an_old_measured_record_keeps_what_it_was_measured_with() -> None:
+    assert from_legacy_text("measured (NVML)") == from_legacy_text("nvml") == Provenance("measured", "NVML")
+    assert mark(from_legacy_text("measured (NVML)"), detail=True) == "measured (NVML)"
+
+
 @pytest.mark.parametrize(("text", "kind"), [
-    ("measured (NVML)", "measured"),
-    ("nvml", "measured"),
     ("simulated GPUs: the lab's engine model (not measured on a GPU)", "stand-in"),
     ("lab engine model (simulated in-process: no server, no GPU)", "engine-model"),
     ("recorded GPU trace: lab data, not measured on a GPU (trace.csv)", "replayed"),

@@ -105,8 +105,11 @@ def from_legacy_text(text: str) -> Provenance:
     for tag, kind in tagged.items():
         if tag in s:
             return Provenance(cast(ProvenanceKind, kind), text)
-    if s.startswith(("measured", "nvml")):
-        return Provenance("measured", text)
+    if s.startswith("nvml"):
+        return MEASURED
+    if s.startswith("measured"):
+        # "measured (NVML)": the kind is the word, the detail what the brackets held
+        return Provenance("measured", text[len("measured"):].strip().strip("()").strip() or None)
     if s.startswith(("lab engine model", "engine model")):
         return Provenance("engine-model", text)
     if any(w in s for w in ("simulated", "synthetic", "stand-in")):
