@@ -178,17 +178,17 @@ def _fmt(v: Any, nd: int = 0) -> str:
 
 
 def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
-    from toolkit.core.provenance import mark, of_record
-
-    prov = of_record(summary)
     if as_json:
-        print(json.dumps({"dir": str(out), "data_source": summary["data_source"], "provenance": prov.to_dict(),
-                          "verdict": verdict}, indent=2, sort_keys=True))
+        print(json.dumps({"dir": str(out), "data_source": summary["data_source"], "verdict": verdict},
+                         indent=2, sort_keys=True))
         return
     from rich.console import Console
     from rich.table import Table
 
+    from toolkit.core.provenance import mark, of_record
+
     con = Console()
+    prov = of_record(summary)
     if prov.kind != "measured" or replay:
         con.print(f"[yellow]data: {mark(prov, detail=True)}"
                   f"{' (judged again from ' + str(out) + ')' if replay else ''}[/yellow]")
