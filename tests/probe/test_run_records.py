@@ -54,6 +54,11 @@ def test_records_are_stamped_with_the_version_this_toolkit_writes_and_a_newer_on
     assert json.loads((tmp_path / "run.json").read_text())["schema_version"] == RUN_SCHEMA_VERSION
     with pytest.raises(ValueError, match=r"bench\.json is not a probe run's record"):
         write_record(tmp_path, "bench.json", {})
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 2, "provenance": {"kind": "simulated"}}))
+    (tmp_path / "trace.csv").write_text("")
+    with pytest.raises(ToolkitError, match=r"run\.json: provenance\.kind") as err:
+        load_run(tmp_path)
+    assert "use one of measured, imported, stand-in, engine-model, replayed" in str(err.value)
     (tmp_path / "run.json").write_text(json.dumps({"schema_version": RUN_SCHEMA_VERSION + 1}))
     (tmp_path / "trace.csv").write_text("")
     with pytest.raises(ToolkitError, match="newer than this toolkit reads"):

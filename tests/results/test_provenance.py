@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from toolkit.core.errors import ToolkitError
 from toolkit.core.provenance import KINDS, MARK, Provenance, comparable, from_legacy_text, mark, of_record, stamp
 
 
@@ -34,7 +35,7 @@ def test_dict_form_round_trips_and_refuses_an_unknown_kind() -> None:
     p = Provenance("engine-model", "in-process")
     assert Provenance.from_dict(p.to_dict()) == p
     assert of_record({"provenance": p.to_dict(), "data_source": "measured (NVML)"}) == p  # the typed field wins
-    with pytest.raises(ValueError, match="'simulated' is not one of"):
+    with pytest.raises(ToolkitError, match="'simulated' is not one of"):
         Provenance.from_dict({"kind": "simulated"})
 
 

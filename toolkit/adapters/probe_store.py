@@ -50,18 +50,23 @@ def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
     if known is not None and isinstance(version, int) and version > known:
         raise ToolkitError.of(f"schema_version {version} is newer than this toolkit reads ({known})",
                               file=str(path), field="schema_version", fix="upgrade the toolkit")
-    return _migrated(path.name, data)
+    return _migrated(path, data)
 
 
 # The records that carry where their figures came from.
 _WITH_PROVENANCE = ("run.json", "summary.json", "verdict.json")
 
 
-def _migrated(name: str, data: dict[str, Any]) -> dict[str, Any]:
+def _migrated(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """An older record in the shape this toolkit writes: a record from before the typed provenance gets it from its
     `data_source` sentence (toolkit.core.provenance.of_record), so no reader looks at the sentence again."""
-    if name in _WITH_PROVENANCE and "provenance" not in data:
-        data = {**data, "provenance": of_record(data).to_dict()}
+    if path.name in _WITH_PROVENANCE:
+        try:
+            data = {**data, "provenance": of_record(data).to_dict()}
+        except ToolkitError as err:  # a hand-edited kind: name the file
+            for problem in err.problems:
+                problem.file = str(path)
+            raise
     return data
 
 

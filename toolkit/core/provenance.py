@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
 
+from toolkit.core.errors import ToolkitError
+
 ProvenanceKind = Literal["measured", "imported", "stand-in", "engine-model", "replayed"]
 KINDS: tuple[ProvenanceKind, ...] = get_args(ProvenanceKind)  # also the order groups are shown in
 
@@ -58,7 +60,8 @@ class Provenance:
     def from_dict(cls, data: Mapping[str, Any]) -> Provenance:
         kind = data.get("kind")
         if kind not in KINDS:
-            raise ValueError(f"provenance kind {kind!r} is not one of {', '.join(KINDS)}")
+            raise ToolkitError.of(f"provenance kind {kind!r} is not one of {', '.join(KINDS)}",
+                                  field="provenance.kind", fix=f"use one of {', '.join(KINDS)}")
         detail = data.get("detail")
         return cls(cast(ProvenanceKind, kind), None if detail is None else str(detail))
 
