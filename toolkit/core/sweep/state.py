@@ -373,6 +373,10 @@ def state_from_dict(data: Any, *, file: str) -> SweepState:
             tune=dict(data["tune"]) if isinstance(data.get("tune"), Mapping) else None,
             capacity=dict(data["capacity"]) if isinstance(data.get("capacity"), Mapping) else None,
         )
+    except ToolkitError as err:  # a value the state's types refuse (a provenance kind): name the file
+        for problem in err.problems:
+            problem.file = file
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ToolkitError.of(
             f"malformed sweep state ({type(exc).__name__}: {exc})", file=file, fix="restore it or start a new sweep"
