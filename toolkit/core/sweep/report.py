@@ -86,8 +86,7 @@ def curves(state: SweepState) -> list[dict[str, Any]]:
 
 def to_json(state: SweepState) -> dict[str, Any]:
     def row(r: RankedRow) -> dict[str, Any]:
-        # `data_source` in words beside the typed provenance: keys are only ever added to ranking.json.
-        return {**r.__dict__, "provenance": r.provenance.to_dict(), "data_source": mark(r.provenance, detail=True)}
+        return {**r.__dict__, "provenance": r.provenance.to_dict()}
 
     def pp(p: ParetoPoint) -> dict[str, Any]:
         return dict(p.__dict__)
