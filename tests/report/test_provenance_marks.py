@@ -105,10 +105,6 @@ def test_every_surface_shows_the_same_mark(tmp_path: Path, capsys: pytest.Captur
     capsys.readouterr()
     assert main(["results", "compare", "glm5-tp8", "glm5-ep8", "glm5-baseline", "--profiles-dir", str(profiles)]) == 0
     compare = capsys.readouterr().out
-    assert main(["results", "compare", "glm5-tp8", "glm5-ep8", "glm5-baseline", "--json", "--profiles-dir",
-                 str(profiles)]) == 0
-    compare_json = {g["provenance"] for g in json.loads(capsys.readouterr().out)["groups"]}
-    assert compare_json == {"stand-in", "replayed", "imported"}
 
     for kind, shown in surfaces.items():
         mark = MARK[kind]  # type: ignore[index]
