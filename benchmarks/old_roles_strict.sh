@@ -140,7 +140,7 @@ if [ "$mode" = deploy ]; then
   export PYTHONPATH=$wt TOOLKIT_SHARE_DIR=$wt TOOLKIT_LAB_INSTANCE=${TOOLKIT_LAB_INSTANCE:-o14}
   .venv/bin/python -m pytest -p no:cacheprovider -q --tb=line -rfE \
     "tests/apply/test_apply_lab.py::test_apply_from_scratch_probe_and_record" \
-    "tests/apply/test_apply_lab.py::test_no_c_compiler_fails_the_deploy_at_its_jit_check_not_the_first_request" \
+    "tests/apply/test_apply_faults_lab.py::test_no_c_compiler_fails_the_deploy_at_its_jit_check_not_the_first_request" \
     "tests/apply/test_sglang_venv_role.py::test_install_patch_idempotent_and_refuse_wrong_sha" || true
   exit 0
 fi

@@ -115,7 +115,7 @@ def test_the_recorded_line_reads_as_text_not_a_python_dict() -> None:
     from toolkit.cli.render import print_apply_summary
 
     console = Console(record=True, width=200)
-    summary = {"profile": "glm5-tp8", "check": False, "left_out": [], "hosts": {}, "failures": [], "unreachable": [],
+    summary = {"profile": "glm5-tp8", "check": False, "hosts": {}, "failures": [], "unreachable": [],
                "artifacts_dir": "/tmp/a", "record": {"recorded": {"sglang-ct": "added in profiles/glm5-tp8.yaml",
                                                                   "ct-b": "skipped: the probe wrote no verdict"}}}
     print_apply_summary(console, summary, as_json=False)

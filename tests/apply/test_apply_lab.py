@@ -4,119 +4,46 @@ server behind the rendered unit (its engine model: SIMULATED GPUs), SGLang's own
 scraping the stand-in's /metrics and sampling the simulated GPUs.
 
 The container is provisioned first with the provision playbooks (#6). Tests share one provisioned lab
-and run in file order: scratch deploy, no-change deploy, then the failure cases, each of which
-restores a healthy service before the next.
+and run in file order: scratch deploy, the demo's benchmark, no-change deploy, a package removed, the baseline's
+cap, the small KV pool. The failures and faults are test_apply_faults_lab.py, on a lab instance of their own in
+CI (scripts/test-shard6.txt).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
-import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from apply_lab_support import (  # type: ignore[import-not-found]
+    PATCH_SHA,
+    PATCH_TARGET,
+    REPO,
+    Target,
+    apply,
+    ct,
+    entries,
+    installed_of,
+    with_host_vars,
+)
 
 from toolkit.lab.deploy_overlay import LAB_NUM_PROMPTS
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-
-REPO = Path(__file__).resolve().parents[2]
-PATCH_TARGET = "sglang/srt/model_executor/model_runner.py"
-PATCH_SHA = "be071c1567de4b63e82d070623f95aa4bb5f537698659526c68b1c7d05074640"
-
-
-def toolkit(*args: str, cwd: Path) -> tuple[int, dict[str, Any], str]:
-    proc = subprocess.run([sys.executable, "-m", "toolkit", *args, "--json"], capture_output=True, text=True,
-                          cwd=cwd, timeout=1200)
-    try:
-        summary = json.loads(proc.stdout) if proc.stdout.strip() else {}
-    except json.JSONDecodeError:
-        summary = {}
-    return proc.returncode, summary, proc.stderr
-
-
-class Target:
-    """The lab's GPU container the tests deploy to: `ct` of the lab's inventory (CI), or, with
-    TOOLKIT_TEST_APPLY_INVENTORY, another container of the same lab (so a developer's run does not
-    redeploy a container another engineer is testing)."""
-
-    def __init__(self, lab: Any, inventory: Path) -> None:
-        self.lab = lab
-        self.inventory_path = inventory
-        hosts = yaml.safe_load(inventory.read_text())["all"]["children"]["gpu_containers"]["hosts"]
-        self.name = next(iter(hosts))
-        self.address = hosts[self.name]["ansible_host"]
-
-    def ssh(self, command: str) -> subprocess.CompletedProcess[str]:
-        argv = [*self.lab.ssh_args("ct")[:-1], f"root@{self.address}", command]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def provisioned(lab: Any) -> Target:
-    """The container created and its NVIDIA userspace installed (`toolkit host provision`, #6)."""
-    inventory = Path(os.environ.get("TOOLKIT_TEST_APPLY_INVENTORY") or lab.inventory_path)
-    proc = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "pve1", "--containers", "-i",
-                           str(inventory)], capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return Target(lab, inventory)
-
-
-@pytest.fixture(scope="module")
-def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the profiles, so that --record writes there and not into the checkout."""
-    root = tmp_path_factory.mktemp("apply")
-    shutil.copytree(REPO / "profiles", root / "profiles")
-    return root
-
-
-def ct(target: Target, command: str) -> subprocess.CompletedProcess[str]:
-    return target.ssh(command)
-
-
-def installed_of(target: Target, dist: str) -> str:
-    """The version of `dist` in the engine's venv on the container."""
-    return ct(target, "/opt/sglang/venv/bin/python -c 'import importlib.metadata as m, sys; "
-                      f"print(m.version(sys.argv[1]))' {dist}").stdout.strip()
-
-
-def _entries(profiles: Path, name: str = "glm5-tp8") -> int:
-    text = (profiles / f"{name}.yaml").read_text()
-    data = yaml.safe_load(text) or {}
-    return len(((data.get("results") or {}).get("entries")) or [])
-
-
-def apply(lab: Target, work: Path, *extra: str, inventory: Path | None = None,
-          profile: str = "glm5-tp8") -> tuple[int, dict[str, Any], str]:
-    return toolkit("apply", "profile", profile, "-i", str(inventory or lab.inventory_path),
-                   "--profiles-dir", str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
-
-
-def with_host_vars(target: Target, tmp: Path, **host_vars: Any) -> Path:
-    """The lab's inventory with variables added to the target container, as a user sets them: the lab
-    overlay's test switches (toolkit_lab_standin_fail_health, toolkit_lab_standin_nan_log) travel this way."""
-    inv = yaml.safe_load(Path(target.inventory_path).read_text())
-    inv["all"]["children"]["gpu_containers"]["hosts"][target.name].update(host_vars)
-    path = tmp / "switched.yml"
-    path.write_text(yaml.safe_dump(inv))
-    return path
 
 
 def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) -> None:
     # From scratch even on a developer's reused container: no venv, no unit, no toolkit there.
     ct(provisioned, "systemctl disable --now sglang 2>/dev/null; rm -rf /opt/sglang /opt/toolkit /etc/sglang "
                     "/etc/systemd/system/sglang.service /etc/systemd/system/sglang.service.d; systemctl daemon-reload")
-    before = _entries(work / "profiles")
+    before = entries(work / "profiles")
     rc, summary, err = apply(provisioned, work, "--probe", "--record")
     assert rc == 0, err[-4000:]
     assert summary["hosts"][provisioned.name]["changed"] > 0 and not summary["failures"]
@@ -177,7 +104,7 @@ def test_apply_from_scratch_probe_and_record(provisioned: Target, work: Path) ->
 
     record = summary.get("record") or {}
     if "skipped" not in record:
-        assert _entries(work / "profiles") == before + 1
+        assert entries(work / "profiles") == before + 1
     server = _check_timelines_and_entry(Path(probe["run_dir"]), work / "profiles" / "glm5-tp8.yaml")
     # tp8 with 1024 slots takes all 160 prompts at once: nothing waits in the steady window.
     assert server["steady"]["num_queue_reqs"]["max"] == 0, server["steady"]
@@ -324,317 +251,6 @@ def test_baseline_is_capped_at_64_running_with_a_queue(provisioned: Target, work
     assert "server.max_running_requests: 64 -> " in " ".join(verdict["next_steps"])
     over = verdict["evidence"]["over_time"]["server"]
     assert over["max_running_requests"] == 64 and over["queue"] > 1 and over["token_usage"] < 0.8
-
-
-def test_failing_health_fails_naming_the_service_with_its_log(provisioned: Target, work: Path,
-                                                              tmp_path: Path) -> None:
-    before = (work / "profiles" / "glm5-tp8.yaml").read_bytes()
-    failing = with_host_vars(provisioned, tmp_path, toolkit_lab_standin_fail_health=True)
-    rc, summary, err = apply(provisioned, work, "--probe", "--record", inventory=failing)
-    assert rc != 0
-    message = "\n".join(f["message"] for f in summary["failures"])
-    assert "service sglang did not answer" in message
-    assert "told to fail its health check" in message  # the log tail, from the journal
-    # The probe never started (the deploy stopped at the health check): no run fetched, nothing recorded.
-    assert summary["probe"] == {} and "record" not in summary
-    assert (work / "profiles" / "glm5-tp8.yaml").read_bytes() == before
-    rc, summary, err = apply(provisioned, work)  # healthy again: the drop-in changed back, so it restarts
-    assert rc == 0, err[-4000:]
-
-
-def test_nan_in_the_log_fails_the_deploy_with_that_line(provisioned: Target, work: Path, tmp_path: Path) -> None:
-    rc, summary, _ = apply(provisioned, work, inventory=with_host_vars(provisioned, tmp_path,
-                                                                      toolkit_lab_standin_nan_log=True))
-    assert rc != 0
-    assert "NaN in the logits" in "\n".join(f["message"] for f in summary["failures"])
-    rc, _, err = apply(provisioned, work)
-    assert rc == 0, err[-4000:]
-
-
-def _task_end_times(artifacts: Path) -> dict[str, datetime]:
-    """When each task of an ansible-runner run ended, from its job events (the last time, for a repeated name)."""
-    out: dict[str, datetime] = {}
-    for path in sorted(artifacts.glob("job_events/*.json"), key=lambda p: int(p.name.split("-")[0])):
-        event = json.loads(path.read_text())
-        data = event.get("event_data") or {}
-        if event.get("event", "").startswith("runner_on_") and data.get("end"):
-            out[data.get("task", "")] = datetime.fromisoformat(data["end"])
-    return out
-
-
-def test_a_server_that_exits_at_once_fails_the_deploy_within_seconds_with_its_log(provisioned: Target,
-                                                                                   work: Path, tmp_path: Path) -> None:
-    # A server that dies while starting (on a real host: a module missing from the venv) under Restart=on-failure.
-    # With a health timeout of 600 s the deploy must still fail within a minute, from the unit's state.
-    rc, _, err = apply(provisioned, work)  # the venv in place, so the time below is the deploy's, not pip's
-    assert rc == 0, err[-4000:]
-    exiting = with_host_vars(provisioned, tmp_path, toolkit_lab_standin_exit_at_start=True,
-                             sglang_service_health_timeout_s=600)
-    started = time.monotonic()
-    rc, summary, _ = apply(provisioned, work, inventory=exiting)
-    elapsed_s = time.monotonic() - started
-    assert rc != 0
-    failures = summary["failures"]
-    assert [f["task"] for f in failures] == ["Fail at once when the server's process exited while starting, "
-                                             "showing its log tail"], failures
-    message = failures[0]["message"]
-    assert "service sglang exited before answering" in message and "exit status 1" in message
-    assert "told to exit at start (SGLANG_STANDIN_EXIT_AT_START=1)" in message  # the journal's lines
-    assert "Fix: " in message
-    # From the (re)start of the unit to the failed deploy, by the run's own event times (the apply before the
-    # start, the wheelhouse and venv checks, is the same for a healthy server).
-    ended = _task_end_times(Path(summary["ansible_artifacts_dir"]))
-    started_at = max(ended[t] for t in ("Enable and start the service", "Restart the SGLang service") if t in ended)
-    waited_s = (ended["Fail at once when the server's process exited while starting, showing its log tail"]
-                - started_at).total_seconds()
-    assert waited_s < 60, f"{waited_s:.1f} s from the unit's start to the failure"
-    print(f"a server exiting at once: the deploy failed {waited_s:.1f} s after the unit started (health timeout "
-          f"600 s); the whole apply took {elapsed_s:.1f} s")
-    rc, _, err = apply(provisioned, work)
-    assert rc == 0, err[-4000:]
-
-
-def test_no_c_compiler_fails_the_deploy_at_its_jit_check_not_the_first_request(provisioned: Target,
-                                                                               work: Path) -> None:
-    # Roles review finding 18: without a compiler Triton's launcher build (and FlashInfer's JIT) fails at the
-    # first request of a server that looked healthy. gcc made unrunnable (as on a container nobody gave
-    # build-essential): the deploy fails in sglang_venv's verify step, before the service is touched.
-    gcc = ct(provisioned, "readlink -f \"$(command -v gcc)\"").stdout.strip()
-    assert gcc.startswith("/usr/bin/"), gcc
-    unit_before = ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout
-    try:
-        assert ct(provisioned, f"chmod a-x {gcc}").returncode == 0
-        rc, summary, _ = apply(provisioned, work)
-        assert rc != 0
-        failures = summary["failures"]
-        assert [f["task"] for f in failures] == ["Fail the deploy when the JIT toolchain is missing"], failures
-        assert "Failed to find C compiler. Please specify via CC environment variable." in failures[0]["message"]
-        assert "install build-essential" in failures[0]["message"]
-        assert ct(provisioned, "systemctl show -p ActiveEnterTimestampMonotonic sglang").stdout == unit_before
-    finally:
-        ct(provisioned, f"chmod 0755 {gcc}")
-    rc, _, err = apply(provisioned, work)
-    assert rc == 0, err[-4000:]
-
-
-def test_patch_for_another_file_is_refused_before_the_venv_changes(provisioned: Target, work: Path,
-                                                                    tmp_path: Path) -> None:
-    profiles = tmp_path / "profiles"
-    shutil.copytree(work / "profiles", profiles)
-    tp8 = profiles / "glm5-tp8.yaml"
-    tp8.write_text(tp8.read_text().replace(PATCH_SHA, "ab" * 32))  # letters: YAML would read 64 digits as an int
-    digest = ("find /opt/sglang/venv -type f -not -path '*__pycache__*' -print0 | sort -z "
-              "| xargs -0 sha256sum | sha256sum")
-    venv_before = ct(provisioned, digest).stdout
-    proc = subprocess.run([sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i",
-                           str(provisioned.inventory_path), "--profiles-dir", str(profiles), "--runs-dir",
-                           str(tmp_path / "runs"), "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200)
-    assert proc.returncode != 0
-    message = "\n".join(f["message"] for f in json.loads(proc.stdout)["failures"])
-    assert "patch sm120-cutlass-moe-autotune refused" in message and "ab" * 32 in message
-    assert ct(provisioned, digest).stdout == venv_before
-
-
-def test_unreachable_host_among_several(provisioned: Target, work: Path, tmp_path: Path) -> None:
-    inv = yaml.safe_load(Path(provisioned.inventory_path).read_text())
-    hosts = inv["all"]["children"]["gpu_containers"]["hosts"]
-    ghost = dict(hosts[provisioned.name])
-    # An address inside the lab's own container subnet that nothing answers (traffic stays in the lab).
-    ghost["ansible_host"] = ".".join([*ghost["ansible_host"].split(".")[:3], "250"])
-    hosts["ct-ghost"] = ghost
-    path = tmp_path / "two.yml"
-    path.write_text(yaml.safe_dump(inv))
-    rc, summary, _ = apply(provisioned, work, inventory=path)
-    assert rc != 0
-    assert summary["unreachable"] == ["ct-ghost"]
-    me = summary["hosts"][provisioned.name]
-    assert me["failed"] == 0 and me["unreachable"] == 0
-
-
-def test_api_key_from_a_secret_reaches_only_the_env_file(provisioned: Target, work: Path, tmp_path: Path) -> None:
-    key = hashlib.sha256(b"toolkit-apply-test-key").hexdigest()
-    profiles = tmp_path / "profiles"
-    shutil.copytree(work / "profiles", profiles)
-    tp8 = profiles / "glm5-tp8.yaml"
-    keyed = tp8.read_text().replace("\nserver:\n", "\nserver:\n  api_key_secret: env:TOOLKIT_TEST_SGLANG_KEY\n", 1)
-    tp8.write_text(keyed)
-    runs = tmp_path / "runs"
-    proc = subprocess.run([sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i",
-                           str(provisioned.inventory_path), "--profiles-dir", str(profiles), "--runs-dir", str(runs),
-                           "--json"], capture_output=True, text=True, cwd=REPO, timeout=1200,
-                          env={**os.environ, "TOOLKIT_TEST_SGLANG_KEY": key})
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = json.loads(proc.stdout)
-    assert key not in proc.stdout + proc.stderr
-    for root in (runs, Path(summary["ansible_artifacts_dir"])):
-        for f in root.rglob("*"):
-            if f.is_file():
-                assert key not in f.read_text(errors="replace"), f
-    assert "${SGLANG_API_KEY}" in ct(provisioned, "cat /etc/systemd/system/sglang.service").stdout
-    assert ct(provisioned, "stat -c %a /etc/sglang/glm5-tp8.env").stdout.strip() == "600"
-    info = json.loads((Path(summary["artifacts_dir"]) / provisioned.name / "server_info.json").read_text())
-    assert info["api_key_set"] is True
-    rc, _, err = apply(provisioned, work)  # back to the profile without a key
-    assert rc == 0, err[-4000:]
-
-
-# ---- Faults mid-run. They reuse the deployed service the tests above leave, and share deploys where
-# they do not interfere: the kill and the second apply in one probe run; the stopped container and the converging
-# apply; Ctrl-C in one more probe run. Each writes its row of docs/reliability.md.
-
-
-def _wait_for(check: Any, timeout_s: float, what: str, step_s: float = 0.3,
-              running: subprocess.Popen[str] | None = None) -> None:
-    """Poll `check` until it holds; fail with `running`'s output if that process ends first."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        if running is not None and running.poll() is not None:
-            out, err = running.communicate()
-            raise AssertionError(f"exit {running.returncode} before {what}: {err[-3000:]}\n{out[-2000:]}")
-        time.sleep(step_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def _start_apply(target: Target, work: Path, runs: Path, *extra: str,
-                 env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i", str(target.inventory_path),
-            "--profiles-dir", str(work / "profiles"), "--runs-dir", str(runs), "--json", *extra]
-    return subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-
-
-def _main_pid(target: Target) -> str:
-    return ct(target, "systemctl show -p MainPID --value sglang").stdout.strip()
-
-
-def test_fault_server_killed_mid_benchmark_while_a_second_apply_is_refused(provisioned: Target, work: Path,
-                                                                           reliability) -> None:
-    profile = work / "profiles" / "glm5-tp8.yaml"
-    before = profile.read_bytes()
-    from toolkit.adapters.host_lock import lock_path, read_holder
-
-    first = _start_apply(provisioned, work, work / "runs-kill", "--probe", "--record")
-    lock = lock_path(f"{provisioned.address}:22")
-    _wait_for(lambda: (h := read_holder(lock)) is not None and h.pid == first.pid, 300, "the apply's host lock",
-              running=first)
-
-    # The same host, at once: refused with --no-wait, naming the apply that holds it.
-    rc2, _, err2 = apply(provisioned, work, "--no-wait")
-    assert rc2 == 2 and f"host {provisioned.name} is in use by pid {first.pid}" in err2, err2[-2000:]
-
-    # bench_serving takes seconds to load before it sends anything, then finishes its 160 requests in ~7 s: wait in
-    # the container itself for its first finished requests (its progress bar counts them, "5/160", where "0/160 ...
-    # ?it/s" is only the start) and kill at once, so the kill lands with requests in flight whatever an SSH round
-    # trip costs on a loaded host.
-    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving' >/dev/null").returncode == 0, 300,
-              "the benchmark", running=first)
-    kill = ct(provisioned,
-              "d=$(ls -td /var/lib/toolkit/runs/*/ | head -1); for i in $(seq 600); do "
-              f"grep -qsE '[|] *[1-9][0-9]?/{LAB_NUM_PROMPTS} ' $d/bench.stderr.log && break; sleep 0.05; done; "
-              "pid=$(systemctl show -p MainPID --value sglang); kill -9 $pid && echo $pid")
-    assert kill.returncode == 0, kill.stderr
-    killed = kill.stdout.strip()
-    out, err = first.communicate(timeout=600)
-    assert first.returncode == 1, err[-3000:]
-    summary = json.loads(out)
-    verdict = summary["probe"][provisioned.name]["verdict"]
-    assert verdict["class"] == "benchmark-failed"
-    server_log = verdict["evidence"]["server_log_tail"]
-    assert "status=9/KILL" in server_log, server_log  # systemd's own line about the kill, from the journal
-    assert "record" not in summary and profile.read_bytes() == before  # nothing recorded as a result
-    assert "the server's log tail is in evidence.server_log_tail" in verdict["headline"]
-
-    rc, _, err = apply(provisioned, work)
-    assert rc == 0, err[-3000:]
-    now = _main_pid(provisioned)
-    assert now not in ("0", killed) and ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active"
-    reliability(
-        fault="the SGLang server (lab stand-in) killed with SIGKILL mid-benchmark",
-        user_saw=f"exit {first.returncode}; verdict: {verdict['headline']}; then the server's log: "
-        + next(line for line in server_log.splitlines() if "status=9/KILL" in line).split(": ", 1)[-1],
-        recorded="the failed run's artifacts (verdict benchmark-failed, evidence.server_log_tail); the profile byte "
-        "for byte unchanged (no results entry)",
-        next_run=f"apply exit {rc}: the service active again under a new main PID ({killed} -> {now}), "
-        "health and smoke passed",
-        area="apply",
-    )
-    reliability(
-        fault="a second `toolkit apply --no-wait` on the same host while an apply runs",
-        user_saw=f"exit {rc2}: " + next(line for line in err2.splitlines() if "is in use by" in line).strip(),
-        recorded="nothing: refused before any playbook ran",
-        next_run="the first apply went on undisturbed (its own outcome above)",
-        area="apply",
-    )
-
-
-def test_fault_container_stopped_mid_apply_then_the_next_apply_converges(provisioned: Target, work: Path,
-                                                                         tmp_path: Path, reliability) -> None:
-    state = tmp_path / "state"  # this apply's own ansible-runner directory: its events say when a task runs
-    first = _start_apply(provisioned, work, tmp_path / "runs", env={"TOOLKIT_STATE_DIR": str(state)})
-
-    def tasks_started() -> int:
-        return sum(1 for f in state.glob("ansible/artifacts/*/job_events/*.json")
-                   if '"runner_on_start"' in f.read_text(errors="replace"))
-
-    _wait_for(lambda: tasks_started() >= 3, 300, "the deploy's third task on the host", running=first)
-    stop = provisioned.lab.ssh("pve1", "pct stop 100")
-    assert stop.returncode == 0, stop.stderr
-    out, err = first.communicate(timeout=600)
-    summary = json.loads(out)
-    assert first.returncode == 1
-    (failure,) = [f for f in summary["failures"] if f["host"] == provisioned.name]
-    assert failure["task"] and provisioned.name in summary["unreachable"] + summary["failed_hosts"]
-
-    assert provisioned.lab.ssh("pve1", "pct start 100").returncode == 0
-    _wait_for(lambda: ct(provisioned, "systemctl is-active sglang").stdout.strip() == "active", 120,
-              "the container and its service")
-    rc, again, err = apply(provisioned, work)
-    assert rc == 0, err[-3000:]
-    assert not again["failures"] and again["hosts"][provisioned.name]["failed"] == 0
-    reliability(
-        fault="the container stopped (`pct stop`) mid-apply",
-        user_saw=f"exit {first.returncode}; {failure['host']}: {failure['task']} "
-        f"({'unreachable' if provisioned.name in summary['unreachable'] else 'failed'})",
-        recorded="the summary's failures name the host and the task; nothing else changed on the controller",
-        next_run=f"after `pct start 100`: apply exit {rc}, changed={again['hosts'][provisioned.name]['changed']}, "
-        "the service active",
-        area="apply",
-    )
-
-
-def test_fault_ctrl_c_during_the_probe_leaves_nothing_running(provisioned: Target, work: Path, tmp_path: Path,
-                                                               reliability) -> None:
-    import signal
-
-    from toolkit.adapters.host_lock import host_locks
-
-    runs = tmp_path / "runs-ctrl-c"
-    first = _start_apply(provisioned, work, runs, "--probe")
-    _wait_for(lambda: ct(provisioned, "pgrep -f '[s]glang.bench_serving'").returncode == 0, 300, "the benchmark",
-              running=first)
-    first.send_signal(signal.SIGINT)
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 130, err[-3000:]
-    assert "Traceback" not in err and "stopping this run's probe" in err
-    # Nothing of this apply left: no ansible-playbook on the controller, no probe or benchmark on the host.
-    ours = subprocess.run(["pgrep", "-f", str(runs)], capture_output=True, text=True)
-    assert ours.stdout.strip() == "", ours.stdout
-    assert ct(provisioned, "pgrep -f '[t]oolkit probe run|[s]glang.bench_serving'").stdout.strip() == ""
-    with host_locks({provisioned.name: f"{provisioned.address}:22"}, purpose="test", wait=False) as held:
-        assert held.taken == [provisioned.name]  # released
-    reliability(
-        fault="Ctrl-C (SIGINT) to `toolkit apply --probe` during the benchmark",
-        user_saw=f"exit {first.returncode}; " + "; ".join(line for line in err.strip().splitlines()
-                                                         if "interrupt" in line or "stopping" in line),
-        recorded="no ansible-playbook left on the controller, no probe or bench_serving on the host; the probe, "
-        "interrupted by this run's stop playbook, wrote what it had on the host",
-        next_run="the host lock was free at once (taken with --no-wait)",
-        area="apply",
-    )
 
 
 # Issue 16: the verdict over time on the stand-in's engine model (GPU, server and host timelines together); the

@@ -265,3 +265,36 @@ def test_a_locks_wheelhouse_holds_exactly_its_files_the_standins_and_the_probes(
     before = (Path(str(dest) + ".tar")).stat().st_mtime_ns
     assert lock_wheelhouse(small, "test", [probe], {"torch": standin}) == dest
     assert Path(str(dest) + ".tar").stat().st_mtime_ns == before  # complete: not built again
+
+
+def test_the_lab_wheelhouse_filled_ahead_is_the_one_the_apply_installs_from(
+        store: ProfileStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`toolkit lab wheelhouse glm5-tp8` (scripts/demo runs it beside `lab up`) builds the lab lock's wheelhouse
+    under the same name, from the same lab lock and probe wheels, as the apply's overlay asks for; else the apply
+    would download it all again. Only the download is left out here (lock_wheelhouse records what it was asked)."""
+    from toolkit.adapters import wheelhouse
+    from toolkit.app.apply import engine_lock_src
+    from toolkit.lab import deploy_overlay
+
+    monkeypatch.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp_path))
+    asked: list[tuple[str, str, tuple[Path, ...], list[str]]] = []
+
+    def lock_wheelhouse(lock, name, also=(), standins=None):  # type: ignore[no-untyped-def]
+        asked.append((name, lock.digest, tuple(also), sorted(standins or {})))
+        return wheelhouse.lock_directory(name)
+
+    probe = (tmp_path / "rich-15.0.0-py3-none-any.whl",)
+    monkeypatch.setattr(deploy_overlay, "lock_wheelhouse", lock_wheelhouse)
+    monkeypatch.setattr(wheelhouse, "probe_wheels",
+                        lambda python, **_: wheelhouse.ProbeWheels(Path("/w/tk.whl"), probe, python, built=False))
+    lock_file, lab = deploy_overlay.prefill("glm5-tp8", str(REPO / "profiles"))
+    resolved = store.resolve("glm5-tp8")
+    inputs = deploy.inputs_from_resolved(resolved, repo_root=REPO)
+    amendment = amend(OverlayContext(resolved=resolved, inputs=inputs, hosts={"ct": InventoryHost("ct", (), {})},
+                                     nodes={}, bench_argv=render_bench_argv(resolved, base_url="http://x:8000",
+                                                                            output_file="/x/b.jsonl"),
+                                     num_prompts=None, toolkit_wheel=Path("/w/tk.whl"),
+                                     lock_src=engine_lock_src(resolved, REPO), probe_wheels=probe))
+    assert len(asked) == 2 and asked[0] == asked[1] and asked[0][0].startswith("lab-sglang-0.5.9-")
+    assert lab is not None and "torch" in asked[0][3] and asked[0][2] == probe
+    assert amendment.extravars["sglang_venv_lock_src"] == str(lock_file)

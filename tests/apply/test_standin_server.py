@@ -428,3 +428,19 @@ def test_refuses_to_start_when_the_deploys_engine_check_fails_in_its_venv(tmp_pa
     assert "the engine check failed" in refused.stderr and "missing torch==2.9.1" in refused.stderr
     assert ("import torch failed (ModuleNotFoundError: No module named 'torch'); the lock line that should bring "
             "it: torch==2.9.1 in sglang-0.5.9-cp311.lock") in refused.stderr
+
+
+def test_a_release_made_slower_on_purpose_takes_longer_in_proportion() -> None:
+    """SGLANG_STANDIN_SPEED (the lab's toolkit_lab_release_speed for the applied release) scales every forward."""
+    times = {}
+    for speed in ("1", "0.5"):
+        s = _start("--tp-size", "8", env={"SGLANG_STANDIN_SPEED": speed})
+        try:
+            s.wait_healthy()
+            _stream_tokens(s.base, 5)  # the first request pays the engine's warm-up
+            times[speed] = min(_stream_tokens(s.base, 60) for _ in range(2))
+        finally:
+            s.stop()
+    assert 1.6 < times["0.5"] / times["1"] < 2.4, times
+    bad = _start(env={"SGLANG_STANDIN_SPEED": "0"})
+    assert bad.proc.wait(timeout=10) != 0 and "not a positive factor" in bad.stop()

@@ -1,4 +1,4 @@
-"""The wheelhouse's layout on the controller: one directory and one tar per SGLang release."""
+"""The wheelhouse's layout on the controller: one directory and one tar per lock, the probe's wheels per CPython."""
 
 from __future__ import annotations
 
@@ -10,31 +10,31 @@ import pytest
 from toolkit.adapters import wheelhouse
 
 
-def test_each_release_gets_its_own_tar(tmp_path: Path) -> None:
-    # Path.with_suffix cut `sglang-0.5.9-cp311` to `sglang-0.5.tar`: 0.5.9 and 0.5.10 shared one tar,
+def test_each_lock_gets_its_own_tar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Path.with_suffix cut `sglang-0.5.9-...` to `sglang-0.5.tar`: 0.5.9 and 0.5.10 shared one tar,
     # and whichever release was built last shipped its wheels to the other's apply.
+    monkeypatch.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp_path))
     tars = {}
     for version in ("0.5.9", "0.5.10", "0.6.0rc1"):
-        dest = wheelhouse.directory(tmp_path, version)
-        dest.mkdir()
+        dest = wheelhouse.lock_directory(f"sglang-{version}-0123456789abcdef")
+        dest.mkdir(parents=True)
         (dest / f"sglang-{version}-py3-none-any.whl").write_bytes(version.encode())
         tars[version] = wheelhouse._tarball(dest)
     assert len(set(tars.values())) == 3
     for version, tar in tars.items():
-        assert tar.parent == tmp_path and tar.name.startswith(f"sglang-{version}-")
+        assert tar.parent == tmp_path / "locks" and tar.name.startswith(f"sglang-{version}-")
         with tarfile.open(tar) as fh:
             assert fh.getnames() == [f"sglang-{version}-py3-none-any.whl"]
 
 
-def test_the_directory_names_every_target_python(tmp_path: Path) -> None:
-    name = wheelhouse.directory(tmp_path, "0.5.9").name
-    assert name == "sglang-0.5.9-" + "-".join("cp" + v.replace(".", "") for v in wheelhouse.TARGET_PYTHONS)
-    assert {"3.11", "3.13"} <= set(wheelhouse.TARGET_PYTHONS)  # debian-12-standard and debian-13-standard
+def test_the_probe_directory_names_its_python(tmp_path: Path) -> None:
+    assert wheelhouse.probe_directory(tmp_path, "3.11") != wheelhouse.probe_directory(tmp_path, "3.13")
+    assert wheelhouse.probe_directory(tmp_path, "3.13").name == "probe-cp313"
 
 
 def test_the_same_wheels_give_the_same_tar_bytes(tmp_path: Path) -> None:
-    dest = wheelhouse.directory(tmp_path, "0.5.9")
-    dest.mkdir()
+    dest = tmp_path / "locks" / "sglang-0.5.9-0123456789abcdef"
+    dest.mkdir(parents=True)
     for name in ("b-1-py3-none-any.whl", "a-1-py3-none-any.whl", "partial.whl.tmp"):
         (dest / name).write_bytes(name.encode())
     first = wheelhouse._tarball(dest).read_bytes()
@@ -42,6 +42,24 @@ def test_the_same_wheels_give_the_same_tar_bytes(tmp_path: Path) -> None:
     assert wheelhouse._tarball(dest).read_bytes() == first
     with tarfile.open(wheelhouse.tarball_path(dest)) as fh:
         assert fh.getnames() == ["a-1-py3-none-any.whl", "b-1-py3-none-any.whl"]  # sorted, no .tmp
+
+
+@pytest.mark.usefixtures("pypi")
+def test_the_probes_wheels_are_its_requirements_for_the_locks_python_once(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the probe's venv installs on a host (bench_probe_requirements) and nothing of SGLang's: each of
+    PROBE_REQUIREMENTS has a wheel for CPython 3.11 (pyyaml's own build for it), downloaded once; the toolkit's
+    wheel is this checkout's."""
+    repo = Path(__file__).resolve().parents[2]
+    first = wheelhouse.probe_wheels("3.11", repo_root=repo, root=tmp_path)
+    names = {p.name.split("-")[0].lower().replace("_", "-") for p in first.runtime}
+    assert set(wheelhouse.PROBE_REQUIREMENTS) <= names and "sglang" not in names and "numpy" not in names
+    pyyaml = next(p.name for p in first.runtime if p.name.lower().startswith("pyyaml-"))
+    assert "-cp311-" in pyyaml or "-abi3-" in pyyaml
+    assert first.built and first.toolkit_wheel.name.startswith("gpu_serving_toolkit-")
+    monkeypatch.setattr(wheelhouse, "_pip_download", lambda *a, **k: pytest.fail("downloaded again"))
+    again = wheelhouse.probe_wheels("3.11", repo_root=repo, root=tmp_path)
+    assert not again.built and again.runtime == first.runtime and again.toolkit_wheel == first.toolkit_wheel
 
 
 @pytest.mark.usefixtures("pypi")

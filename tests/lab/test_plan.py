@@ -107,7 +107,8 @@ def test_the_lab_plugs_in_through_role_variables_and_says_so_once() -> None:
     assert pve1["proxmox_gpu_host_kernel_headers_required"] is False
     assert pve1["proxmox_gpu_host_build_packages_install"] is False
     assert containers == {"container_nvidia_userspace_cuda_install_method": "none", "sglang_venv_model_fetch": False,
-                          "sglang_service_health_timeout_s": plan.LAB_HEALTH_TIMEOUT_S}
+                          "sglang_service_health_timeout_s": plan.LAB_HEALTH_TIMEOUT_S,
+                          "sglang_venv_pip_compile": False}
     # Every variable the lab sets for the roles is named in a note, so a run never substitutes silently.
     told = " ".join(notes)
     for name in [*containers, "proxmox_gpu_host_kernel_headers_required", "proxmox_gpu_host_build_packages_install",

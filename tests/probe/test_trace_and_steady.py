@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.series import COLUMNS
-from toolkit.core.probe.steady import SteadyParams, find_counter_window, find_steady_window
+from toolkit.core.probe.server_trace import counter_series, read_server_trace
+from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_counter_window, find_steady_window
 from toolkit.core.probe.trace import TRACE_SCHEMA_VERSION, dump_trace, parse_trace, trace_from_rows
 
 from .synthetic import ramp, seed_run
@@ -149,6 +153,78 @@ def test_a_late_scrape_on_the_ramp_is_no_edge_of_the_window() -> None:
     assert all(r >= w.threshold for _, r in inside[:2] + inside[-2:]), (inside[:2], inside[-2:], w.threshold)
     # Before this rule the same trace gave a window that opened on the late scrape's high half.
     assert min(r for t, r in zip(ts, rs, strict=True) if w.start_s <= t <= w.end_s) >= w.threshold
+
+
+LAB_BASELINE = Path(__file__).resolve().parents[1] / "fixtures" / "probe" / "lab-glm5-baseline"
+
+
+def _late_read(csv_text: str, row: int, late: float) -> str:
+    """The server trace as if its scrape `row` had read the counter `late` (a fraction of the next interval) after
+    its own timestamp: the interval before that row gets tokens of the one after it."""
+    lines = csv_text.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("t_s,"))
+    col = lines[first].rstrip("\n").split(",").index("realtime_decode_tokens_total")
+    here, after = lines[first + 1 + row].split(","), lines[first + 2 + row].split(",")
+    here[col] = str(round(float(here[col]) + late * (float(after[col]) - float(here[col]))))
+    lines[first + 1 + row] = ",".join(here)
+    return "".join(lines)
+
+
+def _window_as_the_lab_test_reads_it(csv_text: str, bench: tuple[float, float]
+                                     ) -> tuple[SteadyWindow, list[tuple[float, float]], list[float]]:
+    """The window from the server trace's counter (as the probe's summary finds it), and the rates inside it and in
+    the drain after it, read as the lab test reads summary.json: ends rounded to the millisecond, no allowance."""
+    ts, rs = counter_series(read_server_trace(csv_text), "realtime_decode_tokens_total")
+    w = find_counter_window(ts, rs, *bench, SteadyParams())
+    assert w is not None
+    start, end = round(w.start_s, 3), round(w.end_s, 3)
+    inside = [(t, r) for t, r in zip(ts, rs, strict=True) if start <= t <= end]
+    tail = [r for t, r in zip(ts, rs, strict=True) if end < t <= bench[1]]
+    return w, inside, tail
+
+
+def test_a_recorded_lab_baseline_run_with_a_late_scrape_anywhere_keeps_each_edge_at_the_bar() -> None:
+    """glm5-baseline in the lab on the loaded machine, recorded: 64 running and the rest queued, the decode counter
+    moving in a forward's 128 tokens, so the rate between 0.5 s scrapes steps between about 500 and 1,150 tok/s
+    around a bar near 690. A scrape that reads the counter late splits two intervals into a high rate and a low
+    one. The edge rule before this one let the window end on a sample at the bar with the late scrape's low half
+    just inside it; summary.json rounds the end to the millisecond (30.7501 s to 30.750), which can leave the end
+    sample itself outside, and the lab test then read the low half (463 tok/s against a bar of 691 here, a scrape
+    half an interval late at 30.0 s; 650 against 738 in CI) as the window's edge. With a late read at every row of
+    the benchmark, a quarter to nine tenths of an interval late, the window's first and last samples (read without
+    the lab test's half-millisecond allowance) are at or above the bar, no fall inside outlasts the smoothing width,
+    and the drain comes after it: what the lab test checks holds wherever the late scrape lands."""
+    text = (LAB_BASELINE / "server_trace.csv").read_text()
+    trace = read_server_trace(text)
+    run = json.loads((LAB_BASELINE / "run.json").read_text())
+    recorded = json.loads((LAB_BASELINE / "summary.json").read_text())
+    bench = (float(run["bench_start_s"]), float(run["bench_end_s"]))
+    assert all(trace.ok) and not any(trace.counter_reset)
+
+    w, inside, _ = _window_as_the_lab_test_reads_it(text, bench)
+    # The replay finds the window the probe recorded.
+    assert (round(w.start_s, 3), round(w.end_s, 3)) == (recorded["steady"]["start_s"], recorded["steady"]["end_s"])
+    assert round(w.threshold, 3) == recorded["steady_state"]["threshold"]
+    # Some scrape pairs inside sit under the bar already (a forward landing either side of a scrape): one pair each.
+    assert any(r < w.threshold for _, r in inside)
+
+    rows = [i for i, t in enumerate(trace.t_s[:-1]) if bench[0] <= t <= bench[1]]
+    checked = 0
+    for row in rows:
+        for late in (0.25, 0.5, 0.75, 0.9):
+            w, inside, tail = _window_as_the_lab_test_reads_it(_late_read(text, row, late), bench)
+            if not w.found:
+                assert "too short for a steady state" in w.reason, (row, late, w.reason)
+                continue
+            checked += 1
+            where = (row, late, inside[:2], inside[-2:], w.threshold)
+            assert inside[0][1] >= w.threshold and inside[-1][1] >= w.threshold, where
+            below_since = None
+            for t, r in inside:
+                below_since = (below_since if below_since is not None else t) if r < w.threshold else None
+                assert below_since is None or t - below_since <= SteadyParams().smooth_s, (where, t)
+            assert tail and min(tail) < w.threshold, where
+    assert checked >= 3 * len(rows)  # the window found nearly everywhere, not the checks skipped
 
 
 def test_a_late_scrape_spike_does_not_set_the_plateau_bar() -> None:

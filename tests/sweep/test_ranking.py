@@ -102,3 +102,30 @@ def test_the_tables_steady_column_holds_only_steady_figures_and_power_is_per_gpu
     # says so.
     assert (rows[1]["steady tok/s"], rows[1]["full-run tok/s"]) == ("- (no steady state)", "1,324.6")
     assert rows[1]["W/GPU"] == "1,500 (all GPUs)"
+
+
+def test_a_gap_inside_the_noise_is_marked_tied_with_first_and_the_report_says_so() -> None:
+    """Two variants 0.6 % apart, each steady window swinging +-3 % interval by interval, are tied; one 10 % below
+    is not. The table's rank cell and the note under it say which."""
+    import random
+
+    from toolkit.core.sweep.report import ranking_sections
+    from toolkit.core.sweep.state import PLANNED, Measurement, Point, VariantState, new_state
+
+    def variant(index: int, tok_per_s: float) -> VariantState:
+        rng = random.Random(index)
+        series = [tok_per_s * (1 + rng.gauss(0, 0.03)) for _ in range(60)]
+        m = Measurement(steady_output_tok_per_s=tok_per_s, interval_tok_per_s=series, interval_s=1.0)
+        return VariantState(index=index, knobs=[("server.max_running_requests", 2 ** (5 + index))], status=PLANNED,
+                            points=[Point(concurrency=64, status=DONE, measurement=m)])
+
+    state = new_state(run_id="r", profile="p", base_spec={}, axes=[], planned=[], concurrency=[64], created="",
+                      runner="test")
+    state.variants += [variant(1, 1000.0), variant(2, 1006.0), variant(3, 900.0)]
+    rows = rank_by_throughput(state)
+    assert [(r.variant_id, r.tied_with_first) for r in rows] == [("v02", False), ("v01", True), ("v03", False)]
+    top = rows[0]
+    assert top.interval_low is not None and top.interval_high is not None
+    assert top.interval_low < 1006.0 < top.interval_high and (top.interval_high - top.interval_low) / 1006.0 < 0.05
+    md = "\n".join(ranking_sections(state, "Ranked"))
+    assert "| 2 (=#1) | v01 |" in md and "(=#1): v01 within the 95 % interval of #1 v02" in md

@@ -1,62 +1,53 @@
 """The wheelhouse: wheels the controller downloads from PyPI for a container that has no internet.
 
-The lab container (and many real GPU containers) cannot reach PyPI, so `toolkit apply` fills a
-directory here once per SGLang release, copies it in, and the roles install from it with
-`pip install --no-index --find-links`. Built for the containers' interpreters, not the controller's:
-CPython 3.11 (Proxmox's debian-12-standard) and 3.13 (debian-13-standard), manylinux x86_64, in one
-directory, so pip in either container picks its own wheels (sglang_venv refuses any other Python).
+The lab container (and many real GPU containers) cannot reach PyPI, so `toolkit apply` fills a directory
+here, copies it in, and the roles install from it with `pip install --no-index --find-links`.
 
-What goes in: the pinned `sglang` wheel itself (without its dependencies), SGLang's serving-side
-Python imports that install without a GPU (toolkit.core.deploy.SERVING_REQUIREMENTS, with SGLang's
-own pins), and the toolkit's probe (its wheel, plus rich, nvidia-ml-py, pyyaml and prometheus-client).
-What SGLang requires and is left out (torch, flashinfer, sgl-kernel, ...) is written to LEFT_OUT.txt, so the
-closing note can say exactly which.
+What a host's SGLang venv installs is the engine lock (toolkit/core/engine_lock.py), and only the lock: `fill_from_lock`
+puts every wheel it names in a content-addressed cache (`files/sha256/<2 hex>/<sha256>/<wheel>`) shared by every
+release and Python, so a torch that two releases lock is downloaded once. Only what the cache lacks is downloaded,
+by `pip download --require-hashes --no-deps -r` on the missing lines (pip checks each file against its hash, and so
+does this module before a file enters the cache); `stage_lock_files` lays out exactly a lock's files for a host. A
+caller may pass a subset of a lock's entries (the lab leaves out the GPU-only wheels, several GB).
 
-The engine lock's files (`fill_from_lock`): every wheel an engine lock (toolkit/core/engine_lock.py) names, in a
-content-addressed cache (`files/sha256/<2 hex>/<sha256>/<wheel>`) shared by every release and Python, so a torch
-that two releases lock is downloaded once. Only what the cache lacks is downloaded, by `pip download
---require-hashes --no-deps -r` on the missing lines (pip checks each file against its hash, and so does this
-module before a file enters the cache); `stage_lock_files` lays out exactly a lock's files for a host. A caller
-may pass a subset of a lock's entries (the lab leaves out the GPU-only wheels, several GB).
+Beside the lock's wheels a host gets the probe's (`probe_wheels`): the toolkit's own wheel, built from the checkout,
+and its runtime packages for the lock's CPython (PROBE_REQUIREMENTS with their dependencies; the toolkit's venv on
+the host is apart from the engine's, so these need no lock line).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from toolkit.adapters import cache_lock, pip_resolver
 from toolkit.adapters.files import write_atomic
-from toolkit.core.deploy import SERVING_REQUIREMENTS
-from toolkit.core.engine_lock import CONTAINER_PYTHONS, PLATFORM_TAGS, PYPI_SIMPLE, EngineLock, LockEntry, redact_url
+from toolkit.core.engine_lock import PLATFORM_TAGS, PYPI_SIMPLE, EngineLock, LockEntry, redact_url
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
-TARGET_PYTHONS = CONTAINER_PYTHONS
 # pip matches platform tags exactly: every glibc tag up to Debian 12's 2.36 is named (core/engine_lock.py says
 # why; with only 2_36/2_34/2_28/2_17, NVIDIA's manylinux_2_27 and nccl's manylinux_2_18 wheels were never found).
 PLATFORMS = PLATFORM_TAGS
 # prometheus-client: the probe's server timeline parses SGLang's /metrics with it (adapters/sglang_metrics.py).
+# The bench_probe role installs these names (bench_probe_requirements) from the host's wheelhouse.
 PROBE_REQUIREMENTS = ("rich", "nvidia-ml-py", "pyyaml", "prometheus-client")
 STAMP = ".complete"
 
 
 @dataclass(frozen=True)
-class Wheelhouse:
-    path: Path
-    sglang_version: str
-    left_out: list[str]  # SGLang requirements not in the wheelhouse (GPU-only or not needed to serve the lab)
-    built: bool  # False when a complete cached one was reused
-    tarball: Path  # the same wheels in one tar, what the hosts get
-    toolkit_wheel: Path  # the toolkit's own wheel, for the probe's venv (kept apart from the wheelhouse)
-    pythons: tuple[str, ...]  # the CPython versions ("3.11") it has wheels for
+class ProbeWheels:
+    """What the probe's venv on a host installs: the toolkit's own wheel and its runtime packages' wheels."""
+
+    toolkit_wheel: Path  # built from the controller's checkout (kept apart from the runtime wheels)
+    runtime: tuple[Path, ...]  # PROBE_REQUIREMENTS and their dependencies, for `python`
+    python: str  # the CPython version ("3.11") the runtime wheels are for
+    built: bool  # False when complete cached ones were reused
 
 
 def cache_root() -> Path:
@@ -67,14 +58,12 @@ def _abi(python: str) -> str:
     return "cp" + python.replace(".", "")
 
 
-def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool, python: str) -> None:
+def _pip_download(dest: Path, reqs: list[str], *, python: str) -> None:
     cmd = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(dest),
            "--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", _abi(python),
            "--abi", "abi3", "--abi", "none"]
     for plat in PLATFORMS:
         cmd += ["--platform", plat]
-    if no_deps:
-        cmd.append("--no-deps")
     cmd += reqs
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -82,41 +71,9 @@ def _pip_download(dest: Path, reqs: list[str], *, no_deps: bool, python: str) ->
         raise ToolkitError.of(
             f"pip download for CPython {python} failed for {' '.join(reqs)}:\n{tail}",
             field="wheelhouse",
-            fix="check that PyPI is reachable from this machine and that the pinned release exists",
+            fix="check that PyPI is reachable from this machine",
             exit_code=EXIT_FAILED,
         )
-
-
-def _requires(wheel: Path) -> list[str]:
-    """Requires-Dist lines without extras or markers that exclude Linux x86_64."""
-    with zipfile.ZipFile(wheel) as zf:
-        meta_name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        meta = zf.read(meta_name).decode()
-    out = []
-    for line in meta.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = line.split(":", 1)[1].strip()
-        if "extra ==" in req:
-            continue
-        out.append(req)
-    return out
-
-
-def _name(req: str) -> str:
-    m = re.match(r"[A-Za-z0-9_.-]+", req)
-    return (m.group(0) if m else req).lower().replace("_", "-")
-
-
-def _pins(reqs: list[str]) -> dict[str, str]:
-    pins = {}
-    for r in reqs:
-        spec = r.split(";", 1)[0].strip()
-        name = _name(spec)
-        rest = spec[len(name):].strip() if spec.lower().replace("_", "-").startswith(name) else ""
-        if rest:
-            pins[name] = rest
-    return pins
 
 
 def _source_digest(repo_root: Path) -> str:
@@ -144,9 +101,9 @@ def _build_toolkit_wheel(dest: Path, repo_root: Path) -> None:
                               exit_code=EXIT_FAILED)
 
 
-def directory(base: Path, sglang_version: str) -> Path:
-    """Where this SGLang release's wheels for every target Python live: one directory per release."""
-    return base / f"sglang-{sglang_version}-{'-'.join(_abi(v) for v in TARGET_PYTHONS)}"
+def probe_directory(base: Path, python: str) -> Path:
+    """Where the probe's runtime wheels for one CPython live."""
+    return base / f"probe-{_abi(python)}"
 
 
 def tarball_path(dest: Path) -> Path:
@@ -176,13 +133,9 @@ def _tarball(dest: Path) -> Path:
     return out
 
 
-def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) -> Wheelhouse:
-    """A complete wheelhouse for this SGLang release (built once, then reused), and the toolkit's wheel."""
+def toolkit_wheel(repo_root: Path, root: Path | None = None) -> Path:
+    """The toolkit's own wheel for this checkout's sources (built once per source digest)."""
     base = root or cache_root()
-    dest = directory(base, sglang_version)
-    dest.mkdir(parents=True, exist_ok=True)
-    # The toolkit's own wheel follows the checkout: rebuilt when its sources changed. It lives apart
-    # from the wheelhouse, so a toolkit change never makes the SGLang venv's wheelhouse look changed.
     # One directory per source digest: the cache is shared by every checkout on the controller, and with one
     # wheel for all, another checkout's apply rebuilt it under ours (seen: a host got another branch's probe).
     # Built in a temporary directory and renamed into place, so a reader never sees a half-written wheel.
@@ -198,39 +151,28 @@ def ensure(sglang_version: str, *, repo_root: Path, root: Path | None = None) ->
             os.rename(building, tk_dir)
         except OSError:  # another apply of the same sources got there first: theirs is the same wheel
             shutil.rmtree(building, ignore_errors=True)
-    toolkit_wheel = next(tk_dir.glob("gpu_serving_toolkit-*.whl"))
-    # The stamp names what was downloaded: a new requirement list fills the gaps (pip skips what is there).
-    wanted = json.dumps([sglang_version, list(TARGET_PYTHONS), list(SERVING_REQUIREMENTS), list(PROBE_REQUIREMENTS)])
-    tar = tarball_path(dest)
+    return next(tk_dir.glob("gpu_serving_toolkit-*.whl"))
+
+
+def probe_wheels(python: str, *, repo_root: Path, root: Path | None = None) -> ProbeWheels:
+    """The probe's wheels for a host whose CPython is `python`: its runtime packages downloaded once per Python
+    and requirement list (a few small wheels), and the toolkit's wheel of this checkout."""
+    base = root or cache_root()
+    dest = probe_directory(base, python)
+    wanted = json.dumps([python, list(PROBE_REQUIREMENTS)])
 
     def complete() -> bool:
-        return (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted and tar.exists()
+        return (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted
 
-    # Two applies filling one wheelhouse at once would share pip's downloads and the tarball's .tmp.
-    built = cache_lock.build_once(dest, complete, lambda: _fill_locked(dest, sglang_version, wanted))
-    left = (dest / "LEFT_OUT.txt").read_text().split()
-    return Wheelhouse(dest, sglang_version, left, built=built, tarball=tar, toolkit_wheel=toolkit_wheel,
-                      pythons=TARGET_PYTHONS)
+    def fill() -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / STAMP).unlink(missing_ok=True)
+        _pip_download(dest, list(PROBE_REQUIREMENTS), python=python)
+        write_atomic(dest / STAMP, wanted + "\n")
 
-
-def _fill_locked(dest: Path, sglang_version: str, wanted: str) -> None:
-    for stale in dest.glob("gpu_serving_toolkit-*.whl"):  # from before the toolkit wheel moved out
-        stale.unlink()
-    for python in TARGET_PYTHONS:
-        _pip_download(dest, [f"sglang=={sglang_version}"], no_deps=True, python=python)
-    wheel = next(dest.glob(f"sglang-{sglang_version}-*.whl"))
-    sglang_reqs = _requires(wheel)
-    pins = _pins(sglang_reqs)
-    serving = [f"{r}{pins.get(_name(r), '')}" for r in SERVING_REQUIREMENTS]
-    for python in TARGET_PYTHONS:  # pip skips what an earlier Python's pass downloaded (pure-Python wheels)
-        _pip_download(dest, [*serving, *PROBE_REQUIREMENTS], no_deps=False, python=python)
-    have = {_name(p.name.split("-")[0]) for p in dest.glob("*.whl")}
-    left_out = sorted({_name(r) for r in sglang_reqs} - have)
-    tmp = dest / "LEFT_OUT.txt.tmp"
-    tmp.write_text("\n".join(left_out) + "\n")
-    os.replace(tmp, dest / "LEFT_OUT.txt")
-    (dest / STAMP).write_text(wanted + "\n")
-    _tarball(dest)
+    # Two applies filling one directory at once would share pip's partial downloads.
+    built = cache_lock.build_once(dest, complete, fill)
+    return ProbeWheels(toolkit_wheel(repo_root, base), tuple(sorted(dest.glob("*.whl"))), python, built)
 
 
 @dataclass(frozen=True)
@@ -362,6 +304,11 @@ def stage_lock_files(files: LockFiles, dest: Path) -> Path:
     return dest
 
 
+def lock_directory(name: str) -> Path:
+    """Where `lock_wheelhouse(lock, name, ...)` builds (its tar: tarball_path of it)."""
+    return cache_root() / "locks" / name
+
+
 def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
                     standins: Mapping[str, Path] | None = None) -> Path:
     """The wheelhouse a host installs `lock` from, `$TOOLKIT_WHEELHOUSE_DIR/locks/NAME` and its tar beside it: the
@@ -369,7 +316,7 @@ def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
     against its sha256), a stand-in's wheel in place of each line `standins` names (the lab's), and the wheels
     `also` names (the probe's). Built once per name and `also`."""
     replaced = dict(standins or {})
-    dest = cache_root() / "locks" / name
+    dest = lock_directory(name)
     stamp = dest.with_name(dest.name + ".complete")
     wanted = "\n".join(sorted(p.name for p in also)) + "\n"
     tar = tarball_path(dest)

@@ -23,7 +23,6 @@ from toolkit.adapters import wheelhouse as wheelhouse_adapter
 from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
 from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
-from toolkit.adapters.wheelhouse import ensure as ensure_wheelhouse
 from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
@@ -67,6 +66,7 @@ class OverlayContext:
     num_prompts: int | None  # the request's --num-prompts (None: the overlay may choose)
     toolkit_wheel: Path
     lock_src: Path | None = None  # the engine lock the venv is installed from (sglang_venv_lock_src)
+    probe_wheels: tuple[Path, ...] = ()  # the probe's runtime wheels, for the lock's CPython (beside the lock's)
 
 
 @dataclass
@@ -92,7 +92,6 @@ class DeployPlan:
     extravars: dict[str, Any]
     secrets: dict[str, str]
     fetch_dir: Path
-    left_out: list[str]  # SGLang requirements the wheelhouse leaves out (GPU-side)
     notes: list[str]  # what an overlay changed, one line each
     limit: str | None = None  # ansible-playbook's --limit: the request's, with the power-limit hosts it needs
 
@@ -241,21 +240,24 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     nodes = deploy.per_node(resolved, list(hosts)) if resolved.spec.server.nnodes > 1 else {}
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
-    status(f"wheelhouse for sglang {inputs.sglang_version} (pip download, once per release)")
-    wheelhouse = ensure_wheelhouse(inputs.sglang_version, repo_root=share_dir())
     lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
     lock = parse_lock(lock_src.read_text(), str(lock_src))
+    # The engine lock is all the SGLang venv installs; the probe's own venv needs its few runtime wheels beside it.
+    status(f"the probe's wheels for CPython {lock.python} (pip download, once) and the toolkit's (this checkout)")
+    probe = wheelhouse_adapter.probe_wheels(lock.python, repo_root=share_dir())
     amendment = Amendment()
     if overlay is not None:
         amendment = overlay(OverlayContext(resolved=resolved, inputs=inputs, hosts=hosts, nodes=nodes,
                                            bench_argv=bench_argv, num_prompts=req.num_prompts,
-                                           toolkit_wheel=wheelhouse.toolkit_wheel, lock_src=lock_src))
+                                           toolkit_wheel=probe.toolkit_wheel, lock_src=lock_src,
+                                           probe_wheels=probe.runtime))
+    lock_dir = wheelhouse_adapter.lock_directory(f"sglang-{lock.sglang_version}-{lock.digest[:16]}")
     extravars = deploy.build_extravars(
         inputs,
         run_id=run_id,
-        wheelhouse_dir=str(wheelhouse.path),
-        wheelhouse_tar=str(wheelhouse.tarball),
-        toolkit_wheel=str(wheelhouse.toolkit_wheel),
+        wheelhouse_dir=str(lock_dir),
+        wheelhouse_tar=str(tarball_path(lock_dir)),
+        toolkit_wheel=str(probe.toolkit_wheel),
         # The lock's CPython only: a container of another is refused before anything changes (its wheels are the
         # lock's, for that interpreter).
         wheelhouse_pythons=(lock.python,),
@@ -271,10 +273,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # (bench_probe installs from the same host directory). An overlay that ships its own wheelhouse (the lab's,
         # with stand-ins for the GPU-only wheels) is not made to download these.
         status(f"the engine lock's wheels ({lock_src.name}: pip download of what the cache lacks, once)")
-        lock_dir = wheelhouse_adapter.lock_wheelhouse(lock, f"sglang-{lock.sglang_version}-{lock.digest[:16]}",
-                                   sorted(wheelhouse.path.glob("*.whl")))
-        extravars["sglang_venv_wheelhouse_src"] = str(lock_dir)
-        extravars["sglang_venv_wheelhouse_tar"] = str(tarball_path(lock_dir))
+        wheelhouse_adapter.lock_wheelhouse(lock, lock_dir.name, probe.runtime)
     extravars.update(amendment.extravars)
     imports = amendment.engine_imports if amendment.engine_imports is not None else deploy.engine_imports(resolved)
     extravars["sglang_venv_engine_check"] = engine_check(Path(extravars["sglang_venv_lock_src"]),
@@ -290,7 +289,7 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
-    return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir, wheelhouse.left_out,
+    return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir,
                       [*notes, *amendment.notes], limit)
 
 
@@ -451,7 +450,6 @@ def _summary(result: PlaybookResult, deploy_plan: DeployPlan, req: ApplyRequest)
         "failed_hosts": sorted(h for h, s in hosts.items() if s["failed"]),
         "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
         "notes": deploy_plan.notes,
-        "left_out": deploy_plan.left_out,
         "artifacts_dir": str(deploy_plan.fetch_dir),
         "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
     }

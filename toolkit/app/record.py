@@ -18,7 +18,8 @@ from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.results.block import block_problems
 from toolkit.core.results.build import build_entry
-from toolkit.core.results.model import ResultsBlock, ResultsEntry
+from toolkit.core.results.check import DEFAULT_EFFECT, CheckResult, check_entries
+from toolkit.core.results.model import Gate, ResultsBlock, ResultsEntry
 from toolkit.core.results.record import RecordChange, migrated, read_block, with_entry
 
 
@@ -92,7 +93,7 @@ def _artifacts_path(run_dir: Path, profiles_dir: Path) -> str:
 
 
 def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | None = None,
-               *, keep_last: int | None = None) -> RecordOutcome:
+               *, keep_last: int | None = None, gate: Gate | None = None) -> RecordOutcome:
     """Write the results entry of the probe run in `run_dir` into profile `profile`.
 
     Everything is read and checked first (the profile exists and resolves, its block parses, the run has its
@@ -118,6 +119,8 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
             profile_bench=current.resolved.spec.bench.model_dump(mode="python"),
             source_file=str(run_path / "summary.json"),
         )
+        if gate is not None:  # an upgrade's run: its side and the decision on all of them
+            entry = entry.model_copy(update={"gate": gate})
         change = with_entry(text, entry, file=str(path), keep_last=keep_last)
         if change.changed:
             store.write_text(profile, change.text)
@@ -136,3 +139,11 @@ def migrate(profile: str, profiles_dir: str | Path | None = None) -> bool:
             return False
         store.write_text(profile, new_text)
     return True
+
+
+def check_results(profile: str, profiles_dir: str | Path | None = None, *, against: str | None = None,
+                  objective: str = "throughput", effect: float = DEFAULT_EFFECT) -> CheckResult:
+    """`results check`: the profile's newest entry against the reference (toolkit.core.results.check)."""
+    pr = load_results(profile, profiles_dir)
+    return check_entries(list(pr.block.entries), against=against, objective=objective, effect=effect,
+                         profile=profile)

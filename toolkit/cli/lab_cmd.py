@@ -48,6 +48,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help=f"the disk Proxmox's installer carved the storages from (default {plan.DEFAULT_DISK_GIB})")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
+    p_wh = sub.add_parser("wheelhouse", help="fill the wheelhouse a lab apply of PROFILE installs from (no lab needed)",
+                          description="fill the wheelhouse a lab apply of PROFILE installs from: the lab lock's real "
+                                      "wheels downloaded into the cache (hash-checked), its stand-ins built, the "
+                                      "probe's wheels; an apply then finds them there (one that starts first waits "
+                                      "for this one). Needs no lab up: scripts/demo runs it beside `lab up`")
+    p_wh.add_argument("profile", help="the profile a lab apply will deploy, e.g. glm5-tp8")
+    p_wh.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
+    p_wh.set_defaults(func=cmd_wheelhouse)
     p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)",
                             description="restart pve1 as a reboot would (units, modules, onboot containers)")
     p_reboot.add_argument("host", choices=["pve1"], help="the host to reboot (pve1)")
@@ -99,6 +107,19 @@ def cmd_up(args: argparse.Namespace) -> int:
         console.print(f"[green]lab up[/green] in {duration_s:.1f} s: pve1 at {state.host_address}, "
                       f"inventory {state.inventory_path}\n  next: `toolkit lab ssh pve1`, or run the roles "
                       f"with -i {state.inventory_path}")
+    return 0
+
+
+def cmd_wheelhouse(args: argparse.Namespace) -> int:
+    from toolkit.lab import deploy_overlay
+
+    console = _progress_console()
+    t0 = time.monotonic()
+    with console.status(f"lab wheelhouse for {args.profile}"):
+        lock_file, lab = deploy_overlay.prefill(args.profile, args.profiles_dir)
+    what = (f"{len(lab.real)} real wheel(s), {len(lab.standins)} stand-in(s)" if lab is not None else "the lock whole")
+    console.print(f"[green]lab wheelhouse[/green] for {args.profile} in {time.monotonic() - t0:.1f} s: {what} "
+                  f"({lock_file})")
     return 0
 
 

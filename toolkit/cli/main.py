@@ -31,6 +31,8 @@ GROUPS: dict[str, tuple[str, str]] = {
     "apply": ("toolkit.cli.apply_cmd", "deploy a profile as a service, then measure and record it"),
     "sweep": ("toolkit.cli.sweep_cmd", "vary knobs, measure each variant, rank and promote the best"),
     "tune": ("toolkit.cli.tune_cmd", "measure, follow the verdict's knob steps, keep the best, repeat; promote it"),
+    "upgrade": ("toolkit.cli.upgrade_cmd", "move a profile to a new SGLang release, kept only on a significant "
+                "result, the old one restored otherwise"),
 }
 
 

@@ -161,8 +161,6 @@ def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool)
     if as_json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return
-    if summary["left_out"]:
-        console.print(f"[dim]not installed (GPU-side or not needed to serve here): {', '.join(summary['left_out'])}[/]")
     table = Table(title=f"toolkit apply profile {summary['profile']}" + (" (check mode)" if summary["check"] else ""))
     for col in ("host", "ok", "changed", "failed", "unreachable"):
         table.add_column(col)

@@ -44,12 +44,44 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cmp_.add_argument("--json", action="store_true", help="machine-readable output")
     cmp_.set_defaults(func=cmd_compare)
 
+    chk = sub.add_parser("check", help="the newest entry against a reference: exit 1 on a significant regression",
+                         description="The newest results entry's configuration (spec and SGLang release) against "
+                         "the reference's, each side every comparable entry of its configuration, under the rules "
+                         "an upgrade decides by: the 95 % interval of the change by the objective; a significant "
+                         "loss exits 1, anything else 0. For a CI pipeline after each apply.")
+    chk.add_argument("profile", metavar="PROFILE", help="the profile whose results are checked")
+    chk.add_argument("--against", metavar="RUN|last-promoted", default=None,
+                     help="a run id, or last-promoted (the release the last upgrade promoted); default: the newest "
+                     "other configuration (else the runs before the newest)")
+    chk.add_argument("--objective", choices=["throughput", "tokens-per-joule"], default="throughput",
+                     help="the figure compared, higher better (default throughput: output tok/s)")
+    chk.add_argument("--effect-pct", type=float, default=5.0, metavar="PCT",
+                     help="the smallest change that matters (default 5): a change inside +-PCT is equal")
+    chk.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
+    chk.add_argument("--json", action="store_true", help="machine-readable output")
+    chk.set_defaults(func=cmd_check)
+
     mig = sub.add_parser("migrate", help="rewrite profiles' results blocks in the current schema (only the block)",
                          description="Older results blocks are migrated on every read; this writes the migrated "
                          "block back (atomically; the author's text is untouched).")
     mig.add_argument("profiles", nargs="+", metavar="PROFILE", help="profile names, or `all`")
     mig.add_argument("--profiles-dir", metavar="DIR", help=PROFILES_DIR_HELP)
     mig.set_defaults(func=cmd_migrate)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from toolkit.app.record import check_results
+
+    if not 0 < args.effect_pct < 100:
+        raise ToolkitError.of(f"--effect-pct {args.effect_pct:g} is outside (0, 100)", field="--effect-pct",
+                              fix="e.g. --effect-pct 5")
+    result = check_results(args.profile, args.profiles_dir, against=args.against, objective=args.objective,
+                           effect=args.effect_pct / 100)
+    if args.json:
+        print(json.dumps({"profile": args.profile, **result.to_dict()}, indent=2))
+    else:
+        print(("REGRESSION " if result.regression else "") + result.text())
+    return 1 if result.regression else 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

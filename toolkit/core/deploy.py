@@ -49,28 +49,6 @@ LOG_FAIL_PATTERNS: tuple[str, ...] = (
 SMOKE_PROMPT = "The capital of France is"
 SMOKE_MAX_TOKENS = 8
 
-# SGLang's serving-side Python imports the lab venv installs from the wheelhouse (bench_serving's
-# imports in sglang/bench_serving.py: aiohttp, numpy, pybase64, requests, datasets, PIL, tqdm,
-# transformers) and what `import sglang` itself pulls in before bench_serving runs (sglang/utils.py:
-# IPython; the frontend: pydantic), found by importing sglang.bench_serving in a bare venv. Everything
-# else SGLang requires (torch, flashinfer, sgl-kernel, ...) is left out where no GPU exists; the
-# wheelhouse writes the exact list it left out (LEFT_OUT.txt).
-SERVING_REQUIREMENTS: tuple[str, ...] = (
-    "aiohttp",
-    "numpy",
-    "pybase64",
-    "requests",
-    "datasets",
-    "pillow",
-    "tqdm",
-    "transformers",
-    "tokenizers",
-    "huggingface_hub",
-    "ipython",
-    "pydantic",
-)
-
-
 # What `python -m sglang.launch_server` imports before it serves, for any profile: torch, the server's own
 # arguments module (sglang.srt.server_args, which pulls in most of SGLang's runtime), and the CUDA kernels
 # SGLang's layers import at start (sgl_kernel, triton). (module, the distribution that brings it)

@@ -20,6 +20,11 @@ Test switches, as inventory variables of a container (tests write them): `toolki
 stand-in answers /health with 503), `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line) and
 `toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does) and
 `toolkit_lab_real_engine` (the real lock installed whole, torch and the CUDA wheels included: no stand-ins).
+Per release, so that an upgrade can be rehearsed against a release made faster, slower or broken on purpose:
+`toolkit_lab_release_speed` (a mapping of SGLang release to a factor: {"0.5.23": 0.85} serves 0.5.23 at 85 % of
+the engine model's pace) and `toolkit_lab_release_health` (a mapping of release to `fail`: that release's /health
+answers 503, as SGLANG_STANDIN_FAIL_HEALTH). The release is the profile's being applied, so the same inventory
+serves the old release as it is and the new one as told.
 """
 
 from __future__ import annotations
@@ -80,8 +85,32 @@ def target_env(target: Mapping[str, Any]) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
+RELEASE_SPEED_VAR, RELEASE_HEALTH_VAR = "toolkit_lab_release_speed", "toolkit_lab_release_health"
+
+
+def release_switches(hostvars: Mapping[str, Any], release: str, host: str) -> tuple[float | None, bool]:
+    """(the stand-in's speed factor, whether its health fails) for `release` from a host's inventory variables; a
+    bad value is an error naming the variable and the host."""
+    speeds = hostvars.get(RELEASE_SPEED_VAR) or {}
+    health = hostvars.get(RELEASE_HEALTH_VAR) or {}
+    for var, value in ((RELEASE_SPEED_VAR, speeds), (RELEASE_HEALTH_VAR, health)):
+        if not isinstance(value, Mapping):
+            raise ToolkitError.of(f"{var} of {host} is {type(value).__name__}, not a mapping of release to value",
+                                  field=var, fix=f'e.g. {var}: {{"0.5.23": 0.85}}' if var == RELEASE_SPEED_VAR
+                                  else f'e.g. {var}: {{"0.5.23": fail}}')
+    speed = speeds.get(release)
+    if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float) or not speed > 0):
+        raise ToolkitError.of(f"{RELEASE_SPEED_VAR}[{release!r}] of {host} is {speed!r}, not a positive factor",
+                              field=RELEASE_SPEED_VAR, fix=f'e.g. {RELEASE_SPEED_VAR}: {{"{release}": 0.85}}')
+    state = health.get(release)
+    if state not in (None, "fail"):
+        raise ToolkitError.of(f"{RELEASE_HEALTH_VAR}[{release!r}] of {host} is {state!r}; the one state is fail",
+                              field=RELEASE_HEALTH_VAR, fix=f'e.g. {RELEASE_HEALTH_VAR}: {{"{release}": fail}}')
+    return (None if speed is None else float(speed)), state == "fail"
+
+
 def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: bool, nan_log: bool,
-           exit_at_start: bool = False) -> str:
+           exit_at_start: bool = False, speed: float | None = None) -> str:
     """The drop-in that runs the stand-in in the rendered unit's place (announced in the file)."""
     python = launch_argv[0]
     lines = [
@@ -108,6 +137,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         lines.append("Environment=SGLANG_STANDIN_NAN_LOG=1")
     if exit_at_start:
         lines.append("Environment=SGLANG_STANDIN_EXIT_AT_START=1")
+    if speed is not None:
+        lines.append(f"Environment=SGLANG_STANDIN_SPEED={speed:g}")
     return "\n".join(lines) + "\n"
 
 
@@ -180,14 +211,16 @@ def amend(ctx: OverlayContext) -> Amendment:
 
     env = target_env(ctx.resolved.spec.target.model_dump())
 
-    def switches(host: str) -> dict[str, bool]:
+    def switches(host: str) -> dict[str, Any]:
         hv = ctx.hosts[host].vars if host in ctx.hosts else {}
-        return {"fail_health": bool(hv.get("toolkit_lab_standin_fail_health")),
+        speed, release_fails = release_switches(hv, ctx.inputs.sglang_version, host)
+        return {"fail_health": bool(hv.get("toolkit_lab_standin_fail_health")) or release_fails,
                 "nan_log": bool(hv.get("toolkit_lab_standin_nan_log")),
-                "exit_at_start": bool(hv.get("toolkit_lab_standin_exit_at_start"))}
+                "exit_at_start": bool(hv.get("toolkit_lab_standin_exit_at_start")), "speed": speed}
 
     argv_of = {h: a for h, (a, _) in ctx.nodes.items()}
-    by_host = {h: {DROPIN: dropin(argv_of.get(h, ctx.inputs.launch_argv), env, **switches(h))} for h in ctx.hosts}
+    told = {h: switches(h) for h in ctx.hosts}
+    by_host = {h: {DROPIN: dropin(argv_of.get(h, ctx.inputs.launch_argv), env, **told[h])} for h in ctx.hosts}
     num_prompts = ctx.num_prompts if ctx.num_prompts is not None else LAB_NUM_PROMPTS
     bench = with_bench_flags(ctx.bench_argv, {"--num-prompts": str(num_prompts), "--tokenizer": TOKENIZER_DIR,
                                               "--dataset-path": DATASET_PATH})
@@ -198,6 +231,13 @@ def amend(ctx: OverlayContext) -> Amendment:
         f"lab: bench --dataset-path {DATASET_PATH} (generated ShareGPT-format text: no download)",
         "lab: the probe reads the stand-in's SIMULATED GPUs (its engine model), not NVML",
     ]
+    for h, t in sorted(told.items()):
+        release = ctx.inputs.sglang_version
+        if t["speed"] is not None:
+            notes.append(f"lab: {h} serves SGLang {release} at {t['speed']:g} x the engine model's pace "
+                         f"({RELEASE_SPEED_VAR}): a release made faster or slower on purpose")
+        if release_switches(ctx.hosts[h].vars, release, h)[1]:
+            notes.append(f"lab: {h}'s SGLang {release} fails its health check on purpose ({RELEASE_HEALTH_VAR})")
     if ctx.num_prompts is None:
         notes.insert(1, f"lab: bench --num-prompts {num_prompts} instead of the profile's value")
     wheels = [str(ctx.toolkit_wheel)]
@@ -211,11 +251,10 @@ def amend(ctx: OverlayContext) -> Amendment:
     extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
     imports = None
     if ctx.lock_src is not None:
-        from toolkit.adapters.wheelhouse import cache_root, directory, tarball_path
+        from toolkit.adapters.wheelhouse import tarball_path
 
-        probe_wheels = sorted(directory(cache_root(), ctx.inputs.sglang_version).glob("*.whl"))
         real_engine = any(bool(h.vars.get(REAL_ENGINE_VAR)) for h in ctx.hosts.values())
-        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, probe_wheels, standins=not real_engine,
+        lock_file, dest, lab = lab_wheelhouse(ctx.lock_src, ctx.probe_wheels, standins=not real_engine,
                                               importable=engine_imports(ctx.resolved))
         extravars |= {"sglang_venv_lock_src": str(lock_file), "sglang_venv_wheelhouse_src": str(dest),
                       "sglang_venv_wheelhouse_tar": str(tarball_path(dest))}
@@ -241,3 +280,26 @@ def amend(ctx: OverlayContext) -> Amendment:
         notes=notes,
         engine_imports=imports,
     )
+
+
+def prefill(profile: str, profiles_dir: str | None = None) -> tuple[Path, engine_standins.LabLock | None]:
+    """What a lab apply of `profile` builds on the controller before it touches a host, built now: the probe's
+    wheels and the lab lock's wheelhouse (its real wheels downloaded into the cache, the stand-ins built), the same
+    calls `amend` makes, so the apply finds them done. The lab need not be up: `scripts/demo` runs this beside
+    `lab up`, whose debootstraps wait mostly on dpkg while this waits on PyPI. The wheelhouse's locks let an apply
+    that starts first wait for it instead of downloading the same files. Returns the lab lock file and the lab lock."""
+    from toolkit.adapters.ansible import share_dir
+    from toolkit.adapters.wheelhouse import probe_wheels
+    from toolkit.app.apply import engine_lock_src
+    from toolkit.app.profiles import resolve_checked
+    from toolkit.core.deploy import inputs_from_resolved
+    from toolkit.lab.standin_server import bench_client
+
+    checked = resolve_checked(profile, profiles_dir)
+    repo_root = checked.store.dir.resolve().parent
+    lock_src = engine_lock_src(checked.resolved, repo_root)
+    probe = probe_wheels(parse_lock(lock_src.read_text(), str(lock_src)).python, repo_root=share_dir())
+    if inputs_from_resolved(checked.resolved, repo_root=repo_root).sglang_version != bench_client.RELEASE:
+        bench_client_wheel(bench_client.RELEASE)
+    lock_file, _dest, lab = lab_wheelhouse(lock_src, probe.runtime, importable=engine_imports(checked.resolved))
+    return lock_file, lab

@@ -459,7 +459,9 @@ _NOTE_STANDINS = ("lab: the GPUs, /proc/devices, /proc/driver/nvidia, lspci and 
 _NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
                    "(container_nvidia_userspace_cuda_install_method=none)")
 _NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
-                "server answers /health within seconds (sglang_service_health_timeout_s=20)")
+                "server answers /health within seconds (sglang_service_health_timeout_s=20); the engine's venv is "
+                "installed without byte-compiling it (sglang_venv_pip_compile=false: the stand-ins and the bench "
+                "import a fraction of it)")
 
 
 def inventory_notes(config: LabConfig) -> list[str]:
@@ -528,6 +530,9 @@ def render_inventory(state: LabState) -> str:
                         "container_nvidia_userspace_cuda_install_method": "none",
                         "sglang_venv_model_fetch": False,
                         "sglang_service_health_timeout_s": LAB_HEALTH_TIMEOUT_S,
+                        # pip's compile of the lock's 169 wheels was most of their install (42 s of a cold demo);
+                        # the lab's venv is made afresh for each lock and imports a fraction of it.
+                        "sglang_venv_pip_compile": False,
                     },
                     "hosts": {
                         "ct": {

@@ -132,6 +132,33 @@ def _closure(pkginfo: dict[str, dict[str, str]], closure: set[str], roots: list[
     return picked
 
 
+def dependency_closure(pkginfo: dict[str, dict[str, str]], roots: list[str]) -> list[str]:
+    """`roots` and everything they depend on (Pre-Depends, Depends; of alternatives, one already picked, else the
+    first the index has as a package or as what one provides), sorted: what a debootstrap given them installs, give
+    or take an alternative it resolves otherwise. A name the index lacks is left out (whoever installs decides)."""
+    providers: dict[str, str] = {}
+    for name in sorted(pkginfo):
+        for p in _provides(pkginfo[name]):
+            providers.setdefault(p, name)
+    picked: set[str] = set()
+    todo = [r for r in reversed(roots) if r in pkginfo]  # in order: a root already picked satisfies a later one
+    while todo:
+        name = todo.pop()
+        if name in picked:
+            continue
+        picked.add(name)
+        info = pkginfo[name]
+        for dep in (d for f in ("pre-depends", "depends") for d in info.get(f, "").split(",") if d.strip()):
+            alts = [a.split()[0].removesuffix(":any") for a in dep.split("|") if a.split()]
+            real = [a if a in pkginfo else providers.get(a, "") for a in alts]
+            if any(r in picked for r in real if r):
+                continue
+            chosen = next((r for r in real if r), None)
+            if chosen is not None:
+                todo.append(chosen)
+    return sorted(picked)
+
+
 def dab_selection(pkginfo: dict[str, dict[str, str]]) -> list[str]:
     """The packages dab installs for a Debian standard template, sorted (real packages only)."""
     required = ["systemd-sysv"]

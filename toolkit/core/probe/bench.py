@@ -173,7 +173,10 @@ def latency_percentiles(lat: RequestLatencies, quantiles: Sequence[float] = LATE
     """{"ttft": {"p50": ms, ...}, "itl": {...}, "e2e": {...}} from the per-request lists (numpy's interpolation,
     as bench_serving's own); a metric with no values is left out."""
     out: dict[str, dict[str, float]] = {}
-    for name, values in (("ttft", lat.ttft_s), ("itl", lat.all_itl_s), ("e2e", lat.e2e_s)):
+    # tpot: each request's own mean gap, as SGLang's bench_serving computes it for --goodput ((latency - ttft) /
+    # (output_len - 1)); a request of one token has none.
+    tpot = [sum(g) / len(g) for g in lat.itl_s if g]
+    for name, values in (("ttft", lat.ttft_s), ("itl", lat.all_itl_s), ("e2e", lat.e2e_s), ("tpot", tpot)):
         if values:
             ordered = sorted(values)
             out[name] = {f"p{q:g}": round(percentile(ordered, q) * 1000.0, 3) for q in quantiles}

@@ -18,7 +18,8 @@ from toolkit.core.provenance import Provenance, ProvenanceKind
 
 # Schema history (migrations live in toolkit/core/results/migrate.py):
 #   1: written by the profiles engineer's importer: flat manual entries (figures beside the stamp).
-#   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict).
+#   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict); an entry an
+#      upgrade measured carries its `gate` (optional: every schema-2 block without one reads as before).
 RESULTS_SCHEMA_VERSION = 2
 DEFAULT_KEEP_LAST = 10
 
@@ -148,6 +149,32 @@ class VerdictExcerpt(_Strict):
     evidence: dict[str, EvidenceValue] = Field(default_factory=dict)
 
 
+class GateChange(_Strict):
+    """A change by the objective (new over old, less 1; J/token: old over new, so above zero is always better)
+    with its 95 % interval and how it was made (toolkit.core.stats)."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+
+
+class Gate(_Strict):
+    """Set on the entries an upgrade measured (`toolkit upgrade`): which side of the comparison the run was, and
+    what was decided on all of them. A refused release's runs say `refused` with the loss's interval, so no entry
+    claims it better."""
+
+    decision: Literal["promoted", "refused", "rolled-back"]
+    side: Literal["old", "new"]
+    from_version: str
+    to_version: str
+    objective: str
+    pairs: int
+    change: GateChange | None = None
+    outcome: str | None = None  # gain, loss, equal, undecided, failed (toolkit.core.stats)
+    slo_definition: str | None = None  # under an SLO: which definition its figures follow
+
+
 class ResultsEntry(_Strict):
     run_id: str
     source: Literal["toolkit", "manual"]
@@ -168,6 +195,7 @@ class ResultsEntry(_Strict):
     verdict: VerdictExcerpt | None = None
     artifacts: str | None = None
     note: str | None = None  # manual entries: where the figures came from
+    gate: Gate | None = None  # an upgrade's run: its side and the decision on the runs
 
     # Convenience views used by compare, diff and report.
     def output_tok_per_s(self) -> tuple[float | None, str]:

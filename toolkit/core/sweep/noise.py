@@ -25,30 +25,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from toolkit.core.stats import t975
+
 BATCH_S = 5.0  # seconds per batch of intervals: longer than a decode batch's life, so the batch means decorrelate
 MIN_BATCHES = 3
-
-# t(0.975, df): two-sided 95 %.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t975(df: int) -> float:
-    """The 97.5 % quantile of Student's t with `df` degrees of freedom (two-sided 95 %)."""
-    if df < 1:
-        return math.inf
-    if df in _T975:
-        return _T975[df]
-    known = sorted(_T975)
-    if df > known[-1]:
-        return 1.960
-    hi = next(k for k in known if k > df)
-    lo = max(k for k in known if k < df)
-    # Linear in 1/df between tabulated values (the quantile is close to linear in 1/df).
-    w = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
-    return _T975[hi] + w * (_T975[lo] - _T975[hi])
-
 
 @dataclass(frozen=True)
 class WithinRun:

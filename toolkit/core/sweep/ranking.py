@@ -3,14 +3,18 @@
 Pure functions of a SweepState's recorded measurements. A variant's row is its best point: the
 concurrency level with the highest steady-state output throughput (for the throughput ranking) or the
 most output tokens per joule (for the efficiency ranking); ties go to the lower variant number, so the
-order is stable across runs.
+order is stable across runs. A throughput row carries its figure's 95 % interval (its repeats' and its steady
+window's, toolkit.core.sweep.noise) and is marked tied with #1 when the two intervals overlap: a gap inside the
+noise is not an order.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from toolkit.core.provenance import Provenance
+from toolkit.core.stats import ties_with_first
+from toolkit.core.sweep.noise import interval, within_run
 from toolkit.core.sweep.state import DONE, Measurement, SweepState, VariantState
 
 
@@ -33,6 +37,10 @@ class RankedRow:
     goodput_tok_per_s: float | None = None  # under an SLO: the output tok/s that rate carries (capacity.py)
     full_output_tok_per_s: float | None = None  # over the whole run, ramp and drain included
     gpu_count: int | None = None  # GPUs power_w_total is summed over
+    # The ranked figure's 95 % interval (None: no spread measured) and whether it overlaps #1's.
+    interval_low: float | None = None
+    interval_high: float | None = None
+    tied_with_first: bool = False
 
     @property
     def power_w_per_gpu(self) -> float | None:
@@ -107,7 +115,20 @@ def rank_by_throughput(state: SweepState) -> list[RankedRow]:
         if found:
             best.append((v, *found))
     best.sort(key=lambda b: (-b[2].steady_output_tok_per_s, b[0].index))
-    return [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
+    rows = [_row(i, v, c, m) for i, (v, c, m) in enumerate(best, start=1)]
+    spans = [_throughput_interval(v, c, m) for v, c, m in best]
+    return [replace(r, interval_low=s[0] if s else None, interval_high=s[1] if s else None, tied_with_first=tied)
+            for r, s, tied in zip(rows, spans, ties_with_first(spans), strict=True)]
+
+
+def _throughput_interval(v: VariantState, concurrency: int, m: Measurement) -> tuple[float, float] | None:
+    """The 95 % interval of the ranked throughput: the level's repeats (centred on the median the row shows) or
+    its one run's steady window; None when neither measured a spread."""
+    ms = [p.measurement for p in v.points
+          if p.status == DONE and p.measurement is not None and p.concurrency == concurrency]
+    ci = interval([x.steady_output_tok_per_s for x in ms],
+                  [within_run(x.interval_tok_per_s, x.interval_s) for x in ms], value=m.steady_output_tok_per_s)
+    return None if ci.low == ci.high else (ci.low, ci.high)
 
 
 def _at_capacity(state: SweepState) -> list[tuple[VariantState, int, Measurement, float, float]]:

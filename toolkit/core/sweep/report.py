@@ -15,6 +15,7 @@ from toolkit.core.sweep.ranking import (
     rank_by_goodput,
     rank_by_throughput,
 )
+from toolkit.core.sweep.slo import SLO_DEFINITIONS, slo_definition
 from toolkit.core.sweep.state import DONE, INVALID, OVER_BUDGET, SweepState, VariantState
 from toolkit.core.sweep.variants import format_value
 from toolkit.core.tables import collapse_repeats, markdown_table
@@ -27,7 +28,7 @@ def _f(v: float | None, fmt: str) -> str:
 def ranking_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
     return [
         [
-            str(r.rank),
+            str(r.rank) + (" (=#1)" if r.tied_with_first else ""),
             r.variant_id,
             r.label,
             str(r.concurrency),
@@ -122,6 +123,17 @@ def _rate_rows(rows: Sequence[RankedRow]) -> list[list[str]]:
     return out
 
 
+def _tie_note(rows: Sequence[RankedRow]) -> list[str]:
+    """Under a ranking whose rows tie with #1: which, and why their order is not one."""
+    tied = [r.variant_id for r in rows if r.tied_with_first]
+    if not tied or not rows:
+        return []
+    top = rows[0]
+    return ["", f"(=#1): {', '.join(tied)} within the 95 % interval of #1 {top.variant_id} "
+                f"({_f(top.interval_low, ',.1f')} to {_f(top.interval_high, ',.1f')} tok/s): their order is "
+                "noise, not a result."]
+
+
 def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
     """The rankings of every measured variant (the sweep's report and the tune's both end with them): throughput,
     goodput under the SLO when the run searched capacities, tokens per joule (at each capacity rate then); without
@@ -129,21 +141,23 @@ def ranking_sections(state: SweepState, throughput_title: str) -> list[str]:
     by_tp, by_tpj = rank_by_throughput(state), rank_by_efficiency(state)
     if state.capacity is not None:
         slo = ", ".join(f"{k} {v:g}" for k, v in state.capacity["slo"].items())
-        return [f"## {throughput_title}", "", _md_table(RANK_HEADER, ranking_rows(by_tp)),
+        return [f"## {throughput_title}", "", _md_table(RANK_HEADER, ranking_rows(by_tp)), *_tie_note(by_tp),
                 "", f"## Ranked by goodput under the SLO ({slo})", "",
                 "Goodput: the output tok/s carried by the highest Poisson request rate whose p99 latencies met "
                 "every bound (the rate x the workload's output tokens per request); beside it, the steady window's "
-                "throughput measured there.", "",
+                f"throughput measured there. SLO definition: "
+                f"{SLO_DEFINITIONS[slo_definition(state.capacity['slo'])]}.", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(rank_by_goodput(state))),
                 "", "## Ranked by output tokens per joule at each capacity rate", "",
                 _md_table(GOODPUT_HEADER, _rate_rows(by_tpj))]
     if [(r.variant_id, r.concurrency) for r in by_tp] == [(r.variant_id, r.concurrency) for r in by_tpj]:
         return [f"## {throughput_title}", "", "Ranked by output tokens per joule, the order is the same.", "",
-                _md_table(RANK_HEADER, ranking_rows(by_tp))]
+                _md_table(RANK_HEADER, ranking_rows(by_tp)), *_tie_note(by_tp)]
     return [
         f"## {throughput_title}",
         "",
         _md_table(RANK_HEADER, ranking_rows(by_tp)),
+        *_tie_note(by_tp),
         "",
         "## Ranked by output tokens per joule",
         "",

@@ -24,6 +24,7 @@ from typing import Any
 
 from toolkit.core.probe.knobs import KnobStep
 from toolkit.core.sweep.capacity import Capacity
+from toolkit.core.sweep.slo import BOUNDS
 from toolkit.core.sweep.state import Measurement
 
 # The p99 inter-token gap at or above this multiple of the median one is interruptions, not the batch's own pace.
@@ -63,7 +64,8 @@ def edge_verdict(cap: Capacity, knobs: Mapping[str, Any]) -> EdgeVerdict | None:
     bound = check.binding
     if bound is None:
         return None
-    name = {"ttft_p99_ms": "ttft", "itl_p99_ms": "itl", "e2e_p99_ms": "e2e"}[bound.key]
+    # SGLang's per-request tpot is a decode pace like the ITL: the same causes and knobs move it.
+    name = {"tpot": "itl"}.get(BOUNDS[bound.key][0], BOUNDS[bound.key][0])
     srv = edge.server or {}
     cap_n = _int(knobs.get("server.max_running_requests")) or _int(srv.get("max_running_requests"))
     running = _int(srv.get("running_max")) or 0
@@ -123,4 +125,4 @@ def edge_verdict(cap: Capacity, knobs: Mapping[str, Any]) -> EdgeVerdict | None:
                 steps.append(KnobStep("server.max_running_requests", cap_n, "profile" if cap_n else "server",
                                       (below, max(below // 2, 1)), why, evidence))
     text = steps[0].why if steps else f"{past} ({cause})"
-    return EdgeVerdict(bound.key.split("_")[0], cause, text, [s.to_dict() for s in steps])
+    return EdgeVerdict(BOUNDS[bound.key][0], cause, text, [s.to_dict() for s in steps])

@@ -27,15 +27,15 @@ for the budget), stop {reason, kind}.
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolkit.core import stats
 from toolkit.core.errors import Problem
 from toolkit.core.sweep import capacity
-from toolkit.core.sweep.noise import Interval, RunToRun, interval, run_to_run, t975, within_run
+from toolkit.core.sweep.noise import Interval, RunToRun, interval, run_to_run, within_run
 from toolkit.core.sweep.ranking import best_point
 from toolkit.core.sweep.run import Progress, RunVariant
 from toolkit.core.sweep.slo import check_slo
@@ -490,10 +490,10 @@ def _ratios_at(state: SweepState, v: VariantState, rate: float) -> list[float]:
 
 def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, incumbent: VariantState,
                max_runs: int) -> tuple[bool | None, str]:
-    """At the rate the incumbent missed the SLO: the candidate's median run meets it, and the mean of its binding
-    latency ratios lies below the incumbent's by more than t(0.975, df) x their standard error (Welch, both sides'
-    own runs at that rate, at least two each). Near the edge a latency swings with the host's pace, so one pass
-    proves nothing; the runs there are what can."""
+    """At the rate the incumbent missed the SLO: the candidate meets it significantly more often than the incumbent
+    (each run a pass or a miss; the interval of the difference of their pass rates wholly above zero,
+    toolkit.core.stats.pass_rate_gain). Near the edge a latency swings with the host's pace, so one pass proves
+    nothing and a mean of latency ratios is swung by one slow run; how often the SLO is kept is what is decided."""
     edge = capacity.result(state, incumbent).hi
     if edge is None:
         return False, f"{incumbent.id} met the SLO at every rate tried"
@@ -505,16 +505,11 @@ def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, in
         return False, f"at {edge:g} req/s, where {incumbent.id} missed the SLO, {cand.id} missed it too"
     text = (f"at {edge:g} req/s the binding latency over its bound: {cand.id} "
             f"{', '.join(f'{r:.3f}' for r in mine)} against {incumbent.id} {', '.join(f'{r:.3f}' for r in theirs)}")
-    if len(mine) < 2 or len(theirs) < 2:
-        return (None if tried < max_runs else False), text
-    diff = statistics.fmean(theirs) - statistics.fmean(mine)
-    va, vb = statistics.variance(theirs) / len(theirs), statistics.variance(mine) / len(mine)
-    se = math.sqrt(va + vb)
-    df = (va + vb) ** 2 / ((va ** 2 / (len(theirs) - 1)) + (vb ** 2 / (len(mine) - 1))) if va + vb > 0 else 1e9
-    hw = t975(max(1, math.floor(df))) * se
-    if diff > hw:
-        return True, text + f" (apart by {diff:.3f}, more than the 95 % half-width {hw:.3f})"
-    text += f" (apart by {diff:.3f}, inside the 95 % half-width {hw:.3f})"
+    decision = stats.pass_rate_gain(stats.wilson(sum(r <= 1.0 for r in mine), len(mine)),
+                                    stats.wilson(sum(r <= 1.0 for r in theirs), len(theirs)))
+    text += f"; {cand.id} {decision.text}"
+    if decision.promote:
+        return True, text
     return (None if tried < max_runs else False), text
 
 

@@ -33,6 +33,8 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_NAN_LOG=1       after the first generation, log the line SGLang's sampler raises on
                                  NaN logits (the deploy must fail with that line)
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
+  SGLANG_STANDIN_SPEED           this release's speed against the engine model's (0.85: every forward takes
+                                 1 / 0.85 as long), from the inventory's toolkit_lab_release_speed
   SGLANG_STANDIN_FLAGS           a flag catalogue (JSON) to parse against instead of the installed release's
                                  (tests and benchmarks that run this file without SGLang installed)
   SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
@@ -264,6 +266,10 @@ class State:
             mem_fraction_static=args.mem_fraction_static, chunked_prefill_size=args.chunked_prefill_size,
             decode_log_interval=args.decode_log_interval, model_name=self.served_model), self.hardware,
             em.facts_for(args.model_path))
+        speed = float(os.environ.get("SGLANG_STANDIN_SPEED") or 1.0)
+        if not speed > 0:
+            raise SystemExit(f"SGLANG_STANDIN_SPEED={speed:g} is not a positive factor")
+        self.engine.pace = 1.0 / speed
         self.t0 = time.monotonic()
         # One lock for the engine; the condition wakes the streams when a forward ends or a request arrives.
         self.lock = threading.Lock()
