@@ -55,6 +55,10 @@ def main(argv: list[str]) -> int:
         print(f"[lab] {PACKAGE} is not installed in this venv: the lab's deploy installs it", file=sys.stderr)
         return 2
     sys.path.insert(0, next(iter(spec.submodule_search_locations)))
+    # The venv's torch is the lab lock's stand-in (the engine check imports it). transformers 5.x (0.5.23's lock
+    # pins 5.19.0) no longer reads USE_TORCH=0 and takes any importable torch for the real one, so 0.5.9's client
+    # failed importing AutoProcessor; it needs no torch, so it runs as in a venv without one (find_spec: None).
+    sys.modules["torch"] = None  # type: ignore[assignment]
     sys.argv = ["bench_serving", *argv]
     runpy.run_module("sglang.bench_serving", run_name="__main__", alter_sys=True)
     return 0
