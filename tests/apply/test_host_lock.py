@@ -1,5 +1,6 @@
 """Host locks across real processes (toolkit.adapters.host_lock): a second run waits naming the holder or refuses
-with --no-wait; a lock left by a kill -9 is taken over and said so; a sweep's own child applies re-enter."""
+with --no-wait; a lock left by a kill -9 is taken over and said so; a sweep's own applies (in its thread) re-enter,
+while another thread or process does not."""
 
 from __future__ import annotations
 
@@ -7,44 +8,35 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from toolkit.adapters.host_lock import LOCK_TOKEN_ENV, host_locks, lock_path, read_holder
+from toolkit.adapters.host_lock import host_locks, lock_path, read_holder
 from toolkit.core.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = {"ct": "10.0.0.9:22"}
 
 HOLDER = """
-import subprocess, sys, time
+import sys, time
 from pathlib import Path
 from toolkit.adapters.host_lock import host_locks
-directory, hold_s, child = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "child"
-with host_locks({"ct": "10.0.0.9:22"}, purpose="test holder", directory=directory, export_token=True) as held:
+directory, hold_s = Path(sys.argv[1]), float(sys.argv[2])
+with host_locks({"ct": "10.0.0.9:22"}, purpose="test holder", directory=directory) as held:
     print("held", held.taken, flush=True)
-    if child:  # what a sweep does: its apply runs as a child process, with the exported token
-        code = ("import sys; from pathlib import Path; from toolkit.adapters.host_lock import host_locks\\n"
-                "with host_locks({'ct': '10.0.0.9:22'}, purpose='child', directory=Path(sys.argv[1]), wait=False)"
-                " as h: print('child', h.reentered, h.taken, flush=True)")
-        subprocess.run([sys.executable, "-c", code, str(directory)], check=True, timeout=30)
     time.sleep(hold_s)
 """
 
 
-def _holder(directory: Path, hold_s: float, child: bool = False) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), str(hold_s), "child" if child else "-"],
-                            stdout=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, LOCK_TOKEN_ENV: ""})
+def _holder(directory: Path, hold_s: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(directory), str(hold_s)],
+                            stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert proc.stdout is not None
     assert proc.stdout.readline().startswith("held ['ct']")
     return proc
-
-
-@pytest.fixture(autouse=True)
-def _no_inherited_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(LOCK_TOKEN_ENV, raising=False)
 
 
 def test_second_run_waits_naming_the_holder(tmp_path: Path, reliability) -> None:
@@ -107,13 +99,37 @@ def test_a_lock_left_by_kill_9_is_taken_over_and_said_so(tmp_path: Path, reliabi
     )
 
 
-def test_a_sweeps_child_apply_reenters_while_a_stranger_is_refused(tmp_path: Path) -> None:
-    holder = _holder(tmp_path, 2, child=True)
-    assert holder.stdout is not None
-    assert holder.stdout.readline().strip() == "child ['ct'] []"  # re-entered, took nothing, did not wait
-    with pytest.raises(ToolkitError), host_locks(HOST, purpose="stranger", directory=tmp_path, wait=False):
-        pass
-    assert holder.wait(timeout=10) == 0
+def test_a_sweeps_apply_reenters_in_its_thread_while_another_thread_and_process_are_refused(tmp_path: Path) -> None:
+    path = lock_path(HOST["ct"], tmp_path)
+    with host_locks(HOST, purpose="toolkit sweep", directory=tmp_path) as sweep:
+        assert sweep.taken == ["ct"]
+        # A point's apply, in the sweep's thread: goes ahead at once (even with --no-wait), takes nothing.
+        with host_locks(HOST, purpose="toolkit apply", directory=tmp_path, wait=False) as point:
+            assert point.reentered == ["ct"] and point.taken == []
+        # Its end released nothing: the sweep still holds the host for its next point.
+        assert read_holder(path).purpose == "toolkit sweep"  # type: ignore[union-attr]
+        refused: list[str] = []
+
+        def other_thread() -> None:
+            try:
+                with host_locks(HOST, purpose="thread", directory=tmp_path, wait=False):
+                    refused.append("taken")
+            except ToolkitError as err:
+                refused.append(str(err))
+
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join(timeout=10)
+        assert refused and f"in use by pid {os.getpid()}" in refused[0]
+        code = ("import sys; from pathlib import Path; from toolkit.adapters.host_lock import host_locks\n"
+                "with host_locks({'ct': '10.0.0.9:22'}, purpose='stranger', directory=Path(sys.argv[1]), wait=False):"
+                " pass")
+        stranger = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True,
+                                  cwd=REPO, timeout=30)
+        assert stranger.returncode != 0 and f"in use by pid {os.getpid()}" in stranger.stderr
+    assert path.read_text() == ""  # the sweep's end released it
+    with host_locks(HOST, purpose="after", directory=tmp_path, wait=False) as after:
+        assert after.taken == ["ct"]
 
 
 def test_sweep_with_no_wait_refuses_when_an_apply_holds_the_host(tmp_path: Path, capsys, monkeypatch) -> None:

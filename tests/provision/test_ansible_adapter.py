@@ -181,6 +181,16 @@ except PlaybookInterrupted as err:
 """
 
 
+def _slow_playbook(tmp_path: Path) -> tuple[Path, Path]:
+    """SLOW_PLAYBOOK and an inventory of this machine (connection=local)."""
+    book = tmp_path / "slow.yml"
+    book.write_text(SLOW_PLAYBOOK)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
+                   f"      ansible_python_interpreter: {sys.executable}\n")
+    return book, inv
+
+
 def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliability) -> None:
     """SIGINT to the toolkit while a task runs: ansible-playbook (its own session, so a terminal's Ctrl-C would
     not reach it) and its workers are stopped, nothing of the run is left, and the caller sees the interrupt."""
@@ -188,11 +198,7 @@ def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliabili
     import subprocess
     import time
 
-    book = tmp_path / "slow.yml"
-    book.write_text(SLOW_PLAYBOOK)
-    inv = tmp_path / "inventory.yml"
-    inv.write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n"
-                   f"      ansible_python_interpreter: {sys.executable}\n")
+    book, inv = _slow_playbook(tmp_path)
     seconds = "123.4"  # an argv no other process here has
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPTIBLE, str(book), str(inv), str(tmp_path / "runs"),
                              seconds], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -219,6 +225,24 @@ def test_ctrl_c_stops_ansible_playbook_and_its_workers(tmp_path: Path, reliabili
         next_run="(nothing left to clean up on the controller; the lab test covers the remote probe)",
         area="apply",
     )
+
+
+def test_a_run_past_its_timeout_is_stopped_like_ctrl_c(tmp_path: Path) -> None:
+    """`timeout_s` (a sweep's --point-timeout-s, in process): the playbook and its task's process are stopped, and
+    the caller gets PlaybookTimedOut, not a result."""
+    import time
+
+    from toolkit.adapters.ansible import PlaybookTimedOut
+
+    book, inv = _slow_playbook(tmp_path)
+    seconds = "124.6"  # an argv no other process here has
+    started = time.monotonic()
+    with pytest.raises(PlaybookTimedOut) as err:
+        run_playbook(str(book), inventory=inv, private_data_dir=tmp_path / "runs", extravars={"seconds": seconds},
+                     timeout_s=3)
+    assert 3 <= time.monotonic() - started < 60
+    assert "did not finish in 3 s" in str(err.value) and err.value.artifacts_dir.is_dir()
+    assert _processes_with(seconds) == [] and _processes_with(str(book)) == []
 
 
 def _processes_with(needle: str) -> list[int]:

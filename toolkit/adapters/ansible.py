@@ -17,6 +17,7 @@ Tasks that use a secret carry `no_log: true`, so their results are censored in t
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -50,6 +51,7 @@ __all__ = [
     "PlaybookEvent",
     "PlaybookInterrupted",
     "PlaybookResult",
+    "PlaybookTimedOut",
     "TaskFailure",
     "find_inventory",
     "read_inventory",
@@ -63,6 +65,9 @@ __all__ = [
 SECRET_ENV_PREFIX = "TOOLKIT_SECRET_"
 VAULT_PASSWORD_FILE_ENV = "TOOLKIT_VAULT_PASSWORD_FILE"
 _SHARE_PARTS = ("roles", "playbooks")
+# Runs of this process, numbered into their ident: one process runs many (a sweep's point applies, in process),
+# and two in one second would otherwise share an artifacts directory.
+_RUN_NUMBERS = itertools.count(1)
 
 
 def share_dir() -> Path:
@@ -157,13 +162,16 @@ def run_playbook(
     on_event: Callable[[PlaybookEvent], None] | None = None,
     private_data_dir: Path | None = None,
     secrets: dict[str, str] | None = None,
+    timeout_s: float | None = None,
 ) -> PlaybookResult:
     """Run one playbook through ansible-runner and return what happened on each host.
 
     `playbook` is a path or the name of one of the toolkit's playbooks ("host", "site.yml").
     Secrets come from `secrets` and from `TOOLKIT_SECRET_*` environment variables; they never reach the
     runner's artifacts (see the module docstring). Raises ToolkitError (exit 2) for bad input, before
-    anything runs; a run that fails returns a result with `failures` and a non-zero `rc`.
+    anything runs; a run that fails returns a result with `failures` and a non-zero `rc`. Ctrl-C stops the
+    playbook and raises PlaybookInterrupted; a run past `timeout_s` is stopped the same way and raises
+    PlaybookTimedOut.
     """
     import ansible_runner  # heavy; imported only when a playbook actually runs
 
@@ -180,7 +188,8 @@ def run_playbook(
             fix="pass secrets only through the environment (TOOLKIT_SECRET_<NAME>) or Ansible Vault, never as -e",
         )
 
-    ident = time.strftime("%Y%m%dT%H%M%S") + f"-{book.stem}-{os.getpid()}"
+    # The pid stays last: _still_running reads it.
+    ident = time.strftime("%Y%m%dT%H%M%S") + f"-{book.stem}-{next(_RUN_NUMBERS)}-{os.getpid()}"
     if private_data_dir is None:
         private_data_dir = default_runs_dir()
     private_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -203,7 +212,7 @@ def run_playbook(
     secret_dir = Path(tempfile.mkdtemp(prefix="toolkit-secrets-"))  # mode 0700
     raw_events: list[dict[str, Any]] = []
     _runner_settings(private_data_dir)
-    interrupt = _Interrupt()
+    interrupt = _Interrupt(timeout_s)
 
     def handle(raw: dict[str, Any]) -> bool:
         raw_events.append(raw)
@@ -257,6 +266,8 @@ def run_playbook(
     _rotate_artifacts(private_data_dir, keep=20, current=artifacts)
     if interrupt.seen:
         raise PlaybookInterrupted(artifacts)
+    if interrupt.timed_out:
+        raise PlaybookTimedOut(artifacts, timeout_s or 0.0)
     result = summarize(raw_events, rc=int(runner.rc or 0), status=str(runner.status), artifacts_dir=artifacts)
     if result.rc != 0 and not result.failures and not result.hosts:
         # ansible-playbook died before any host ran: a syntax error, an unparsable inventory.
@@ -283,6 +294,16 @@ class PlaybookInterrupted(KeyboardInterrupt):
         self.artifacts_dir = artifacts_dir
 
 
+class PlaybookTimedOut(Exception):
+    """The playbook ran past its `timeout_s`: ansible-playbook and its workers were stopped as on Ctrl-C."""
+
+    def __init__(self, artifacts_dir: Path, timeout_s: float) -> None:
+        super().__init__(f"ansible-playbook did not finish in {timeout_s:.0f} s and was stopped "
+                         f"(artifacts: {artifacts_dir})")
+        self.artifacts_dir = artifacts_dir
+        self.timeout_s = timeout_s
+
+
 class _Interrupt:
     """SIGINT while ansible-runner drives ansible-playbook. The child runs in its own session (pexpect's pty), so
     a terminal's Ctrl-C never reaches it, and ansible-core's workers each call setsid(): the runner's own cancel
@@ -290,20 +311,25 @@ class _Interrupt:
     here: a `sleep` task outlived the cancel). So the handler only records the request; when the runner next
     polls `requested` (cancel_callback), the whole process tree under ansible-playbook is stopped by pid:
     SIGINT to ansible-playbook first (it stops its workers and prints where it was), SIGKILL to whatever is
-    left after a grace period. Then the runner returns and run_playbook raises PlaybookInterrupted."""
+    left after a grace period. Then the runner returns and run_playbook raises PlaybookInterrupted. A deadline
+    (`timeout_s`) passed is a request too, the same stop, and PlaybookTimedOut."""
 
     GRACE_S = 5.0
 
-    def __init__(self) -> None:
+    def __init__(self, timeout_s: float | None = None) -> None:
         self.seen = False
+        self.timed_out = False
         self.stopped = False
         self.started_ticks = _ticks_now()
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
 
     def requested(self) -> bool:
-        if self.seen and not self.stopped:
+        if not self.seen and self.deadline is not None and time.monotonic() > self.deadline:
+            self.timed_out = True
+        if (self.seen or self.timed_out) and not self.stopped:
             self.stopped = True
             _stop_tree(self.started_ticks, self.GRACE_S)
-        return self.seen
+        return self.seen or self.timed_out
 
     def _handle(self, signum: int, frame: Any) -> None:
         if not self.seen:

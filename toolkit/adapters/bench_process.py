@@ -205,8 +205,7 @@ def run_sampled(
 
 
 def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
-    """SIGINT (bench_serving writes what it has; apply winds its playbook down), then SIGKILL if it does not
-    end within grace_s."""
+    """SIGINT (bench_serving writes what it has), then SIGKILL if it does not end within grace_s."""
     if proc.poll() is not None:
         return
     proc.send_signal(signal.SIGINT)

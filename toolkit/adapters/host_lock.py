@@ -11,8 +11,9 @@ writes who it is into the file (pid, command, start time, a token); a clean rele
 reads it to name the holder; a taker that finds it non-empty knows the last holder died holding it and
 says so.
 
-Re-entrant for a sweep's own applies: the holder exports its token in TOOLKIT_HOST_LOCK_TOKEN, and a child
-that finds the lock held under the token it inherited goes ahead without taking it again.
+Re-entrant within one thread: a sweep holds its hosts for its whole run and calls apply for each point in the
+same process; apply's own `host_locks` on those hosts finds them held by this thread and goes ahead (flock(2)
+alone would make it wait for itself: a second open() of the file is a second owner, even in one process).
 
 Not covered: two controllers deploying to one host (each has its own lock directory), a lock directory on
 a network file system without flock, and Ansible runs started by hand.
@@ -28,6 +29,7 @@ import re
 import secrets
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,8 +37,9 @@ from pathlib import Path
 
 from toolkit.core.errors import ToolkitError
 
-LOCK_TOKEN_ENV = "TOOLKIT_HOST_LOCK_TOKEN"
 LOCK_DIR_ENV = "TOOLKIT_LOCK_DIR"
+# The lock files this process holds, each with the thread that took it: the same thread re-enters, another waits.
+_HELD: dict[str, int] = {}
 
 
 def locks_dir() -> Path:
@@ -94,7 +97,7 @@ def read_holder(path: Path) -> Holder | None:
 
 @dataclass
 class HostLocks:
-    """What `host_locks` did: the hosts taken, those entered under an inherited token, stale locks taken over."""
+    """What `host_locks` did: the hosts taken, those this thread already held (re-entered), stale locks taken over."""
 
     token: str
     taken: list[str]
@@ -110,39 +113,32 @@ def host_locks(
     wait: bool = True,
     on_message: Callable[[str], None] = lambda _m: None,
     directory: Path | None = None,
-    export_token: bool = False,
 ) -> Iterator[HostLocks]:
     """Hold the lock of every host in `hosts` ({inventory name: "address:port"}), taken in a fixed order so
     two multi-host runs never deadlock. `wait`: block (saying who holds it) until free; else refuse at once.
-    `export_token`: put this holder's token in the environment, so child processes (a sweep's applies)
-    re-enter instead of waiting for their parent."""
+    A host this thread holds already (a sweep's apply of one point) is re-entered, and released by its taker."""
     directory = directory or locks_dir()
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    inherited = os.environ.get(LOCK_TOKEN_ENV, "")
-    token = inherited or f"{os.getpid()}-{secrets.token_hex(6)}"
+    token = f"{os.getpid()}-{secrets.token_hex(6)}"
     result = HostLocks(token=token, taken=[], reentered=[], took_over=[])
-    held: list[tuple[int, Path]] = []
-    saved_env = os.environ.get(LOCK_TOKEN_ENV)
+    held: list[tuple[int, str]] = []
     try:
         for name, key in sorted(hosts.items(), key=lambda item: item[1]):
-            fd, took_over = _acquire(name, lock_path(key, directory), token, inherited, purpose, wait, on_message)
-            if fd is None:
+            path = lock_path(key, directory)
+            owned = os.path.abspath(path)
+            if _HELD.get(owned) == threading.get_ident():
                 result.reentered.append(name)
                 continue
-            held.append((fd, lock_path(key, directory)))
+            fd, took_over = _acquire(name, path, token, purpose, wait, on_message)
+            held.append((fd, owned))
+            _HELD[owned] = threading.get_ident()
             result.taken.append(name)
             if took_over:
                 result.took_over.append(f"{name}: {took_over}")
-        if export_token:
-            os.environ[LOCK_TOKEN_ENV] = token
         yield result
     finally:
-        if export_token:
-            if saved_env is None:
-                os.environ.pop(LOCK_TOKEN_ENV, None)
-            else:
-                os.environ[LOCK_TOKEN_ENV] = saved_env
-        for fd, _path in reversed(held):
+        for fd, owned in reversed(held):
+            _HELD.pop(owned, None)
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # a clean release leaves no holder behind
             os.close(fd)  # closing drops the flock
@@ -152,21 +148,17 @@ def _acquire(
     name: str,
     path: Path,
     token: str,
-    inherited: str,
     purpose: str,
     wait: bool,
     on_message: Callable[[str], None],
-) -> tuple[int | None, str]:
-    """(fd holding the lock, or None when re-entered under the inherited token; the stale holder taken over)."""
+) -> tuple[int, str]:
+    """(fd holding the lock, the stale holder taken over)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = read_holder(path)
-            if inherited and holder is not None and holder.token == inherited:
-                os.close(fd)
-                return None, ""
             who = holder.describe() if holder else "another toolkit process"
             if not wait:
                 raise ToolkitError.of(

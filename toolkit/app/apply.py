@@ -20,7 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from toolkit.adapters import wheelhouse as wheelhouse_adapter
-from toolkit.adapters.ansible import InventoryHost, PlaybookInterrupted, find_inventory, read_inventory, run_playbook
+from toolkit.adapters.ansible import (
+    InventoryHost,
+    PlaybookInterrupted,
+    PlaybookTimedOut,
+    find_inventory,
+    read_inventory,
+    run_playbook,
+)
 from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import tarball_path
@@ -51,6 +58,9 @@ class ApplyRequest:
     num_prompts: int | None = None  # the bench's prompts instead of the profile's
     max_concurrency: int | None = None  # the bench's requests in flight instead of the profile's
     wait: bool = True  # wait for another apply or sweep holding a target host (else refuse at once)
+    # The deploy playbook's (and so the probe's) wall time; past it the playbook and the probe are stopped as on
+    # Ctrl-C and PlaybookTimedOut is raised. None: no limit (a person runs apply and can press Ctrl-C).
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -96,14 +106,70 @@ class DeployPlan:
     limit: str | None = None  # ansible-playbook's --limit: the request's, with the power-limit hosts it needs
 
 
+@dataclass(frozen=True)
+class HostProbe:
+    """One host's probe run, fetched to this machine: its directory (named by the run id the results entry
+    records) and its verdict as the probe wrote it (None: the probe wrote none)."""
+
+    run_dir: Path
+    verdict: dict[str, Any] | None
+
+
 @dataclass
 class ApplyOutcome:
-    summary: dict[str, Any]  # what `toolkit apply --json` prints (a sweep's runner reads it)
+    """What one apply did: the deploy playbook's result per host, what the plan noted, each host's probe run
+    (asked with `probe`), what was recorded. A sweep's point reads it in process; `summary` is its JSON form."""
+
+    profile: str
+    check: bool
+    playbook: PlaybookResult
+    notes: list[str]
+    artifacts_dir: Path  # where the hosts' probe runs are fetched to
+    probes: dict[str, HostProbe] | None = None  # by host; None when the probe was not asked for
+    record: dict[str, Any] | None = None  # what `record` did per host
+
+    @property
+    def unreachable(self) -> list[str]:
+        return sorted(h for h, s in self.playbook.hosts.items() if s.unreachable)
+
+    @property
+    def failed_hosts(self) -> list[str]:
+        return sorted(h for h, s in self.playbook.hosts.items() if s.failed)
+
+    @property
+    def deployed(self) -> bool:
+        """The playbook ran to its end on every host."""
+        return self.playbook.rc == 0 and not self.unreachable and not self.failed_hosts
 
     @property
     def exit_code(self) -> int:
-        s = self.summary
-        return EXIT_FAILED if s["rc"] != 0 or s["unreachable"] or s["failed_hosts"] else EXIT_OK
+        return EXIT_OK if self.deployed else EXIT_FAILED
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What `toolkit apply --json` prints."""
+        result = self.playbook
+        hosts = {h: {"ok": s.ok, "changed": s.changed, "failed": s.failed, "unreachable": s.unreachable,
+                     "skipped": s.skipped} for h, s in sorted(result.hosts.items())}
+        out: dict[str, Any] = {
+            "profile": self.profile,
+            "rc": result.rc,
+            "status": result.status,
+            "check": self.check,
+            "hosts": hosts,
+            "changed": sum(s["changed"] for s in hosts.values()),
+            "unreachable": self.unreachable,
+            "failed_hosts": self.failed_hosts,
+            "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
+            "notes": self.notes,
+            "artifacts_dir": str(self.artifacts_dir),
+            "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
+        }
+        if self.probes is not None:
+            out["probe"] = {h: {"run_dir": str(p.run_dir), "verdict": p.verdict} for h, p in self.probes.items()}
+        if self.record is not None:
+            out["record"] = self.record
+        return out
 
 
 # An API key is a line of text; a larger key file is not read (nor a device that never ends).
@@ -385,7 +451,8 @@ def _power_limit(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, In
 def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_message: Callable[[str], None],
           on_status: Callable[[str], Any] | None = None) -> ApplyOutcome:
     """Deploy (and probe, and record). The profile's warnings, an overlay's notes and a waited-for host lock are
-    said through `on_message`; a Ctrl-C stops the playbook and this run's probe on the hosts, then re-raises."""
+    said through `on_message`; a Ctrl-C (or the request's timeout_s passed) stops the playbook and this run's probe
+    on the hosts, then re-raises (PlaybookInterrupted, PlaybookTimedOut)."""
     checked = resolve_checked(req.profile, req.profiles_dir)
     for warning in checked.warnings:  # on every apply, before anything else (an open bind the profile allows)
         on_message(warning.render())
@@ -402,19 +469,20 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
         try:
             result = run_playbook("deploy", inventory=deploy_plan.inventory, extravars=deploy_plan.extravars,
                                   limit=deploy_plan.limit, check=req.check, on_event=on_event,
-                                  secrets=deploy_plan.secrets)
-        except PlaybookInterrupted:
+                                  secrets=deploy_plan.secrets, timeout_s=req.timeout_s)
+        except (PlaybookInterrupted, PlaybookTimedOut):
             if req.probe:
                 _stop_remote_probe(deploy_plan, req.limit, on_message)
             raise  # the host lock is released on the way out; the command exits 130
-    summary = _summary(result, deploy_plan, req)
+    outcome = ApplyOutcome(profile=deploy_plan.profile_name, check=bool(req.check), playbook=result,
+                           notes=deploy_plan.notes, artifacts_dir=deploy_plan.fetch_dir)
     if req.probe:
         # A failed probe's run (benchmark-failed, with the server's log tail) was fetched before the role failed:
         # show its verdict; record only a deploy that succeeded, and only runs that were not failures.
-        summary["probe"] = _probe_results(deploy_plan.fetch_dir)
+        outcome.probes = _probe_results(deploy_plan.fetch_dir)
         if req.record and result.rc == 0:
-            summary["record"] = _record(summary["probe"], deploy_plan.profile_name, checked)
-    return ApplyOutcome(summary)
+            outcome.record = _record(outcome.probes, deploy_plan.profile_name, checked)
+    return outcome
 
 
 def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: Callable[[str], None]) -> None:
@@ -434,48 +502,28 @@ def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: C
         on_message(f"could not stop the probe on {failure.host}: {failure.message}")
 
 
-def _summary(result: PlaybookResult, deploy_plan: DeployPlan, req: ApplyRequest) -> dict[str, Any]:
-    hosts = {
-        h: {"ok": s.ok, "changed": s.changed, "failed": s.failed, "unreachable": s.unreachable, "skipped": s.skipped}
-        for h, s in sorted(result.hosts.items())
-    }
-    return {
-        "profile": deploy_plan.profile_name,
-        "rc": result.rc,
-        "status": result.status,
-        "check": bool(req.check),
-        "hosts": hosts,
-        "changed": sum(s["changed"] for s in hosts.values()),
-        "unreachable": sorted(h for h, s in hosts.items() if s["unreachable"]),
-        "failed_hosts": sorted(h for h, s in hosts.items() if s["failed"]),
-        "failures": [{"host": f.host, "task": f.task, "message": f.message} for f in result.failures],
-        "notes": deploy_plan.notes,
-        "artifacts_dir": str(deploy_plan.fetch_dir),
-        "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
-    }
+def _probe_results(fetch_dir: Path) -> dict[str, HostProbe]:
+    from toolkit.adapters.probe_store import read_json
 
-
-def _probe_results(fetch_dir: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, HostProbe] = {}
     # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
     for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
-        verdict_file = host_dir / "verdict.json"
-        verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
-        out[host_dir.parent.name] = {"run_dir": str(host_dir), "verdict": verdict}
+        verdict = read_json(host_dir / "verdict.json", required=False)
+        out[host_dir.parent.name] = HostProbe(host_dir, verdict)
     return out
 
 
-def _record(probe: dict[str, Any], profile: str, checked: CheckedProfile) -> dict[str, Any]:
+def _record(probes: dict[str, HostProbe], profile: str, checked: CheckedProfile) -> dict[str, Any]:
     from toolkit.app.record import record_run
 
     recorded = {}
-    for host, info in probe.items():
-        if not info.get("verdict"):
+    for host, probe in probes.items():
+        if not probe.verdict:
             recorded[host] = "skipped: the probe wrote no verdict"
             continue
-        if info["verdict"].get("class") == "benchmark-failed":
+        if probe.verdict.get("class") == "benchmark-failed":
             recorded[host] = "skipped: the benchmark failed (a failure is not a result)"
             continue
-        outcome = record_run(Path(info["run_dir"]), profile, checked.store.dir)
+        outcome = record_run(probe.run_dir, profile, checked.store.dir)
         recorded[host] = f"{outcome.action} in {outcome.file}"
     return {"recorded": recorded}

@@ -2,8 +2,8 @@
 measuring loop with its progress, and the checks a promoted profile passes before it is written.
 
 Runners, by name (`--runner`):
-- `apply`: each point is `toolkit apply profile VARIANT --probe` in a child process, the command a person runs,
-  so a sweep measures exactly what apply deploys;
+- `apply`: each point is the apply use case (toolkit.app.apply) with the probe, in this process: what
+  `toolkit apply profile VARIANT --probe` runs, so a sweep measures exactly what apply deploys;
 - `recorded:FILE`: a table of recorded results replayed in-process (no host is touched), announced as such;
 - any other name: a plug-in of the group toolkit.runners (toolkit.app.plugins), e.g. the lab's `engine-model`.
 """
@@ -11,23 +11,23 @@ Runners, by name (`--runner`):
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
-import subprocess
-import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from toolkit.adapters.ansible import find_inventory, target_hosts
+from toolkit.adapters.ansible import PlaybookTimedOut, find_inventory, target_hosts
 from toolkit.adapters.files import write_atomic
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.profile_store import ProfileStore
 from toolkit.adapters.sweep_store import SweepStore, load_table
 from toolkit.app import plugins
+from toolkit.app.apply import ApplyOutcome, ApplyRequest, apply
 from toolkit.app.profiles import check
+from toolkit.core.ansible_summary import PlaybookEvent
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.sweep.measurement import measurement_from_entry
@@ -35,6 +35,7 @@ from toolkit.core.sweep.promote import variant_profile_name, variant_profile_tex
 from toolkit.core.sweep.recorded import TableRunner
 from toolkit.core.sweep.run import PointFailed, PointRequest, Progress, VariantFailed, run_sweep
 from toolkit.core.sweep.state import Measurement, SweepState
+from toolkit.core.text import safe
 
 # The bench_probe role's task after a failed `toolkit probe run` (roles/bench_probe/tasks/run.yml).
 PROBE_FAILED_TASK = "Fail when the probe failed"
@@ -76,12 +77,11 @@ def make_runner(name: str, ctx: RunnerContext) -> Any:
 def point_locks(runner: str, inventory: str | None, *, wait: bool, on_message: Callable[[str], None],
                 purpose: str) -> contextlib.AbstractContextManager[Any]:
     """The apply runner deploys to the inventory's GPU containers: the run holds their host locks for its whole
-    length (no other apply slips in between two variants) and exports its token, so its own child applies
-    re-enter the lock instead of waiting for their parent. Other runners touch no host and lock nothing."""
+    length (no other apply slips in between two variants); each point's apply, in this thread, re-enters them
+    (toolkit.adapters.host_lock). Other runners touch no host and lock nothing."""
     if runner != "apply":
         return contextlib.nullcontext()
-    return host_locks(target_hosts(find_inventory(inventory)), purpose=purpose, wait=wait, on_message=on_message,
-                      export_token=True)
+    return host_locks(target_hosts(find_inventory(inventory)), purpose=purpose, wait=wait, on_message=on_message)
 
 
 def measure(state: SweepState, spec: dict[str, Any], point_runner: Any, store: SweepStore, *, runner: str,
@@ -119,7 +119,7 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
         raise PointFailed(f"benchmark failed (exit {exit_code}): {tail}", artifacts=str(run_dir))
     entry = build_entry(summary, verdict, run.manifest, run_id=run_dir.name, spec_hash=None, artifacts=str(run_dir),
                         topology=run.topology, bench_raw=run.bench_raw)
-    m = measurement_from_entry(entry, lab=entry.lab is not None)
+    m = measurement_from_entry(entry)
     # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
     m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
     m.verdict_headline = verdict.get("headline")
@@ -164,21 +164,38 @@ def add_run_details(m: Measurement, summary: dict[str, Any], verdict: dict[str, 
 
 
 class ApplyProbeRunner:
-    """`run_variant` through the real deploy: `toolkit apply profile VARIANT --probe` per point.
+    """`run_variant` through the real deploy: the apply use case with the probe, per point, in this process.
 
     The variant is written as a profile (extends: the base, its knobs, bench.max_concurrency set to the
     point's level) into the run's own profiles directory next to copies of the base's chain, so the
     user's profiles/ is never touched by a sweep. Apply restarts the service only when the unit changed, and
     the unit carries the server's spec alone (not bench.*, probe.* or the power limit:
     toolkit.core.profile.hashing.server_hash), so the levels and rates of one variant reuse one server.
+
+    What a child `toolkit apply` process gave each point, kept on purpose:
+    - Ctrl-C: apply's playbook runner takes SIGINT while a playbook runs (it stops ansible-playbook's whole tree,
+      then apply stops this run's probe on the hosts) and raises KeyboardInterrupt, which this runner lets
+      through: the sweep's loop has saved the point as pending with its attempt counted, the command releases
+      the host locks on its way out and exits 130, and a resume measures the point again;
+    - the host locks: the run holds them (point_locks), and apply's own, in this thread, re-enters them;
+    - a bound: `timeout_s` stops the deploy playbook (and the probe in it) as Ctrl-C does, and fails the variant;
+    - a failure of one point (apply's refusal, or a bug) fails that variant, never the sweep: the error and its
+      traceback go to the point's apply.log, the artifacts the failure names;
+    - the output: apply's plays, changes, failures and messages go to that apply.log, as the child's stderr did,
+      while the terminal shows the sweep's own progress;
+    - a fresh state: each point builds its own ApplyRequest and plan (a new run id, fetch directory, playbook
+      run and artifacts directory); what stays from point to point is read-only (the SGLang flag catalogue, the
+      compatibility matrix, the plug-ins), and the environment is the sweep's own, as the child inherited it.
     """
 
-    def __init__(self, ctx: RunnerContext) -> None:
+    def __init__(self, ctx: RunnerContext, apply_use_case: Callable[..., ApplyOutcome] = apply) -> None:
         self.ctx = ctx
+        self._apply = apply_use_case
+        self._inventory: str | None = None
 
     def describe(self) -> str:
         where = self.ctx.inventory or "the default inventory"
-        return f"toolkit apply profile VARIANT --probe against {where}"
+        return f"toolkit apply profile VARIANT --probe against {where} (in process)"
 
     def _profiles_dir(self) -> Path:
         """The run's own profiles directory: the chain's files, and the files profiles name (patches, locks),
@@ -191,9 +208,9 @@ class ApplyProbeRunner:
             shutil.copytree(sub_dir, d / sub_dir.name, dirs_exist_ok=True)
         return d
 
-    def __call__(self, request: PointRequest) -> Measurement:
+    def _variant(self, request: PointRequest, profiles: Path) -> str:
+        """The point's variant profile, written into the run's profiles directory; its name."""
         ctx = self.ctx
-        profiles = self._profiles_dir()
         name = variant_profile_name(ctx.run_id, request.variant.id)
         extra: dict[str, Any] = {"bench.max_concurrency": request.concurrency}
         if request.request_rate is not None:
@@ -211,57 +228,80 @@ class ApplyProbeRunner:
             header=[f"Written by `toolkit {ctx.kind}` for run {ctx.run_id}; deployed by `toolkit apply`."],
         )
         write_atomic(profiles / f"{name}.yaml", text)
+        return name
+
+    def __call__(self, request: PointRequest) -> Measurement:
+        ctx = self.ctx
+        profiles = self._profiles_dir()
+        name = self._variant(request, profiles)
         runs = ctx.store.run_dir(ctx.run_id) / request.artifacts
         runs.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "toolkit", "apply", "profile", name, "--probe", "--json"]
-        argv += ["--profiles-dir", str(profiles), "--runs-dir", str(runs)]
-        if ctx.inventory:
-            argv += ["-i", ctx.inventory]
-        if ctx.num_prompts is not None:
-            argv += ["--num-prompts", str(ctx.num_prompts)]
-        log = runs / "apply.log"
-        with log.open("w") as handle:
-            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=handle, text=True)
+        if self._inventory is None:
+            # Found once, as the locks found it: a default inventory is named on stderr once, not per point.
+            self._inventory = str(find_inventory(ctx.inventory))
+        req = ApplyRequest(profile=name, inventory=self._inventory, probe=True, profiles_dir=str(profiles),
+                           runs_dir=str(runs), num_prompts=ctx.num_prompts, timeout_s=ctx.timeout_s)
+        log_path = runs / "apply.log"
+        with log_path.open("w", encoding="utf-8") as handle:
+            log = _PointLog(handle)
             try:
-                stdout, _ = proc.communicate(timeout=ctx.timeout_s)
-            except subprocess.TimeoutExpired:
-                _stop(proc)
-                raise VariantFailed(f"apply did not finish in {ctx.timeout_s:.0f} s", artifacts=str(log)) from None
-            except BaseException:
-                # Ctrl-C (or SIGINT to this process alone): let apply stop its playbook cleanly before we go,
-                # so no orphaned deploy keeps changing the host under the resumed sweep.
-                _stop(proc)
-                raise
-        try:
-            summary = json.loads(stdout)
-        except json.JSONDecodeError:
-            summary = None
-        tail = _tail(log)
-        if summary is None:
-            raise VariantFailed(f"apply exited {proc.returncode} without a summary: {tail}", artifacts=str(log))
-        probes = summary.get("probe") or {}
-        run_dirs = [Path(p["run_dir"]) for p in probes.values() if p.get("run_dir")]
-        # Apply's summary names the fetched run; fall back to any probe run under the artifacts (run.json).
+                outcome = self._apply(req, on_event=log.event, on_message=log.say, on_status=log.say)
+            except PlaybookTimedOut:
+                log.say(f"stopped: the deploy did not finish in {ctx.timeout_s:.0f} s")
+                raise VariantFailed(f"apply did not finish in {ctx.timeout_s:.0f} s",
+                                    artifacts=str(log_path)) from None
+            except ToolkitError as err:  # refused: what `toolkit apply` would print and exit 2 for
+                log.say(str(err))
+                raise VariantFailed(f"apply refused: {_oneline(str(err))}", artifacts=str(log_path)) from None
+            except Exception as err:  # a bug in one point's apply fails that variant, not the whole run
+                log.say(traceback.format_exc())
+                raise VariantFailed(f"apply failed: {type(err).__name__}: {_oneline(str(err))}",
+                                    artifacts=str(log_path)) from err
+        return self._measurement(outcome, runs, log_path)
+
+    def _measurement(self, outcome: ApplyOutcome, runs: Path, log_path: Path) -> Measurement:
+        """The point's measurement from apply's outcome, or the failure it records."""
+        run_dirs = [p.run_dir for p in (outcome.probes or {}).values()]
+        # Apply names the fetched run; fall back to any probe run under the artifacts (run.json).
         run_dirs = run_dirs or sorted(p.parent for p in runs.glob("**/run.json"))
-        if summary.get("rc") != 0 or summary.get("failed_hosts") or summary.get("unreachable"):
-            failures = summary.get("failures") or []
-            if failures and failures[0].get("task") == PROBE_FAILED_TASK and run_dirs:
+        if not outcome.deployed:
+            failures = outcome.playbook.failures
+            if failures and failures[0].task == PROBE_FAILED_TASK and run_dirs:
                 # The server came up and the benchmark ran but failed (lost requests, exit code): that point
                 # failed with the probe's reason, and the variant's other points are still measured.
                 return measurement_from_probe_dir(run_dirs[0])
-            what = failures[0]["task"] + ": " + failures[0]["message"][-300:] if failures else tail
-            raise VariantFailed(f"deploy failed: {what}", artifacts=str(log))
+            what = f"{failures[0].task}: {failures[0].message[-300:]}" if failures else _tail(log_path)
+            raise VariantFailed(f"deploy failed: {what}", artifacts=str(log_path))
         if not run_dirs:
-            raise PointFailed(f"apply ran but fetched no probe run: {tail}", artifacts=str(log))
+            raise PointFailed(f"apply ran but fetched no probe run: {_tail(log_path)}", artifacts=str(log_path))
         return measurement_from_probe_dir(run_dirs[0])
 
 
-def _stop(proc: subprocess.Popen[str], grace_s: float = 120.0) -> None:
-    """SIGINT, then wait for apply to wind its playbook down (and stop the probe on the hosts); SIGKILL only if
-    it will not."""
-    from toolkit.adapters.bench_process import stop_process
+class _PointLog:
+    """One point's apply.log: the plays, changes, failures and messages of its apply, a line each with the UTC
+    time, written as they come (a person can follow a long deploy with tail -f) and redacted as every output is."""
 
-    stop_process(proc, grace_s)
+    def __init__(self, handle: IO[str]) -> None:
+        self.handle = handle
+
+    def say(self, text: str) -> None:
+        stamp = time.strftime("%H:%M:%S", time.gmtime())
+        self.handle.write(f"{stamp} {safe(str(text), keep_newlines=True).rstrip()}\n")
+        self.handle.flush()
+
+    def event(self, event: PlaybookEvent) -> None:
+        if event.kind == "play_start":
+            self.say(f"PLAY {event.message or event.play}")
+        elif event.kind == "changed":
+            self.say(f"  changed {event.host}: {event.task}")
+        elif event.kind == "failed" and not event.ignore_errors:
+            self.say(f"  failed {event.host}: {event.task}\n    {event.message}")
+        elif event.kind == "unreachable":
+            self.say(f"  unreachable {event.host}: {event.message}")
+
+
+def _oneline(text: str, chars: int = 300) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines() if line.strip())[:chars]
 
 
 def _tail(path: Path, lines: int = 5) -> str:
