@@ -131,6 +131,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.provenance import Provenance, mark
     from toolkit.core.sweep.promote import base_spec
 
     spec = base_spec(ProfileStore(REPO / "profiles").resolve(args.profile))
@@ -193,7 +194,7 @@ def main() -> int:
     out = {
         "profile": args.profile,
         "runner": args.runner,
-        "data_source": grid_best["data_source"],
+        "data_source": mark(Provenance.from_dict(grid_best["provenance"]), detail=True),
         "concurrency": levels,
         "objective": args.objective,
         "slo": args.slo,

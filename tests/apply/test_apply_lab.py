@@ -123,7 +123,7 @@ def _check_timelines_and_entry(run_dir: Path, profile: Path) -> dict[str, Any]:
     host = read_host_trace((run_dir / "host_trace.csv").read_text())
     assert {"bench", "server"} <= set(host.role)  # the unit's MainPID tree, found through systemd
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert "simulated" in summary["data_source"]
+    assert summary["provenance"]["kind"] == "stand-in" and "simulated GPUs" in summary["provenance"]["detail"]
     assert summary["steady"]["throughput"]["source"].startswith("server counter")
     entry = yaml.safe_load(profile.read_text())["results"]["entries"][-1]
     completed = json.loads((run_dir / "bench.jsonl").read_text().splitlines()[-1])["completed"]

@@ -138,7 +138,7 @@ def test_profile_gives_the_bench_command_target_and_variants(tmp_path: Path) -> 
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["class"] == "busy-but-waiting"
     assert "glm5-tp4-pp2" in verdict["next_steps"][0] and "glm5-ep8" in verdict["next_steps"][0]
-    assert "lab data" in verdict["data_source"]
+    assert verdict["provenance"]["kind"] == "replayed" and "REPLAYED" in verdict["data_source"]
 
 
 def test_profile_bench_is_rendered_bench_serving(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def test_html_report_renders_in_headless_chromium_with_its_plots(scratch: Scratc
     order = [text.index(f'id="{key}"') for key in ("what-ran", "verdict", "plots", "figures", "evidence")]
     assert order == sorted(order)
     assert "<details><summary>Evidence behind the verdict" in text
-    assert "Every image below is marked SIMULATED" in text
+    assert "Every image below is marked LAB STAND-IN" in text
     img = screenshot(html_file, tmp_path / "shot.png", tmp_path)
     assert_first_screen(img)
     tall = screenshot(html_file, tmp_path / "tall.png", tmp_path, (1280, 2600))
@@ -99,14 +99,14 @@ def test_markdown_report_has_figures_evidence_knobs_and_plot_files(scratch: Scra
     md = tmp_path / "report.md"
     assert _report(scratch, "--markdown", str(md)) == 0
     text = md.read_text()
-    assert "> **LAB: lab stand-in, not a measurement on this profile's hardware.**" in text
+    assert "> **LAB STAND-IN: lab stand-in, not a measurement on this profile's hardware.**" in text
     assert text.index("## What ran") < text.index("## Verdict") < text.index("## Plots") < text.index("## Figures")
     assert "| workload | 1,024 prompts, random 256 in / 128 out (range 1), rate inf, no concurrency cap |" in text
     assert "| output tokens per joule | 1.795 |" in text
     assert "| gpm.sm_util_pct | 12.2 |" in text  # the verdict's evidence as a table, collapsed
     assert text.index("<details><summary>Evidence") < text.index("| gpm.sm_util_pct |") < text.index("</details>")
     assert "~ server.max_running_requests: 64 -> 1024" in text  # knobs that differ from the parent
-    assert "Every image is marked **SIMULATED**" in text
+    assert "Every image is marked **LAB STAND-IN**" in text
     for key in ("power", "util-gpm", "throughput"):
         png = tmp_path / f"report-{key}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -211,7 +211,7 @@ def test_a_stale_lab_report_shows_the_power_plot_whole_at_1366x768(scratch: Scra
     html_file = tmp_path / "stale.html"
     assert main(["report", "glm5-tp8", "--profiles-dir", str(scratch.profiles), "--html", str(html_file)]) == 0
     text = html_file.read_text()
-    assert "<b>Stale:</b>" in text and "Every image below is marked SIMULATED" in text
+    assert "<b>Stale:</b>" in text and "Every image below is marked LAB STAND-IN" in text
     img = screenshot(html_file, tmp_path / "laptop.png", tmp_path, LAPTOP)
     assert_first_screen(img)
     limit = _rows_of(img, LIMIT_RGB, tol=40, min_px=150)

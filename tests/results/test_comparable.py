@@ -13,7 +13,8 @@ import pytest
 
 from tests.results.conftest import REPO, Scratch
 from toolkit.cli.main import main
-from toolkit.core.results.comparable import differences, provenance, workload
+from toolkit.core.provenance import mark
+from toolkit.core.results.comparable import differences, workload
 from toolkit.core.results.compare import rank_groups, result_deltas
 from toolkit.core.results.model import (
     BenchSettings,
@@ -44,13 +45,13 @@ LAB = _e("probe-1", full=1484.6, steady=1517.3, lab="stand-in", bench=LAB_BENCH)
 
 
 def test_provenance_kinds() -> None:
-    assert provenance(IMPORTED).kind == "imported"
-    assert provenance(LAB).kind == "stand-in" and provenance(LAB).mark == "LAB"
-    assert provenance(_e("r", full=1.0, lab="replay")).kind == "replayed"
-    assert provenance(_e("r", full=1.0)).kind == "measured"
+    assert IMPORTED.provenance().kind == "imported"
+    assert LAB.provenance().kind == "stand-in" and mark(LAB.provenance()) == "LAB STAND-IN"
+    assert _e("r", full=1.0, lab="replay").provenance().kind == "replayed"
+    assert _e("r", full=1.0).provenance().kind == "measured"
     # Real GPUs under a load script: measured, with the note that says what its "tokens" are.
     load = _e("r", full=1.0).model_copy(update={"lab": LabNote(kind="load", note="its tokens are loop iterations")})
-    assert provenance(load).kind == "measured" and "loop" in (provenance(load).detail or "")
+    assert load.provenance().kind == "measured" and "loop" in (load.provenance().detail or "")
 
 
 def test_lab_against_imported_is_no_percentage() -> None:

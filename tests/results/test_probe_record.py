@@ -32,8 +32,9 @@ def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
     assert "recorded into" in proc.stdout
     entry = load_results("glm5-tp8", scratch.profiles).block.entries[-1]
     assert entry.run_id == "probe-1" and entry.artifacts == "runs/probe-1"
-    # Both the recorded trace and the load (loop iterations, not a model's tokens) are stand-ins, and say so.
-    assert entry.lab is not None and entry.lab.kind == "stand-in"
+    # The GPU figures are a replayed trace (declared by the GPU source), and the load (loop iterations, not a
+    # model's tokens) says so too.
+    assert entry.lab is not None and entry.lab.kind == "replay" and entry.provenance().kind == "replayed"
     assert "recorded GPU trace" in entry.lab.note and "loop iteration" in entry.lab.note
     # The recorded verdict is the run's own, and the replayed plateau is the recording's (busy-but-waiting).
     run_verdict = json.loads((out / "verdict.json").read_text())

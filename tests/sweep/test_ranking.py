@@ -86,11 +86,12 @@ def test_nothing_measured_ranks_nothing(fresh_state: SweepState) -> None:
 
 
 def test_the_tables_steady_column_holds_only_steady_figures_and_power_is_per_gpu() -> None:
+    from toolkit.core.provenance import MEASURED
     from toolkit.core.sweep.ranking import RankedRow
     from toolkit.core.sweep.report import RANK_HEADER, ranking_rows
 
     common = dict(variant_index=0, label="k=1", concurrency=128, tokens_per_j=1.0, energy_per_output_token_j=1.0,
-                  verdict="x", outcome="done", data_source="f")
+                  verdict="x", outcome="done", provenance=MEASURED)
     steady = RankedRow(rank=1, variant_id="v01", steady_output_tok_per_s=1400.0, power_w_total=1332.0, gpu_count=8,
                        full_output_tok_per_s=1300.0, **common)  # type: ignore[arg-type]
     whole = RankedRow(rank=2, variant_id="v02", steady_output_tok_per_s=1324.6, power_w_total=1500.0,

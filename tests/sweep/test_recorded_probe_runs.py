@@ -59,7 +59,7 @@ def test_ranking_from_recorded_probe_runs() -> None:
     assert [r.variant_id for r in rows] == expected == ["v04", "v02", "v01", "v03"]
     for r in rows:
         assert r.steady_output_tok_per_s == round(steady_rate(runs[r.variant_id]), 1)
-        assert r.data_source.startswith("replayed probe run h200-")
+        assert r.provenance.kind == "replayed" and (r.provenance.detail or "").startswith("probe run h200-")
     assert {r.variant_id: r.verdict for r in rows} == {
         "v01": "compute-bound",
         "v02": "memory-bandwidth-bound",

@@ -124,6 +124,23 @@ def test_newer_and_malformed_state_are_refused(fresh_state: SweepState) -> None:
         state_from_dict([1, 2], file="s.json")
 
 
+def test_an_old_state_s_data_source_sentence_loads_as_the_typed_provenance(fresh_state: SweepState,
+                                                                           table: dict[str, Any]) -> None:
+    run_sweep(fresh_state, base_spec(), TableRunner(table, source="f"), save=lambda s: None, clock=Clock())
+    data = json.loads(json.dumps(fresh_state.to_dict()))
+    done = [p for v in data["variants"] for p in v["points"] if p["measurement"]]
+    assert done and all(p["measurement"]["provenance"] == {"kind": "replayed", "detail": "recorded run"} for p in done)
+    for p in done:  # as a state of before the typed provenance wrote it
+        del p["measurement"]["provenance"]
+        p["measurement"]["data_source"] = "lab data (stand-in): simulated GPUs: the lab's engine model"
+    old = state_from_dict(data, file="state.json")
+    assert {m.provenance.kind for _v, pt in old.finished_points() if (m := pt.measurement)} == {"stand-in"}
+    assert "data_source" not in json.dumps(old.to_dict())  # written back typed
+    done[0]["measurement"]["provenance"] = {"kind": "simulated"}
+    with pytest.raises(ToolkitError, match=r"runs/s/state\.json: provenance\.kind"):
+        state_from_dict(data, file="runs/s/state.json")
+
+
 def test_resume_refuses_a_changed_definition(fresh_state: SweepState) -> None:
     changed = base_spec()
     changed["server"]["tp"] = 4

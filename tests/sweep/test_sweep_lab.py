@@ -120,8 +120,8 @@ def test_lab_sweep_interrupted_resumed_promoted(inventory: str, tmp_path: Path) 
     assert sum(p["attempts"] for p in points) in (6, 7)
     done = [p for p in points if p["status"] == "done"]
     assert len(done) >= 3, [p["reason"] for p in points]
-    sources = {p["measurement"]["data_source"] for p in done}
-    assert all(s.startswith("lab data (stand-in): simulated GPUs") for s in sources), sources
+    sources = {(p["measurement"]["provenance"]["kind"], p["measurement"]["provenance"]["detail"]) for p in done}
+    assert all(k == "stand-in" and "simulated GPUs" in d for k, d in sources), sources
 
     ranking = json.loads((work / "sweeps" / run_id / "ranking.json").read_text())
     tputs = [r["steady_output_tok_per_s"] for r in ranking["by_throughput"]]

@@ -44,7 +44,7 @@ def test_tune_finds_the_grids_best_with_a_fraction_of_its_runs(tmp_path: Path) -
     assert "median" in out["method"] and "single_draw" in out
     assert out["tune_best_of_grid_best_pct"] >= 95.0 and out["within_5_pct"]
     assert tune["probe_runs"] * 3 <= grid["probe_runs"] and out["at_most_a_third"]
-    assert "engine model" in out["data_source"]
+    assert "ENGINE MODEL" in out["data_source"]
     # A finished tune's run is reused as it is: the same tune side, and a grid over the knobs asked for only.
     (tune_dir,) = [p for p in (tmp_path / "tunes").iterdir() if (p / "tune.json").is_file()]
     again = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_tune.py"), "--tune-run", str(tune_dir),

@@ -252,7 +252,7 @@ def test_goodput_tune_raises_the_cap_for_ttft_then_lowers_it_for_itl_and_keeps_n
     assert cap.lo and base.lo and cap.lo > base.hi  # type: ignore[operator]
     md = report.markdown(state)
     assert "## Capacity under the SLO, per variant" in md and "at the SLO's edge" in md
-    assert "SIMULATED" in md.upper() or "simulated" in md
+    assert "Data: ENGINE MODEL" in md
 
 
 @pytest.mark.slow
@@ -355,7 +355,7 @@ def test_an_incumbent_whose_capacity_moves_at_its_edge_says_so_and_the_best_line
     assert inc is not None and inc.request_rate == rate == log["incumbent_rate"]
     line = report.best_line(state)
     assert f"at {rate:g} req/s under the SLO" in line
-    assert "Data: SIMULATED: lab engine model" in line
+    assert "Data: ENGINE MODEL (in-process" in line
 
 
 def test_a_met_rate_that_a_repeat_turns_into_a_miss_steps_down_once_not_by_every_miss_before() -> None:

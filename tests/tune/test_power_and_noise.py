@@ -105,7 +105,7 @@ def test_glm5_tp8_tokens_per_joule_tune_under_the_slo_finds_a_limit_that_keeps_g
     assert b is not None and base is not None and b.goodput is not None and base.goodput is not None
     assert b.goodput >= 0.98 * base.goodput  # goodput within 2 %
     assert b.measurement.energy_per_output_token_j < base.measurement.energy_per_output_token_j
-    assert b.measurement.power_limit_w == limit and "simulated" in b.measurement.data_source
+    assert b.measurement.power_limit_w == limit and b.measurement.provenance.kind == "engine-model"
 
 
 def test_the_doctor_reads_the_limit_back_against_the_unit_that_keeps_it() -> None:

@@ -43,6 +43,7 @@ from typing import Any
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.sampler import Row
+from toolkit.core.provenance import MEASURED
 
 try:  # imported lazily by the CLI only for `probe run` without a replay trace
     import pynvml
@@ -148,6 +149,7 @@ class NvmlSampler:
     """The real GPUs through NVML, sampled in a thread of its own. Cost: benchmarks/bench_probe.py --fleet."""
 
     source = "nvml"
+    provenance = MEASURED
 
     def __init__(self, *, gpm: bool = True, energy_interval_s: float = ENERGY_INTERVAL_S,
                  tick_hz: float = TICK_HZ, slow_interval_s: float = SLOW_INTERVAL_S) -> None:

@@ -4,7 +4,7 @@ Agg backend (no display), fixed size and DPI, and no timestamps in the PNG metad
 bytes. Every time plot has the same width, the same axes position and the same time axis (the idle baseline
 squeezed to a sliver at its start), so stacked one under another they line up second for second. Identical GPUs
 are one band (min to max, the mean as a line); distinct GPUs are bands of their own. An image of data that was not
-measured carries its watermark (SIMULATED, REPLAYED) across the plot.
+measured carries its provenance mark (toolkit.core.provenance: LAB STAND-IN, REPLAYED ...) across the plot.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ def _png(fig: Any, *, tight: bool = False) -> bytes:
 def watermark(fig: Any, word: str | None) -> None:
     """A large translucent word across the figure: every image of data that was not measured says so."""
     if word:
-        fig.text(0.5, 0.5, word, transform=fig.transFigure, ha="center", va="center", rotation=18, fontsize=64,
+        # Smaller for a longer stamp ("ENGINE MODEL + REPLAYED"), so it stays inside the figure.
+        size = 64 if len(word) <= 12 else max(24, 64 * 12 // len(word))
+        fig.text(0.5, 0.5, word, transform=fig.transFigure, ha="center", va="center", rotation=18, fontsize=size,
                  color="#c00000", alpha=0.13, fontweight="bold", zorder=100)
 
 

@@ -1,8 +1,13 @@
-"""A probe run's directory read back: `load_run(dir)`; the files are written by toolkit.app.probe (atomically).
+"""A probe run's directory: its records written (`write_record`, atomically) and read back (`load_run(dir)`,
+`read_judged`) here and nowhere else; the traces are written by the probe's sampling loop.
 
 Files (docs/probe.md has every field): run.json (manifest), trace.csv (per-GPU samples), bench.jsonl (the
 benchmark's raw result, when it wrote one), topology.json, summary.json, verdict.json. Each JSON file has a
-schema_version; a newer one than this toolkit knows is refused.
+schema_version; a newer one than this toolkit knows is refused, an older one is migrated on read.
+
+Schema history of run.json: 1: where the GPU figures came from as a sentence (`data_source`); 2: also as the
+typed provenance (`provenance: {kind, detail}`, toolkit.core.provenance). summary.json and verdict.json gained the
+same field (their keys are only ever added). A record without it is given it on read, from its sentence.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from toolkit.adapters.files import write_json
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.host_trace import read_host_trace
 from toolkit.core.probe.judge import ProbeRun
@@ -19,8 +25,9 @@ from toolkit.core.probe.server_trace import read_server_trace
 from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION
 from toolkit.core.probe.trace import parse_trace
 from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION
+from toolkit.core.provenance import of_record
 
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA_VERSION = 2
 TOPOLOGY_SCHEMA_VERSION = 1
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
                   "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
@@ -43,7 +50,32 @@ def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
     if known is not None and isinstance(version, int) and version > known:
         raise ToolkitError.of(f"schema_version {version} is newer than this toolkit reads ({known})",
                               file=str(path), field="schema_version", fix="upgrade the toolkit")
+    return _migrated(path, data)
+
+
+# The records that carry where their figures came from.
+_WITH_PROVENANCE = ("run.json", "summary.json", "verdict.json")
+
+
+def _migrated(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """An older record in the shape this toolkit writes: a record from before the typed provenance gets it from its
+    `data_source` sentence (toolkit.core.provenance.of_record), so no reader looks at the sentence again."""
+    if path.name in _WITH_PROVENANCE:
+        try:
+            data = {**data, "provenance": of_record(data).to_dict()}
+        except ToolkitError as err:  # a hand-edited kind: name the file
+            for problem in err.problems:
+                problem.file = str(path)
+            raise
     return data
+
+
+def write_record(run_dir: Path, name: str, data: dict[str, Any]) -> None:
+    """One of a run's JSON records (run.json, topology.json, summary.json, verdict.json), atomically, stamped with
+    the schema version this toolkit writes (a record it rewrites was migrated on read)."""
+    if name not in KNOWN_VERSIONS:
+        raise ValueError(f"{name} is not a probe run's record (one of {', '.join(KNOWN_VERSIONS)})")
+    write_json(run_dir / name, {**data, "schema_version": KNOWN_VERSIONS[name]})
 
 
 def read_trace(path: Path) -> Trace:

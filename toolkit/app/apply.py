@@ -503,11 +503,12 @@ def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: C
 
 
 def _probe_results(fetch_dir: Path) -> dict[str, HostProbe]:
+    from toolkit.adapters.probe_store import read_json
+
     out: dict[str, HostProbe] = {}
     # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
     for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
-        verdict_file = host_dir / "verdict.json"
-        verdict = json.loads(verdict_file.read_text()) if verdict_file.exists() else None
+        verdict = read_json(host_dir / "verdict.json", required=False)
         out[host_dir.parent.name] = HostProbe(host_dir, verdict)
     return out
 

@@ -119,7 +119,7 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
         raise PointFailed(f"benchmark failed (exit {exit_code}): {tail}", artifacts=str(run_dir))
     entry = build_entry(summary, verdict, run.manifest, run_id=run_dir.name, spec_hash=None, artifacts=str(run_dir),
                         topology=run.topology, bench_raw=run.bench_raw)
-    m = measurement_from_entry(entry, lab=entry.lab is not None)
+    m = measurement_from_entry(entry)
     # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
     m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
     m.verdict_headline = verdict.get("headline")

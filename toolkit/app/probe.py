@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolkit import __version__
-from toolkit.adapters.files import write_json
+from toolkit.adapters.probe_store import write_record
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
+from toolkit.core.provenance import mark
 
-RECORDED_LABEL = "recorded GPU trace: lab data, not measured on a GPU"
-MEASURED_LABEL = "measured (NVML)"
 DEFAULT_STEADY = {"plateau_fraction": 0.8, "smooth_s": 2.0, "min_window_s": 5.0}
 ARTIFACT_FILES = ("run.json", "trace.csv", "bench.jsonl", "bench.stdout.log", "bench.stderr.log", "topology.json",
                   "summary.json", "verdict.json")
@@ -116,14 +115,14 @@ def _profile_plan(name: str, base_url: str | None, bench_jsonl: Path, argv: list
     )
 
 
-def open_sampler(source: str, *, gpm: bool, energy_interval_s: float | None) -> tuple[Any, str]:
-    """(the GPU sampler, its data-source label) for `--gpu-source`: NVML, a recorded trace, or a plug-in's."""
+def open_sampler(source: str, *, gpm: bool, energy_interval_s: float | None) -> Any:
+    """The GPU sampler for `--gpu-source`: NVML, a recorded trace, or a plug-in's; each declares its provenance."""
     name, _, arg = source.partition(":")
     if name == "nvml" and not arg:
         from toolkit.adapters.nvml import ENERGY_INTERVAL_S, NvmlSampler
 
         interval = ENERGY_INTERVAL_S if energy_interval_s is None else energy_interval_s
-        return NvmlSampler(gpm=gpm, energy_interval_s=interval), MEASURED_LABEL
+        return NvmlSampler(gpm=gpm, energy_interval_s=interval)
     if not arg:
         raise ToolkitError.of(f"{source!r} names no argument", field="--gpu-source",
                               fix="give nvml, replay:TRACE.csv, or NAME:ARG of an installed GPU source")
@@ -133,16 +132,13 @@ def open_sampler(source: str, *, gpm: bool, energy_interval_s: float | None) -> 
 
         path = Path(arg)
         # The recording's own run.json gives its phases, so the replay follows this run's idle and benchmark.
-        sampler = RecordedSampler(read_trace(path), str(path), read_json(path.parent / "topology.json",
-                                                                         required=False),
-                                  read_json(path.parent / "run.json", required=False))
-        return sampler, f"{RECORDED_LABEL} ({path.name})"
+        return RecordedSampler(read_trace(path), str(path), read_json(path.parent / "topology.json", required=False),
+                               read_json(path.parent / "run.json", required=False))
     from toolkit.app import plugins
 
     factory = plugins.load("gpu_sources", name, field="--gpu-source",
                            fix="give nvml or replay:TRACE.csv, or install the package that provides it")
-    sampler = factory(arg)
-    return sampler, str(sampler.data_source)
+    return factory(arg)
 
 
 def check_recordable(profile: str | None) -> None:
@@ -200,11 +196,10 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
                               fix="give the pid of the running server (systemctl show -p MainPID --value UNIT)")
 
     # The sampler opens BEFORE anything starts: no driver or no GPU is exit 2 with nothing run.
-    sampler, data_source = open_sampler(request.gpu_source, gpm=request.gpm,
-                                        energy_interval_s=request.energy_interval_s)
+    sampler = open_sampler(request.gpu_source, gpm=request.gpm, energy_interval_s=request.energy_interval_s)
     gpus = sampler.open(request.gpus)
     try:
-        interrupted, summary, verdict = _sampled_run(request, sampler, gpus, plan, out, data_source, idle_s, hz,
+        interrupted, summary, verdict = _sampled_run(request, sampler, gpus, plan, out, idle_s, hz,
                                                      (server_pid, server_url, server_hz), display)
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -222,7 +217,7 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
     return outcome
 
 
-def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Plan, out: Path, data_source: str,
+def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Plan, out: Path,
                  idle_s: float, hz: float, side_cfg: tuple[int | None, str | None, float],
                  display: Display | None) -> tuple[bool, dict[str, Any], dict[str, Any]]:
     """The idle baseline, the benchmark under sampling and the artifacts: (interrupted, summary, verdict).
@@ -234,11 +229,12 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     started_epoch_s = time.time()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "topology.json", {"schema_version": 1, **sampler.topology()})
+        write_record(out, "topology.json", sampler.topology())
         manifest: dict[str, Any] = {
-            "schema_version": 1,
             "toolkit_version": __version__,
-            "data_source": data_source,
+            "provenance": sampler.provenance.to_dict(),
+            # The same in words, for a person reading the file (nothing reads it back).
+            "data_source": mark(sampler.provenance, detail=True),
             "sampler_source": sampler.source,
             "host": socket.gethostname(),
             # "host" becomes the host timeline's facts when there is one (run.json `host`): the name stays here.
@@ -255,7 +251,7 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
             "steady_state": plan.steady_state or DEFAULT_STEADY,
             "status": "running",
         }
-        write_json(out / "run.json", manifest)
+        write_record(out, "run.json", manifest)
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str(bench_jsonl.resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
@@ -290,7 +286,7 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
         **{k: f() for k, f in side_info.items()},
     })
-    write_json(out / "run.json", manifest)
+    write_record(out, "run.json", manifest)
     summary, verdict = judge_dir(out, write=True)
     return result.interrupted, summary, verdict
 
@@ -366,7 +362,7 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     try:
         manifest = read_json(out / "run.json", required=False)
         if manifest is not None:
-            write_json(out / "run.json", {**manifest, "status": "failed", "error": note})
+            write_record(out, "run.json", {**manifest, "status": "failed", "error": note})
     except (OSError, ToolkitError):
         pass  # still full: run.json stays as it was, complete (status running)
     return ToolkitError.of(
@@ -387,6 +383,6 @@ def judge_dir(run_dir: Path, *, write: bool) -> tuple[dict[str, Any], dict[str, 
     summary, verdict = judge_run(load_run(run_dir))
     vd = verdict.to_dict()
     if write:
-        write_json(run_dir / "summary.json", summary)
-        write_json(run_dir / "verdict.json", vd)
+        write_record(run_dir, "summary.json", summary)
+        write_record(run_dir, "verdict.json", vd)
     return summary, vd

@@ -13,8 +13,9 @@ from toolkit.adapters.files import write_atomic
 from toolkit.app.record import load_results
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.diff import diff_profiles
+from toolkit.core.provenance import of_record
 from toolkit.core.results.compare import is_stale, latest
-from toolkit.core.results.report import ReportData, page_context, plot_data, render_markdown, watermark_of
+from toolkit.core.results.report import ReportData, page_context, plot_data, render_markdown
 from toolkit.core.text import redact
 
 
@@ -103,7 +104,7 @@ def report(req: ReportRequest) -> ReportOutcome:
                               "bench_end_s": manifest.get("bench_end_s"),
                               "request_per_s": ((run.summary.get("full") or {}).get("throughput") or {})
                               .get("request_per_s")}
-            data.watermark = watermark_of(str(run.summary.get("data_source") or ""))
+            data.watermark = of_record(run.summary).watermark
             if want_plots:
                 from toolkit.adapters.plots import report_plots
 

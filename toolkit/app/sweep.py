@@ -184,7 +184,7 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
     state = session.state
     out: list[tuple[str, str]] = []
     d = session.store.run_dir(state.run_id)
-    mark = report.data_watermark([p.measurement.data_source for _v, p in state.finished_points() if p.measurement])
+    mark = report.data_watermark(state)
     curves = report.curves(state)
     if curves:
         (d / "throughput.png").write_bytes(plotting.sweep_throughput_png(curves, title=f"sweep {state.run_id}",

@@ -21,7 +21,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep import report as sweep_report
 from toolkit.core.sweep.capacity import capacity_record
 from toolkit.core.sweep.promote import base_spec, profile_validator, promote
-from toolkit.core.sweep.report import data_watermark
+from toolkit.core.sweep.report import data_text, data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
@@ -133,7 +133,7 @@ def plots(session: TuneSession) -> list[tuple[int, str]]:
 
     out: list[tuple[int, str]] = []
     d = session.store.run_dir(session.state.run_id)
-    mark = data_watermark([p.measurement.data_source for _v, p in session.state.finished_points() if p.measurement])
+    mark = data_watermark(session.state)
     for step in (session.state.tune or {}).get("steps", []):
         bars = report.step_bars(session.state, step)
         if bars is None or not bars["bars"]:
@@ -154,11 +154,10 @@ def frontier_plot(session: TuneSession) -> str | None:
     series = sweep_report.frontier_series(state) if state.capacity else []
     if not series:
         return None
-    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
-    title = f"{state.run_id}: the SLO's frontier ({'; '.join(sources)})"
+    title = f"{state.run_id}: the SLO's frontier ({data_text(state)})"
     session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
         plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title,
-                              mark=data_watermark(sources)))
+                              mark=data_watermark(state)))
     return "frontier.png"
 
 

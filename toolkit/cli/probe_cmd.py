@@ -186,10 +186,13 @@ def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_js
     from rich.console import Console
     from rich.table import Table
 
+    from toolkit.core.provenance import mark, of_record
+
     con = Console()
-    src = summary["data_source"]
-    if "recorded" in src or "lab data" in src or "simulated" in src or replay:
-        con.print(f"[yellow]data: {src}{' (replayed from ' + str(out) + ')' if replay else ''}[/yellow]")
+    prov = of_record(summary)
+    if prov.kind != "measured" or replay:
+        con.print(f"[yellow]data: {mark(prov, detail=True)}"
+                  f"{' (judged again from ' + str(out) + ')' if replay else ''}[/yellow]")
     tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
                f"{summary['steady']['start_s']}-{summary['steady']['end_s']} s)")
     for col in ("GPU", "idle W", "full W", "steady W", "p95 W", "limit W", "util %", "SM MHz", "GPM SM %",

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from toolkit.cli.envelope import emit
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult, diff_text
+from toolkit.core.provenance import mark, of_record
 from toolkit.core.text import safe
 
 
@@ -117,7 +118,7 @@ class MeasureProgress:
             what = (
                 f"{m.steady_output_tok_per_s:,.1f} tok/s steady, "
                 + (f"{m.tokens_per_j:.3f} tok/J" if m.tokens_per_j is not None else "no energy")
-                + f" ({escape(m.data_source)})"
+                + f" ({escape(mark(m.provenance))})"
                 if p.kind == "done" and m is not None
                 else f"[red]failed[/]: {escape(str(p.point.reason))}"
             )
@@ -151,9 +152,7 @@ def _verdict_line(verdict: dict[str, Any] | None) -> str:
         return "no verdict (the probe wrote none)"
     text = str(verdict.get("headline") or verdict.get("class") or "?")
     conf = verdict.get("confidence_label") or verdict.get("confidence")
-    source = str(verdict.get("data_source") or "")
-    lab = " (lab data)" if "lab data" in source else ""
-    return text + (f" (confidence {conf})" if conf is not None else "") + lab
+    return text + (f" (confidence {conf})" if conf is not None else "") + f" ({mark(of_record(verdict))})"
 
 
 def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:

@@ -114,10 +114,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     con.print(f"[bold]{outcome.profile}[/]: {verb}: {e.run_id} -> {outcome.file}")
     from rich.markup import escape
 
-    from toolkit.core.results.comparable import provenance, workload
+    from toolkit.core.results.comparable import workload
     from toolkit.core.results.compare import figures_line
 
-    p = provenance(e)
+    p = e.provenance()
     con.print(f"  [yellow]{p.label}[/]" + (f": {escape(p.detail)}" if p.detail else "") if p.kind != "measured"
               else f"  {p.label}" + (f": {escape(p.detail)}" if p.detail else ""))
     con.print(f"  {escape(workload(e).text())}: {escape(figures_line(e))}")
@@ -167,6 +167,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from toolkit.cli.render import figure_column, print_wide, text_column
+    from toolkit.core.provenance import mark
     from toolkit.core.tables import figure
 
     out: list[Any] = []
@@ -187,7 +188,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             what = f"{escape(r.profile)} {escape(e.run_id)}" + (f" {e.date[:10]}" if e.date else "")
             if r.stale:
                 what += " [red]STALE[/] (older spec)"
-            table.add_row(str(r.rank_throughput or "-"), what, _mark(g.provenance.mark), *c,
+            table.add_row(str(r.rank_throughput or "-"), what, _mark(mark(g.provenance)), *c,
                           escape(e.verdict_class() or "-"))
         out.append(table)
         if g.apart:

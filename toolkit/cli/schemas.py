@@ -26,7 +26,8 @@ from toolkit.core.hostplan import plan as hostplan
 from toolkit.core.hostplan.facts import HostFacts
 from toolkit.core.profile.diff import KnobChange, ProfileDiff
 from toolkit.core.profile.migrate import Change
-from toolkit.core.results.comparable import ProvenanceKind, Workload
+from toolkit.core.provenance import ProvenanceKind
+from toolkit.core.results.comparable import Workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.sweep import ranking
 

@@ -1,10 +1,10 @@
 """An in-process `run_variant` over the lab's engine model: each point is the variant's resolved spec run through
 the stand-in's scheduler (toolkit/lab/standin_server/engine_model.py) on a virtual clock, in milliseconds.
 
-SIMULATED, and every measurement says so (`data_source`). What it stands in for is `toolkit apply profile VARIANT
---probe` against the lab: the same engine model answers there, in real time behind a real server and a real
-bench_serving. Here there is no server, no bench client and no probe trace: the verdict is a reduced form of the
-probe's over-time rules (docs/probe.md "The run from its intervals") computed from the scheduler's own state per
+SIMULATED, and every measurement says so (its provenance: engine-model). What it stands in for is `toolkit apply
+profile VARIANT --probe` against the lab: the same engine model answers there, in real time behind a real server
+and a real bench_serving. Here there is no server, no bench client and no probe trace: the verdict is a reduced form
+of the probe's over-time rules (docs/probe.md "The run from its intervals") computed from the scheduler's own state per
 forward, then the probe's real `knob_steps` code (toolkit.core.probe.knobs.propose) names the next steps. It is how
 `toolkit tune` and `toolkit sweep` are compared on a grid of dozens of points in seconds (benchmarks/bench_tune.py)
 and how the tune's CPU tests drive the real loop.
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from toolkit.core.probe.bench import RequestLatencies, latency_percentiles
 from toolkit.core.probe.gpu_rules import COMPUTE, KV_BOUND, SCHEDULER_CAPPED, WAITING
 from toolkit.core.probe.knobs import propose, run_target
+from toolkit.core.provenance import Provenance
 from toolkit.core.sweep.run import PointRequest, VariantFailed
 from toolkit.core.sweep.state import Measurement
 from toolkit.core.sweep.variants import canonical
@@ -51,7 +52,7 @@ from toolkit.lab.standin_server import engine_model as em
 if TYPE_CHECKING:
     from toolkit.app.measure import RunnerContext
 
-DATA_SOURCE = "lab engine model (simulated in-process: no server, no GPU)"
+PROVENANCE = Provenance("engine-model", "in-process: no server, no GPU")
 MIXED = "mixed"
 DOMINANT_SHARE = 0.6  # the probe's dominant-state rule (toolkit/core/probe/timeline.py)
 DRAIN_QUEUED_SHARE = 0.25
@@ -298,7 +299,7 @@ class EngineModelRunner:
             power_w_total=round(power_total_w, 1),
             gpu_count=eng.tp,
             verdict=cls,
-            data_source=DATA_SOURCE,
+            provenance=PROVENANCE,
             throughput_window="full" if closed else "steady",
             knob_steps=[s.to_dict() for s in steps],
             verdict_headline=headline,

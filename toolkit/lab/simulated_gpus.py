@@ -18,14 +18,15 @@ from typing import Any
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.sampler import Row
 from toolkit.core.probe.series import NUMERIC_COLUMNS
+from toolkit.core.provenance import Provenance
 
-SIMULATED_LABEL = "simulated GPUs: the lab's engine model (not measured on a GPU)"
+PROVENANCE = Provenance("stand-in", "simulated GPUs: the lab's engine model, not measured on a GPU")
 
 
 class SimulatedSampler:
     """The lab's GPU source for `toolkit probe run --gpu-source simulated:URL` (a plug-in: toolkit.app.plugins)."""
 
-    data_source = SIMULATED_LABEL
+    provenance = PROVENANCE
 
     def __init__(self, base_url: str, timeout_s: float = 1.0) -> None:
         self.base_url = base_url.rstrip("/")

@@ -8,16 +8,19 @@ recorded data, and the run it feeds says so in each artifact.
 from __future__ import annotations
 
 import bisect
+from pathlib import PurePath
 from typing import Any, Protocol
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.series import NUMERIC_COLUMNS, Trace
+from toolkit.core.provenance import Provenance
 
 Row = dict[str, float | int | str | None]
 
 
 class GpuSampler(Protocol):
     source: str  # "nvml", or "recorded:<file>" for replayed data
+    provenance: Provenance  # what kind of figures it gives, declared here where they are made
 
     def open(self, gpus: list[int] | None) -> list[int]:
         """Start; select GPUs (None = all). Raises ToolkitError (exit 2) when there is no driver or GPU."""
@@ -53,6 +56,7 @@ class RecordedSampler:
         self.trace = trace
         self.file = file
         self.source = f"recorded:{file}"
+        self.provenance = Provenance("replayed", f"recorded GPU trace {PurePath(file).name}, not measured in this run")
         self._topology = topology
         self._gpus: list[int] = []
         starts = [s.t_s[0] for s in trace.gpus.values() if s.t_s]

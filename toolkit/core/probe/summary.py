@@ -18,6 +18,7 @@ from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series, server_window
 from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_counter_window, find_steady_window
+from toolkit.core.provenance import of_record
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -232,6 +233,7 @@ def summarize(
     run_server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
+        "provenance": of_record(run).to_dict(),
         "data_source": run.get("data_source", "measured"),
         "gpus": sorted(trace.gpus),
         "sample_hz": float(trace.meta.get("sample_hz", run.get("sample_hz", 0)) or 0),

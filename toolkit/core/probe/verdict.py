@@ -39,6 +39,7 @@ from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_int
 from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
+from toolkit.core.provenance import MEASURED, Provenance, mark, of_record
 
 VERDICT_SCHEMA_VERSION = 1  # keys are only ever added (knob_steps, timeline, window_mean, signals)
 MIN_INTERVALS = 3  # a shorter window is judged by its means only
@@ -57,7 +58,7 @@ class Verdict:
     power_capped: bool | None = None
     slow_gpu: int | None = None
     headline: str = ""
-    data_source: str = "measured"
+    provenance: Provenance = MEASURED
     knob_steps: list[KnobStep] = field(default_factory=list)
     timeline: TimelineJudgement | None = None
     window_mean: dict[str, Any] | None = None  # the fallback's judgement, when the timeline decided
@@ -91,7 +92,8 @@ class Verdict:
                     "power_capped": j.power_capped, "evidence": j.evidence, "note": j.note}
                 for g, j in self.per_gpu.items()
             },
-            "data_source": self.data_source,
+            "provenance": self.provenance.to_dict(),
+            "data_source": mark(self.provenance, detail=True),
         }
 
 
@@ -210,7 +212,7 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     """The steady window's means, per GPU then across GPUs: the verdict when only those exist."""
     topology = topology or {}
     target = target or {}
-    source = str(summary.get("data_source", "measured"))
+    source = of_record(summary)
     bench = summary["benchmark"]
     # summary["steady"] is the window to judge: the steady window, or without one the GPUs' busy span (or the whole
     # benchmark window where there is none), with steady_state.found false.
@@ -235,12 +237,12 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
         if server_log:
             failed["server_log_tail"] = server_log[-1500:]
             what += "; the server's log tail is in evidence.server_log_tail"
-        v = Verdict(FAILED, 0.95, basis, failed, [], per_gpu, headline=f"the benchmark {what}", data_source=source)
+        v = Verdict(FAILED, 0.95, basis, failed, [], per_gpu, headline=f"the benchmark {what}", provenance=source)
         v.next_steps = next_steps(FAILED, None, topology, target, None, summary)
         return v
     if not per_gpu:
         return Verdict(NO_LOAD, 0.3, basis, window_ev, ["No GPU samples were recorded."], headline="no samples",
-                       data_source=source)
+                       provenance=source)
     classes = Counter(j.cls for j in per_gpu.values())
     slow_gpu: int | None = None
     cls = classes.most_common(1)[0][0]
@@ -402,6 +404,6 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     if not found and cls != NO_LOAD:
         confidence *= 0.8  # judged over ramp and drain too
     v = Verdict(cls, confidence, base.basis, evidence, steps, base.per_gpu, power_capped,
-                base.slow_gpu if cls == IMBALANCED else None, headline, base.data_source,
+                base.slow_gpu if cls == IMBALANCED else None, headline, base.provenance,
                 timeline=tl, window_mean=window_mean, signals=signals)
     return knobs(v, {**base.evidence, **tl.evidence})

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.bench import redact_argv
+from toolkit.core.provenance import of_record
 from toolkit.core.results.model import (
     BenchSettings,
     Energy,
@@ -29,7 +30,7 @@ from toolkit.core.results.model import (
     ResultsEntry,
     SteadyRates,
     Throughput,
-    Verdict,
+    VerdictExcerpt,
 )
 
 # Rounding, by unit: enough digits to see a real change, few enough that float noise never shows.
@@ -140,17 +141,22 @@ def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any]
     A load that is not a served model (loads/gpu_phases.py on a real GPU) says so too: its "tokens" are
     whatever its `unit` names, so its tok/s and J per token must never be read as a model's.
     """
-    source = str(summary.get("data_source") or run.get("data_source") or "measured")
+    prov = of_record(summary, run)
+    source = prov.detail or prov.label
     unit = (bench_raw or {}).get("unit")
     load_note = None
     if isinstance(unit, str) and unit and unit.strip().lower() != "token":
         backend = (bench_raw or {}).get("backend")
         load_note = f"the load is not a served model ({backend or 'unknown benchmark'}): its tokens are {unit}"
-    if source.startswith("measured"):
-        return LabNote(kind="load", note=f"GPU figures {source}; {load_note}") if load_note else None
-    stand_in = any(w in source for w in ("stand-in", "synthetic", "simulated")) or load_note is not None
-    replay = any(w in source for w in ("replay", "recorded")) and not stand_in
-    return LabNote(kind="replay" if replay else "stand-in", note=source + (f"; {load_note}" if load_note else ""))
+    if prov.kind == "measured":
+        return LabNote(kind="load", note=f"GPU figures measured ({source}); {load_note}") if load_note else None
+    kind = _LAB_KIND.get(prov.kind, "stand-in")
+    return LabNote(kind=kind, note=source + (f"; {load_note}" if load_note else ""))
+
+
+# The provenance kinds a run directory can have, as the results block's `lab` names them.
+_LAB_KIND: dict[str, Literal["stand-in", "engine-model", "replay"]] = {
+    "stand-in": "stand-in", "engine-model": "engine-model", "replayed": "replay"}
 
 
 # bench_serving's flags and, where the command line leaves one out, its own default (sglang 0.5.9
@@ -273,7 +279,7 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = _evidence_value(value)
 
 
-def _verdict(verdict: dict[str, Any] | None) -> Verdict | None:
+def _verdict(verdict: dict[str, Any] | None) -> VerdictExcerpt | None:
     if not verdict or not isinstance(verdict.get("class"), str):
         return None
     raw = verdict.get("evidence")
@@ -284,7 +290,7 @@ def _verdict(verdict: dict[str, Any] | None) -> Verdict | None:
         evidence = {f"note{i + 1}": _evidence_value(v) for i, v in enumerate(raw)}
     headline = verdict.get("headline") or verdict.get("summary")
     basis = verdict.get("basis")
-    return Verdict.model_validate({
+    return VerdictExcerpt.model_validate({
         "class": verdict["class"],
         "summary": headline if isinstance(headline, str) and headline else None,
         "confidence": rnd(verdict.get("confidence"), 2),

@@ -4,7 +4,7 @@ Every figure a report, a ranking or a diff shows carries its provenance (measure
 person's notes, a lab stand-in, a replayed trace) and its workload (prompts asked and completed, lengths, rate,
 concurrency). Two figures are compared, ranked or turned into a percentage only when they are alike in all three:
 
-- the same provenance kind: a simulated 1,500 tok/s says nothing about a measured 880;
+- comparable provenance (toolkit.core.provenance): a simulated 1,500 tok/s says nothing about a measured 880;
 - the same workload: 160 prompts at once and 1,024 at once load a server differently;
 - the same throughput kind: a steady-state rate (ramp and drain cut) against a full-run rate (both included)
   measures the window, not the change.
@@ -17,48 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from toolkit.core.provenance import GROUP, KINDS, comparable
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.tables import figure
-
-ProvenanceKind = Literal["measured", "imported", "stand-in", "replayed"]
-
-# The order groups are shown in: what was measured first.
-PROVENANCE_ORDER: tuple[ProvenanceKind, ...] = ("measured", "imported", "stand-in", "replayed")
-PROVENANCE_LABEL: dict[str, str] = {
-    "measured": "measured on hardware",
-    "imported": "imported from notes",
-    "stand-in": "lab stand-in",
-    "replayed": "replayed trace",
-}
-# The mark a table column shows (short: it must never be cut).
-PROVENANCE_MARK: dict[str, str] = {"measured": "measured", "imported": "imported", "stand-in": "LAB",
-                                   "replayed": "REPLAYED"}
-
-
-@dataclass(frozen=True)
-class Provenance:
-    kind: ProvenanceKind
-    detail: str | None  # the lab note or the import note: what exactly it is
-
-    @property
-    def label(self) -> str:
-        return PROVENANCE_LABEL[self.kind]
-
-    @property
-    def mark(self) -> str:
-        return PROVENANCE_MARK[self.kind]
-
-
-def provenance(entry: ResultsEntry) -> Provenance:
-    if entry.source == "manual":
-        return Provenance("imported", entry.note)
-    if entry.lab is not None and entry.lab.kind == "load":
-        # Real GPUs measured, under a load script: measured, and its workload (no dataset, no lengths) is never
-        # that of a served model, so it is compared with its own kind only.
-        return Provenance("measured", entry.lab.note)
-    if entry.lab is not None:
-        return Provenance("replayed" if entry.lab.kind == "replay" else "stand-in", entry.lab.note)
-    return Provenance("measured", None)
 
 
 @dataclass(frozen=True)
@@ -163,9 +124,9 @@ def common_kind(entries: list[ResultsEntry]) -> ThroughputKind | None:
 
 def differences(a: ResultsEntry, b: ResultsEntry) -> list[str]:
     """Why two entries cannot be compared (empty: they can): provenance, then workload, then throughput."""
-    pa, pb = provenance(a), provenance(b)
+    pa, pb = a.provenance(), b.provenance()
     out = []
-    if pa.kind != pb.kind:
+    if not comparable(pa, pb):
         out.append(f"{pa.label} vs {pb.label}")
     diff = workload_differences(workload(a), workload(b))
     if diff:
@@ -185,8 +146,12 @@ ClassKey = tuple[str, tuple[object, ...]]
 
 def class_key(entry: ResultsEntry) -> ClassKey:
     """Entries with equal keys are comparable (the throughput kind is settled per group: `common_kind`)."""
-    return provenance(entry).kind, workload(entry).key()
+    return GROUP[entry.provenance().kind], workload(entry).key()
+
+
+# Groups in the order they are shown: what was measured first.
+_GROUP_ORDER = list(dict.fromkeys(GROUP[k] for k in KINDS))
 
 
 def class_order(key: ClassKey) -> int:
-    return PROVENANCE_ORDER.index(key[0]) if key[0] in PROVENANCE_ORDER else len(PROVENANCE_ORDER)
+    return _GROUP_ORDER.index(key[0]) if key[0] in _GROUP_ORDER else len(_GROUP_ORDER)

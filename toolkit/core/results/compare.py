@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.core.provenance import Provenance
 from toolkit.core.results.comparable import (
     KIND_LABEL,
     ClassKey,
-    Provenance,
     Workload,
     class_key,
     class_order,
     common_kind,
     differences,
-    provenance,
     rate_of,
     workload,
 )
@@ -117,7 +116,7 @@ def rank_groups(rows: list[tuple[str, ResultsEntry, str | None]]) -> list[RankGr
         if groups:
             ref = groups[0].rows[0].entry
             apart = "; ".join(differences(ref, first)) or None
-        groups.append(RankGroup(provenance(first), workload(first), kind, rank(members, kind), apart))
+        groups.append(RankGroup(first.provenance(), workload(first), kind, rank(members, kind), apart))
     return groups
 
 

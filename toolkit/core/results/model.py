@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from toolkit.core.provenance import Provenance, ProvenanceKind
+
 # Schema history (migrations live in toolkit/core/results/migrate.py):
 #   1: written by the profiles engineer's importer: flat manual entries (figures beside the stamp).
 #   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict); an entry an
@@ -31,8 +33,13 @@ class LabNote(_Strict):
     """Set when the figures did not come from a real GPU serving a real model: the entry says so in the file itself.
     `load`: real GPUs measured under a load that is not a served model (its "tokens" are what its unit says)."""
 
-    kind: Literal["stand-in", "replay", "load"]
+    kind: Literal["stand-in", "engine-model", "replay", "load"]
     note: str
+
+
+# The entry's lab kind as the toolkit's one provenance word list (toolkit.core.provenance) names it.
+_LAB_PROVENANCE: dict[str, ProvenanceKind] = {"stand-in": "stand-in", "engine-model": "engine-model",
+                                              "replay": "replayed", "load": "measured"}
 
 
 class GpuStamp(_Strict):
@@ -130,7 +137,10 @@ class Energy(_Strict):
 EvidenceValue = str | int | float | bool | None
 
 
-class Verdict(_Strict):
+class VerdictExcerpt(_Strict):
+    """The results block's excerpt of the probe's verdict (toolkit.core.probe.verdict.Verdict, verdict.json): what a
+    diff and a comparison need, one figure per line."""
+
     class_: str = Field(alias="class")
     summary: str | None = None  # the probe's headline
     confidence: float | None = None
@@ -182,7 +192,7 @@ class ResultsEntry(_Strict):
     latency_ms: Latency | None = None
     power: Power | None = None
     energy: Energy | None = None
-    verdict: Verdict | None = None
+    verdict: VerdictExcerpt | None = None
     artifacts: str | None = None
     note: str | None = None  # manual entries: where the figures came from
     gate: Gate | None = None  # an upgrade's run: its side and the decision on the runs
@@ -199,6 +209,15 @@ class ResultsEntry(_Strict):
 
     def verdict_class(self) -> str | None:
         return self.verdict.class_ if self.verdict else None
+
+    def provenance(self) -> Provenance:
+        """Where the figures came from. A load that is not a served model (`lab.kind` load) was measured on real
+        GPUs: it is told apart from a model's figures by its workload, which is never a served model's."""
+        if self.source == "manual":
+            return Provenance("imported", self.note)
+        if self.lab is None:
+            return Provenance("measured", None)
+        return Provenance(_LAB_PROVENANCE[self.lab.kind], self.lab.note)
 
 
 class ResultsBlock(_Strict):

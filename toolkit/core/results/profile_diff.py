@@ -11,7 +11,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.diff import DiffSection, ProfileDiff, diff_profiles, knob_lines
 from toolkit.core.profile.hashing import spec_hash
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.results.comparable import class_key, differences, provenance, workload
+from toolkit.core.results.comparable import class_key, differences, workload
 from toolkit.core.results.compare import (
     figures_line,
     is_stale,
@@ -62,7 +62,7 @@ def results_section(a: ResolvedProfile, b: ResolvedProfile) -> DiffSection | Non
         if eb is None:
             continue
         paired.add(class_key(ea))
-        p = provenance(ea)
+        p = ea.provenance()
         lines.append(f"{p.label}, {workload(ea).text()}:")
         lines.append(f"  {a.name}: {_describe(ea, is_stale(ea, hash_a))}")
         lines.append(f"  {b.name}: {_describe(eb, is_stale(eb, hash_b))}")
@@ -74,7 +74,7 @@ def results_section(a: ResolvedProfile, b: ResolvedProfile) -> DiffSection | Non
         lines.append("shown apart, not compared (no entry of the same provenance and workload on the other side):")
         for name, e, others in apart:
             why = "; ".join(differences(others[0], e)) if others else "the other profile has no results"
-            lines.append(f"  {name}: {provenance(e).label}, {workload(e).text()}: {figures_line(e)}")
+            lines.append(f"  {name}: {e.provenance().label}, {workload(e).text()}: {figures_line(e)}")
             lines.append(f"    ({_describe(e, False)}; {why})")
     return DiffSection(f"results ({a.name} -> {b.name}, latest entry of each provenance and workload)", lines)
 
@@ -82,7 +82,7 @@ def results_section(a: ResolvedProfile, b: ResolvedProfile) -> DiffSection | Non
 def entry_line(entry: ResultsEntry, current_hash: str | None) -> str:
     """One entry as one line of figures: a textconv diff shows which figure moved."""
     rate, kind = entry.output_tok_per_s()
-    parts = [f"{entry.run_id} [{provenance(entry).label}]"]
+    parts = [f"{entry.run_id} [{entry.provenance().label}]"]
     if entry.date:
         parts.append(entry.date)
     parts.append(workload(entry).text())

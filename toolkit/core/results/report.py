@@ -20,24 +20,14 @@ from toolkit.core.probe.bench import request_latencies
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series
-from toolkit.core.results.comparable import KIND_LABEL, Provenance, provenance, rate_of, workload
+from toolkit.core.provenance import Provenance, mark, of_record
+from toolkit.core.results.comparable import KIND_LABEL, rate_of, workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.tables import figure, markdown_table
 
 THROUGHPUT_BIN_S = 1.0
 # The idle baseline is drawn squeezed into this share of the time axis: it is a reference, not the run.
 IDLE_AXIS_SHARE = 0.08
-
-
-def watermark_of(data_source: str) -> str | None:
-    """The word every image of data that was not measured carries: SIMULATED (a stand-in, an engine model, a
-    synthetic trace) or REPLAYED (a recorded trace played back as if live); None for a measurement."""
-    s = data_source.lower()
-    if any(w in s for w in ("simulated", "synthetic", "stand-in", "engine model")):
-        return "SIMULATED"
-    if any(w in s for w in ("recorded gpu trace", "replay")):
-        return "REPLAYED"
-    return None
 
 
 @dataclass
@@ -259,7 +249,7 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
         source = ("the benchmark reports whole-run totals only (no token timeline): the line is its average over "
                   "the whole run" + (f"; its reported peak was {figure(peak)} tok/s" if isinstance(peak, int | float)
                                      else ""))
-    data_source = str(summary.get("data_source") or run.get("data_source") or "measured")
+    prov = of_record(summary, run)
     lat, lat_note = latencies_of(bench_raw)
     return PlotData(
         power=gpu_bands(trace, "power_w", models),
@@ -274,8 +264,8 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
         throughput_t_s=ts,
         throughput_tok_per_s=rates,
         throughput_source=source,
-        data_source=data_source,
-        watermark=watermark_of(data_source),
+        data_source=prov.detail or prov.label,
+        watermark=prov.watermark,
         full_run_tok_per_s=float(full_avg) if isinstance(full_avg, int | float) else None,
         steady_tok_per_s=float(steady_avg) if isinstance(steady_avg, int | float) else None,
         time_range_s=_time_range(trace),
@@ -315,7 +305,7 @@ class ReportData:
 
     @property
     def provenance(self) -> Provenance | None:
-        return provenance(self.entry) if self.entry else None
+        return self.entry.provenance() if self.entry else None
 
 
 def what_ran(r: ReportData) -> list[tuple[str, str]]:
@@ -325,9 +315,9 @@ def what_ran(r: ReportData) -> list[tuple[str, str]]:
     rows = [("profile", f"{r.profile}" + (f" (extends {r.parent})" if r.parent else "") + f", {r.file}")]
     if e is None:
         return rows
-    p = provenance(e)
+    p = e.provenance()
     rows.append(("run", f"{e.run_id}" + (f", {e.date}" if e.date else "")))
-    rows.append(("figures", p.label + (f": {p.detail}" if p.detail else "")))
+    rows.append(("figures", mark(p, detail=True)))
     spec = "spec not recorded" if not e.spec_hash else (f"spec {e.spec_hash[:12]}, " + (
         "STALE: an older spec than the profile's" if r.stale else "the profile's current spec"))
     rows.append(("spec", spec))
@@ -417,7 +407,7 @@ def key_figures(e: ResultsEntry) -> list[str]:
 
 def _history_row(e: ResultsEntry, stale: bool) -> list[str]:
     rate, kind = e.output_tok_per_s()
-    return [e.run_id, e.date or "-", provenance(e).mark, workload(e).text(),
+    return [e.run_id, e.date or "-", mark(e.provenance()), workload(e).text(),
             f"{figure(rate)} ({KIND_LABEL[kind]})" if rate is not None else "-",
             figure(e.energy.output_tok_per_j if e.energy else None), e.verdict_class() or "-",
             "STALE" if stale else ""]
@@ -438,7 +428,7 @@ def render_markdown(r: ReportData, image_paths: dict[str, str] | None = None) ->
     e = r.entry
     p = r.provenance
     if p is not None and p.kind != "measured":
-        out += [f"> **{p.mark}: {p.label}, not a measurement on this profile's hardware.** {p.detail or ''}"
+        out += [f"> **{mark(p)}: {p.label}, not a measurement on this profile's hardware.** {p.detail or ''}"
                 .rstrip(), ""]
     if r.stale:
         out += ["> **Stale:** this entry measured an older spec of the profile; re-run the probe.", ""]
@@ -485,7 +475,7 @@ def page_context(r: ReportData) -> dict[str, Any]:
     p = r.provenance
     return {
         "profile": r.profile,
-        "banner": None if p is None or p.kind == "measured" else {"mark": p.mark, "label": p.label,
+        "banner": None if p is None or p.kind == "measured" else {"mark": mark(p), "label": p.label,
                                                                    "detail": p.detail or ""},
         "stale": r.stale,
         "what_ran": what_ran(r),

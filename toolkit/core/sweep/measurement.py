@@ -8,7 +8,7 @@ from toolkit.core.sweep.run import PointFailed
 from toolkit.core.sweep.state import Measurement
 
 
-def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
+def measurement_from_entry(entry: Any) -> Measurement:
     """Map a results entry (toolkit.core.results.model.ResultsEntry) onto the sweep's Measurement; NaN stays NaN
     (a failure)."""
     tput, which = entry.output_tok_per_s()
@@ -26,8 +26,7 @@ def measurement_from_entry(entry: Any, *, lab: bool) -> Measurement:
         power_w_total=round(power.mean_w * count, 1) if power and power.mean_w is not None else None,
         gpu_count=count if power and power.mean_w is not None else None,
         verdict=entry.verdict_class(),
-        # The entry's own lab note (simulated GPUs, a replayed trace): the report and a promoted profile's whys
-        # quote it, so no one reads lab figures as a GPU's.
-        data_source=f"lab data ({entry.lab.kind}): {entry.lab.note}" if lab and entry.lab else "measured",
+        # The report and a promoted profile's whys quote it, so no one reads lab figures as a GPU's.
+        provenance=entry.provenance(),
         throughput_window=which,
     )

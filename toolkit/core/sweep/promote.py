@@ -15,6 +15,7 @@ from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.profile.model import SCHEMA_VERSION
 from toolkit.core.profile.resolve import ResolvedProfile, resolve
 from toolkit.core.profile.source import ProfileSource, parse_profile_text
+from toolkit.core.provenance import mark
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import RankedRow, ranking
 from toolkit.core.sweep.state import SweepState
@@ -190,7 +191,7 @@ def promote(
                 f"{gain:+.1f} %; throughput {best.steady_output_tok_per_s:,.0f} against "
                 f"{baseline.steady_output_tok_per_s:,.0f} tok/s)"
             )
-        reason += f". Data: {best.data_source}."
+        reason += f". Data: {mark(best.provenance, detail=True)}."
         why[path] = {"reason": reason, "link": run_ref}
     promoted = name or f"{base.name}-{state.run_id.removeprefix(base.name + '-')}-{best.variant_id}".lower()
     header = [
@@ -203,7 +204,8 @@ def promote(
         knobs=changed,
         description=(
             f"{base.name} with the best variant of {tool} {state.run_id} ({best.label}): {metric}"
-            f"{'' if best.request_rate else f' at concurrency {best.concurrency}'} ({best.data_source})."
+            f"{'' if best.request_rate else f' at concurrency {best.concurrency}'} "
+            f"({mark(best.provenance, detail=True)})."
         ),
         why=why,
         header=header,

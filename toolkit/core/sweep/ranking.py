@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from toolkit.core.provenance import Provenance
 from toolkit.core.stats import ties_with_first
 from toolkit.core.sweep.noise import interval, within_run
 from toolkit.core.sweep.state import DONE, Measurement, SweepState, VariantState
@@ -30,7 +31,7 @@ class RankedRow:
     power_w_total: float | None
     verdict: str | None
     outcome: str  # done or partial
-    data_source: str
+    provenance: Provenance
     throughput_window: str = "steady"
     request_rate: float | None = None  # under an SLO: the capacity rate the figures were measured at
     goodput_tok_per_s: float | None = None  # under an SLO: the output tok/s that rate carries (capacity.py)
@@ -97,7 +98,7 @@ def _row(rank: int, v: VariantState, concurrency: int, m: Measurement, rate: flo
         power_w_total=m.power_w_total,
         verdict=m.verdict,
         outcome=v.outcome,
-        data_source=m.data_source,
+        provenance=m.provenance,
         throughput_window=m.throughput_window,
         request_rate=rate,
         goodput_tok_per_s=goodput,

@@ -2,7 +2,7 @@
 
 What it stands in for: apply + probe of each variant. It is how the sweep's loop, resume and failure
 rules are exercised without a GPU, and how a sweep is replayed from results recorded elsewhere. Every
-measurement it returns says so in `data_source`, and the CLI prints the runner's description.
+measurement it returns says so (its provenance: replayed), and the CLI prints the runner's description.
 
 A table is a mapping: {"about": str, "points": [...]}; each point has `knobs` (dotted path -> value, the
 knobs it was measured with; a point matches a variant when these equal the variant's own knobs) and
@@ -22,9 +22,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.provenance import Provenance, mark
 from toolkit.core.sweep.run import PointFailed, PointRequest, VariantFailed
 from toolkit.core.sweep.state import Measurement
 from toolkit.core.sweep.variants import canonical
+
+RECORDED_RUN = Provenance("replayed", "recorded run")
 
 
 def _num(value: Any) -> float:
@@ -40,13 +43,13 @@ class TableRunner:
         table: Mapping[str, Any],
         *,
         source: str,
-        data_source: str = "recorded run",
+        provenance: Provenance = RECORDED_RUN,
         sleep: Callable[[float], None] | None = None,
         load_probe_run: Callable[[str], Measurement] | None = None,
     ) -> None:
         self.source = source
         self.load_probe_run = load_probe_run
-        self.data_source = data_source
+        self.provenance = provenance
         self.sleep = sleep
         self.calls: list[tuple[str, int]] = []
         self._points: dict[tuple[str, int | None, int | None], Mapping[str, Any]] = {}
@@ -85,7 +88,8 @@ class TableRunner:
             m = self.load_probe_run(str(p["probe_run"]))
             # The run was recorded elsewhere, not with this variant's knobs: say so with every figure.
             run_name = str(p["probe_run"]).rstrip("/").rsplit("/", 1)[-1]
-            m.data_source = f"replayed probe run {run_name} (recorded as: {m.data_source})"
+            m.provenance = Provenance("replayed",
+                                      f"probe run {run_name}, recorded as {mark(m.provenance, detail=True)}")
             return m
         tput = _num(p["steady_output_tok_per_s"])
         power = _num(p["power_w_total"]) if p.get("power_w_total") is not None else None
@@ -100,7 +104,7 @@ class TableRunner:
             energy_per_output_token_j=energy,
             power_w_total=power,
             verdict=p.get("verdict"),
-            data_source=self.data_source,
+            provenance=self.provenance,
             knob_steps=[dict(s) for s in p.get("knob_steps") or []],
             verdict_headline=p.get("verdict_headline"),
         )

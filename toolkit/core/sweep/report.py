@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from toolkit.core.provenance import KINDS, Provenance, mark, stamp
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.ranking import (
     ParetoPoint,
@@ -86,7 +87,7 @@ def curves(state: SweepState) -> list[dict[str, Any]]:
 
 def to_json(state: SweepState) -> dict[str, Any]:
     def row(r: RankedRow) -> dict[str, Any]:
-        return dict(r.__dict__)
+        return {**r.__dict__, "provenance": r.provenance.to_dict()}
 
     def pp(p: ParetoPoint) -> dict[str, Any]:
         return dict(p.__dict__)
@@ -183,21 +184,30 @@ def not_measured_rows(state: SweepState) -> list[list[str]]:
     return out
 
 
-def data_watermark(sources: Sequence[str]) -> str | None:
-    """The watermark of a sweep's or tune's images: SIMULATED when any point is lab data, else None."""
-    return "SIMULATED" if any("lab data" in s or "simulated" in s for s in sources) else None
+def provenances(state: SweepState) -> list[Provenance]:
+    """Where the finished points' figures came from, each kind and detail once, measured first."""
+    found = {p.measurement.provenance for _v, p in state.finished_points() if p.measurement}
+    return sorted(found, key=lambda p: (KINDS.index(p.kind), p.detail or ""))
+
+
+def data_text(state: SweepState) -> str:
+    return ", ".join(mark(p, detail=True) for p in provenances(state)) or "none yet"
+
+
+def data_watermark(state: SweepState) -> str | None:
+    """The stamp of a sweep's or tune's images: the marks of every source that was not measured, else None."""
+    return stamp(provenances(state))
 
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str:
     """The sweep report: both rankings, the Pareto front, what was not measured and why, the plots."""
     axes = ", ".join(f"`{a.path}` in [{', '.join(format_value(x) for x in a.values)}]" for a in state.axes)
-    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
     parts = [
         f"# Sweep {state.run_id}",
         "",
         f"Base profile `{state.profile}` (spec hash {state.base_spec_hash}); varied {axes}; "
         f"concurrency {', '.join(map(str, state.concurrency))}.",
-        f"Runner: {state.runner}. Data: {', '.join(sources) or 'none yet'}.",
+        f"Runner: {state.runner}. Data: {data_text(state)}.",
         "",
         *ranking_sections(state, "Ranked by steady-state output throughput"),
         "",
@@ -221,9 +231,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[str, str]] = ()) -> str
     ]
     parts += capacity_section(state)
     parts += not_ranked_section(state)
-    mark = data_watermark(sources)
-    if plots and mark:
-        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
+    stamp = data_watermark(state)
+    if plots and stamp:
+        parts += ["", f"The plots are marked **{stamp}**: not a measurement."]
     for title, file in plots:
         parts += ["", f"![{title}]({file})"]
     return "\n".join(parts) + "\n"

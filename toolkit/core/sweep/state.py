@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from toolkit.core.errors import Problem, ToolkitError
+from toolkit.core.provenance import MEASURED, Provenance, of_record
 from toolkit.core.sweep.variants import Axis, PlannedVariant, Scalar, Variant, canonical, format_value
 
 # 2: a point may carry `request_rate` (a capacity search's Poisson rate) and the state `capacity` (the search's
@@ -46,8 +47,8 @@ class Measurement:
     power_w_total: float | None = None  # all GPUs together, mean over the steady window
     gpu_count: int | None = None  # how many GPUs power_w_total is summed over (None: not recorded)
     verdict: str | None = None
-    # Where the numbers come from: "measured", or "lab data" / "recorded run" for stand-ins; shown with them.
-    data_source: str = "measured"
+    # Where the numbers come from, declared by the runner that made them; shown with them.
+    provenance: Provenance = MEASURED
     # "steady" when the probe found a plateau; "full" when it did not and the rate is the whole run's.
     throughput_window: str = "steady"
     # The verdict's machine-readable next steps (verdict.json `knob_steps`) and its headline: what `toolkit tune`
@@ -82,7 +83,8 @@ class Measurement:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Measurement:
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        # A state written before `provenance` says it in its `data_source` sentence: read once, written typed.
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "provenance": of_record(data)})
 
 
 @dataclass
@@ -371,6 +373,10 @@ def state_from_dict(data: Any, *, file: str) -> SweepState:
             tune=dict(data["tune"]) if isinstance(data.get("tune"), Mapping) else None,
             capacity=dict(data["capacity"]) if isinstance(data.get("capacity"), Mapping) else None,
         )
+    except ToolkitError as err:  # a value the state's types refuse (a provenance kind): name the file
+        for problem in err.problems:
+            problem.file = file
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise ToolkitError.of(
             f"malformed sweep state ({type(exc).__name__}: {exc})", file=file, fix="restore it or start a new sweep"

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from toolkit.core.provenance import mark
 from toolkit.core.sweep import capacity
 from toolkit.core.sweep.report import (
     _md_table,
     capacity_section,
+    data_text,
     data_watermark,
     not_ranked_section,
     ranking_sections,
@@ -101,8 +103,7 @@ def best_line(state: SweepState) -> str:
         where += f" (the median of {runs} runs there)"
     good = f", goodput {s.goodput:,.4g} output tok/s" if s.goodput is not None and log["objective"] != "goodput" else ""
     # Trust at a glance: the line people copy says where its figure came from, as every step row does.
-    source = s.measurement.data_source
-    provenance = f"SIMULATED: {source}" if data_watermark([source]) else source
+    provenance = mark(s.measurement.provenance, detail=True)
     return (f"Best: {v.id} ({v.label or 'the base'}): {s.value:,.4g} {unit(log['objective'])} {where}{good}{gain}. "
             f"Data: {provenance}.")
 
@@ -111,7 +112,6 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
              plots_frontier: str | None = None) -> str:
     log = state.tune or {}
     noise = log.get("noise") or {}
-    sources = sorted({p.measurement.data_source for _v, p in state.finished_points() if p.measurement})
     measured = sum(1 for _v, p in state.finished_points() if p.status == "done")
     tried = len(state.finished_points())
     parts = [
@@ -120,7 +120,7 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         f"Base profile `{state.profile}` (spec hash {state.base_spec_hash}); objective {log.get('objective')}; "
         f"concurrency {', '.join(map(str, state.concurrency))}; budget "
         f"{log.get('budget_points') or 'none'} probe runs; {tried} run ({measured} measured).",
-        f"Runner: {state.runner}. Data: {', '.join(sources) or 'none yet'}.",
+        f"Runner: {state.runner}. Data: {data_text(state)}.",
     ]
     if noise:
         parts += [
@@ -157,9 +157,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         _md_table(["step", "from", "its verdict", "change (why)", "variant", "result"], path_rows(state)),
     ]
     plot_of = dict(plots)
-    mark = data_watermark(sources)
-    if plots and mark:
-        parts += ["", f"The plots are marked **{mark}**: lab data, not a measurement."]
+    stamp = data_watermark(state)
+    if plots and stamp:
+        parts += ["", f"The plots are marked **{stamp}**: not a measurement."]
     for step in log.get("steps", []):
         lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
         verdict = step.get("verdict") or {}
