@@ -135,3 +135,25 @@ def test_an_explicit_mode_holds_for_an_existing_file_and_a_json_file_reads_like_
         f.write("t_s\n")
     assert (tmp_path / "run.json").stat().st_mode & 0o777 == (tmp_path / "trace.csv").stat().st_mode & 0o777
     assert (tmp_path / "run.json").read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'
+
+
+def test_a_concurrent_writers_temp_file_is_no_leftover(tmp_path: Path) -> None:
+    """Another live process's temp file is a write in flight: the next write of the same file leaves it, so that
+    writer's rename still lands (CI: shards writing one lab lock file into a cold wheelhouse at once)."""
+    target = tmp_path / "lab.lock"
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as writer:
+        try:
+            in_flight = tmp_path / f".lab.lock.{writer.pid}.0a1b2c3d.tmp"
+            in_flight.write_text("the other writer's bytes")
+            write_atomic(target, "ours")
+            assert in_flight.exists() and stale_temp_files(target) == []
+            os.replace(in_flight, target)  # the other writer's rename, as write_atomic does it
+            assert target.read_text() == "the other writer's bytes"
+        finally:
+            writer.kill()
+    # Once its writer is gone, a temp file is a leftover, and the next write removes it.
+    gone = tmp_path / f".lab.lock.{writer.pid}.0a1b2c3d.tmp"
+    gone.write_text("torn")
+    assert stale_temp_files(target) == [gone]
+    write_atomic(target, "ours again")
+    assert not gone.exists() and target.read_text() == "ours again"

@@ -35,8 +35,29 @@ def _tmp_prefix(path: Path) -> str:
 
 
 def stale_temp_files(path: Path) -> list[Path]:
-    """Temporary files an interrupted write of `path` left behind."""
-    return sorted(p for p in path.parent.glob(_tmp_prefix(path) + "*.tmp") if p.is_file())
+    """Temporary files an interrupted write of `path` left behind: those whose writer is gone. Another live
+    process's (or thread's) temp file is a write in flight, not a leftover: removing it made that writer's rename
+    fail (seen in CI, three test shards writing the same lab lock file into a cold wheelhouse at once)."""
+    prefix = _tmp_prefix(path)
+    return sorted(p for p in path.parent.glob(prefix + "*.tmp")
+                  if p.is_file() and not _writer_alive(p.name[len(prefix):]))
+
+
+def _writer_alive(rest: str) -> bool:
+    """Whether the process named in a temp file's `PID.TOKEN.tmp` still runs (this one included: a thread)."""
+    pid_text = rest.split(".", 1)[0]
+    if not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # it exists, as another user's: not ours to judge
+    return True
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, mode: int | None = None) -> None:
