@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -193,10 +194,13 @@ def test_a_refusal_is_the_error_kind_on_stdout(capsys: pytest.CaptureFixture[str
     assert data["code"] == "bad_input" and data["problems"]
 
 
-def test_a_refusal_as_a_command_loads_is_the_error_kind_too(capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TOOLKIT_LAB_INSTANCE", "bad/instance")
-    data = _validated(_run(capsys, ["lab", "status", "--json"], rc=2), "error")
+def test_a_refusal_as_a_command_loads_is_the_error_kind_too() -> None:
+    # A process of its own: the lab reads TOOLKIT_LAB_INSTANCE once, as its module loads, and in the suite another
+    # test has loaded it long before (a monkeypatched variable then changed nothing and the status answered).
+    proc = subprocess.run([sys.executable, "-m", "toolkit", "lab", "status", "--json"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO, env={**os.environ, "TOOLKIT_LAB_INSTANCE": "bad/instance"})
+    assert proc.returncode == 2, proc.stderr
+    data = _validated(proc.stdout, "error")
     assert data["field"] == "TOOLKIT_LAB_INSTANCE" and data["fix"]
 
 

@@ -24,12 +24,12 @@ import base64
 import csv
 import hashlib
 import io
-import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from toolkit.adapters.files import write_atomic
 from toolkit.core.engine_lock import EngineLock, LockEntry, format_lock, parse_lock
 
 GPU_ONLY_FAMILIES = re.compile(r"^(torch|torch-.+|torchaudio|torchvision|torchao|torchcodec|triton|flashinfer-.+|"
@@ -90,11 +90,13 @@ def write_wheel(dest: Path, distribution: str, version: str, files: Mapping[str,
     import zipfile
 
     out = dest / f"{stem}-py3-none-any.whl"
-    tmp = out.with_name(out.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+    # Built in memory and written by the one atomic writer: applies of several test shards build the same
+    # stand-in at once on a cold cache, and a fixed `.tmp` name let one's rename take the other's file away.
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(members):
             zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), members[name])
-    os.replace(tmp, out)
+    write_atomic(out, buf.getvalue())
     return out
 
 
