@@ -214,7 +214,9 @@ def test_a_release_refused_everywhere_fails_validate_and_apply_before_any_host(t
         "0.5.23", "3.11", "nvidia-nccl-cu13==2.30.7", "torch==2.14.1")))
     assert main(["profile", "validate", "all", "--profiles-dir", str(tmp_path / "profiles")]) == 2
     out, err = capsys.readouterr()
-    assert [line.split()[0] for line in out.splitlines()] == ["ok", "ok", "ok", "ok", "FAIL"]
+    status = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+    assert [name for name, s in status.items() if s == "FAIL"] == ["glm5-tp8-0.5.23"]
+    assert set(status) == {p.stem for p in (tmp_path / "profiles").glob("*.yaml")}
     assert "glm5-tp8-0.5.23.yaml: engine.sglang_version: SGLang 0.5.23 cannot be locked for CPython 3.11: " \
            "https://pypi.org/simple has no nvidia-nccl-cu13==2.30.7 (required by torch==2.14.1)" in err
     with pytest.raises(ToolkitError, match=r"cannot be locked for CPython 3\.11"):

@@ -24,12 +24,12 @@ def test_validate_all_passes(capsys) -> None:
     assert code == 0
     # Parents first; one status line each on stdout, every problem once on stderr (a parent's under the parent).
     assert [line.split()[:2] for line in out.splitlines()] == [
-        ["ok", "glm5-baseline"], ["ok", "glm5-tp8"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"],
-        ["ok", "glm5-tp8-0.5.23"],
+        ["ok", "glm5-baseline"], ["ok", "glm5-tp8"], ["ok", "glm5-2node"], ["ok", "glm5-ep8"], ["ok", "glm5-tp4-pp2"],
+        ["ok", "glm5-tp8-0.5.23"], ["ok", "glm5-tp8-x2"],
     ]  # fmt: skip
     # The acknowledged and info lines are counts on the status line; --verbose prints each once.
     assert "ok   glm5-tp8 (1 acknowledged, 2 infos)\n" in out
-    assert err == "(7 acknowledged/info line(s) not shown: --verbose prints them)\n"
+    assert err == "(9 acknowledged/info line(s) not shown: --verbose prints them)\n"
     code, out, err = run(capsys, "validate", "all", "--strict", "--verbose")
     assert code == 0 and "2 shown under glm5-baseline, glm5-tp8" in out
     located = re.findall(r"^\w+: (\S+:\d+: \S+) ", err, re.M)  # file:line: field

@@ -259,7 +259,7 @@ def test_diff_across_revisions_and_every_profile_a_change_reaches(tmp_path: Path
     assert [(c["path"], c["old"], c["new"]) for c in changes] == [("server.max_running_requests", 1024, 768)]
     assert main(["profile", "diff", "--since", "HEAD~1", "--json"]) == 0
     listed = {c["name"]: c for c in json.loads(capsys.readouterr().out)["data"]}
-    inheriting = {"glm5-tp8", "glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23"}
+    inheriting = {"glm5-tp8", "glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23", "glm5-2node", "glm5-tp8-x2"}
     assert set(listed) == inheriting, listed  # glm5-baseline sets its own 64
     for name in inheriting:
         assert listed[name]["status"] == "changed" and "argv" in listed[name]["render_changed"]

@@ -19,14 +19,16 @@ HASH_EXCLUDED = ("description", "why", "acknowledge", "results", "name", "extend
 # probe.server_scrape_hz is how often the probe looks at the server, not what the server runs; model.size_gib is
 # how much room the weights need, not which weights (model.config: facts of those weights, checked
 # against the layout); bench.slo is what a tune holds the measurements to, not what
-# runs; the target's power-limit range only bounds validation. A patch's `upstream` names the release that
-# carries the change itself: what the pinned release runs is the same.
+# runs; the target's power-limit range only bounds validation; which inventory hosts run it (target.hosts,
+# replicas.hosts) and how a change rolls over them change where it runs, not what. A patch's `upstream` names the
+# release that carries the change itself: what the pinned release runs is the same.
 HASH_EXCLUDED_KNOBS: dict[str, Any] = {
     "server": {"allow_unauthenticated"},
     "probe": {"server_scrape_hz"},
     "model": {"size_gib", "config"},
     "bench": {"slo"},
-    "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w"},
+    "target": {"gpu_power_limit_min_w", "gpu_power_limit_max_w", "hosts"},
+    "replicas": {"hosts": True, "rolling": True},
     "engine": {"patches": {"__all__": {"upstream"}}},
 }
 
@@ -39,6 +41,9 @@ def canonical_spec(resolved: ResolvedProfile) -> dict[str, object]:
     if not any(v is not None for v in (spec.get("gpu") or {}).values()):
         # The gpu section came later: a profile that sets nothing in it keeps the hash its results recorded.
         spec.pop("gpu", None)
+    # Replicas came later too: a profile without them keeps the hash its results recorded.
+    if spec.get("replicas") is None:
+        spec.pop("replicas", None)
     return spec
 
 

@@ -55,6 +55,10 @@ _REPO_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
 REPO_ID = rf"^{_REPO_PART}/{_REPO_PART}$"
 
 
+# An inventory host or group name as Ansible takes it in a pattern: no ',' or ':' (pattern separators), no
+# wildcard, no '!' or '&' (pattern operators), nothing a shell or Jinja would read.
+INVENTORY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,62}$"
+
 # Entries of a list or mapping of a profile (extra_args, env, why, acknowledge, patches, concurrency levels): a
 # profile has tens; each entry is checked and may be reported, so their number bounds the work and the output.
 MAX_ITEMS = 256
@@ -72,6 +76,12 @@ class Target(_Strict):
     interconnect: Literal["pcie", "nvlink"] | None = None
     p2p: bool | None = Field(default=None, description="whether GPUs can reach each other peer-to-peer")
     nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    # Which inventory hosts a profile that spans nodes runs on, in node-rank order (node 0 first): each entry an
+    # Ansible pattern (a host or a group of the inventory), as `--limit` takes them. Unset: the inventory's
+    # gpu_containers in their order (narrowed by --limit), so a shipped profile names no site's hosts.
+    hosts: list[Annotated[str, Field(pattern=INVENTORY_PATTERN)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ITEMS,
+        description="inventory hosts or groups, node 0 first (unset: gpu_containers)")
     gpu_power_limit_w: float | None = Field(
         default=None, gt=0, le=MAX_BOARD_POWER_W, description="board power limit per GPU, W (the board's default "
         "limit: what the GPU draws at most unless gpu.power_limit_w sets another)"
@@ -206,6 +216,35 @@ class Server(_Strict):
     extra_args: list[str] = Field(default_factory=list, max_length=MAX_ITEMS)
 
 
+# SGLang's router's load-balancing policies (sgl-router / smg `--policy`): cache_aware is its default.
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+
+
+class Router(_Strict):
+    """SGLang's router in front of the replicas: where it listens and how it picks a replica."""
+
+    host: str | None = Field(default=None, pattern=INVENTORY_PATTERN,
+                             description="the inventory host it runs on (unset: the first replica's)")
+    bind: str = Field(default="127.0.0.1", description="the address it listens on")
+    port: int = Field(default=30080, ge=1, le=65535)
+    policy: Literal["cache_aware", "round_robin", "random", "power_of_two"] = "cache_aware"
+
+
+class Replicas(_Strict):
+    """Data-parallel copies of the whole server, one per host, behind SGLang's router."""
+
+    count: int = Field(ge=1, le=MAX_NODES, description="how many copies of the server")
+    # Ansible patterns (hosts or groups), one replica a host in the order they resolve to. Unset: the inventory's
+    # gpu_containers (narrowed by --limit).
+    hosts: list[Annotated[str, Field(pattern=INVENTORY_PATTERN)]] | None = Field(
+        default=None, min_length=1, max_length=MAX_ITEMS,
+        description="inventory hosts or groups, one replica each (unset: gpu_containers)")
+    router: Router = Field(default_factory=Router)
+    # A change to a running set goes one replica at a time: each waits for its health before the next stops, the
+    # first that fails is put back on its previous unit and the rest are left as they were.
+    rolling: bool = Field(default=True, description="change a running set one replica at a time")
+
+
 class SteadyState(_Strict):
     plateau_fraction: float = Field(default=0.8, gt=0, le=1)
     smooth_s: float = Field(default=2.0, gt=0, le=MAX_PROBE_WINDOW_S)
@@ -307,6 +346,7 @@ class Profile(_Strict):
     engine: Engine = Field(default_factory=Engine)
     model: ModelSpec = Field(default_factory=ModelSpec)
     server: Server = Field(default_factory=Server)
+    replicas: Replicas | None = None
     env: dict[Annotated[str, Field(pattern=ENV_NAME)], str] = Field(default_factory=dict, max_length=MAX_ITEMS)
     gpu: Gpu = Field(default_factory=Gpu)
     bench: Bench = Field(default_factory=Bench)

@@ -573,7 +573,7 @@ FIELD_RULES: tuple[FieldRule, ...] = (
     ),
     FieldRule(
         id="host-address",
-        paths=("server.host",),
+        paths=("server.host", "replicas.router.bind"),
         check="host",
         severity="error",
         message="{detail}: SGLang's --host must be an address or a name to bind",

@@ -14,6 +14,7 @@ from toolkit.core.profile.rules import (
     FieldRule,
     Rule,
     field_rule_hits,
+    is_loopback,
     matching_rules,
     release_in,
 )
@@ -44,6 +45,7 @@ def validate(
     later: list[Problem] = []
     later += _required(resolved)
     later += _parallelism(resolved)
+    later += _spanning(resolved)
     later += _model_fit(resolved)
     later += _power_limit(resolved)
     later += _secrets(resolved)
@@ -239,14 +241,105 @@ def _parallelism(resolved: ResolvedProfile) -> list[Problem]:
                 f"use a node_rank from 0 to {s.nnodes - 1}",
             )
         )
-    if s.nnodes > 1 and not s.dist_init_addr:
-        out.append(
-            resolved.problem(
-                "server.dist_init_addr",
-                "a multi-node server needs dist_init_addr (host:port of node 0)",
-                "set server.dist_init_addr, e.g. 10.0.0.1:50000",
-            )
-        )
+    return out
+
+
+# The variables that name the network NCCL and Gloo (torch.distributed's CPU side) talk over. Unset, each picks an
+# interface itself, and on a host with a bridge, a VPN or docker0 that is often not the one the other node reaches
+# (NCCL's "NET/Socket : Using [0]docker0"): the ranks then hang at init until SGLang's timeout.
+SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+# The init port `toolkit apply` gives a multi-node profile that leaves dist_init_addr to the inventory.
+DEFAULT_DIST_INIT_PORT = 50000
+# SGLang opens its own sockets on the ports after dist_init_addr's (PortArgs.init_new: port_base =
+# dist_init_port + 1, then the detokenizer, the RPC and the metrics ports and one scheduler input per DP rank).
+DIST_PORT_SPAN = 8
+
+
+def dist_port(addr: str | None) -> int | None:
+    """The port of a HOST:PORT (IPv6 [addr]:port), None when it has none."""
+    if not addr:
+        return None
+    _, sep, port = addr.rpartition(":")
+    return int(port) if sep and port.isdigit() else None
+
+
+def dist_host(addr: str) -> str:
+    host = addr.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def _spanning(resolved: ResolvedProfile) -> list[Problem]:
+    """What a profile that spans hosts needs before any host is asked: NCCL's and Gloo's interface named, an
+    init address the other nodes can reach on a port SGLang's HTTP server does not take, and replicas the
+    router can reach."""
+    spec = resolved.spec
+    t, s, replicas = spec.target, spec.server, spec.replicas
+    out = []
+    if s.nnodes > 1:
+        for var in SOCKET_IFNAME_VARS:
+            if not spec.env.get(var):
+                out.append(resolved.problem(
+                    f"env.{var}", f"a server over {s.nnodes} nodes needs {var}: unset, each rank picks an interface "
+                    "itself, often one the other nodes cannot reach (a bridge, docker0), and init hangs",
+                    f"set env.{var} to the interface of the hosts' shared network, e.g. eth0 (the same name on "
+                    "every node; `ip -br addr` in the container shows it)"))
+    port = dist_port(s.dist_init_addr)
+    if s.nnodes > 1 and s.dist_init_addr and port is not None:
+        if is_loopback(dist_host(s.dist_init_addr)):
+            out.append(resolved.problem(
+                "server.dist_init_addr", f"{s.dist_init_addr} is a loopback address: the other "
+                f"{s.nnodes - 1} node(s) cannot reach node 0 there",
+                "use node 0's address on the hosts' shared network, or leave dist_init_addr unset: `toolkit apply` "
+                "then uses node 0's inventory address"))
+        if port <= s.port <= port + DIST_PORT_SPAN:
+            out.append(resolved.problem(
+                "server.dist_init_addr", f"port {port} and the {DIST_PORT_SPAN} after it are SGLang's own "
+                f"(init and its internal sockets), but server.port {s.port} is among them",
+                f"use a dist_init_addr port away from the HTTP port, e.g. {DEFAULT_DIST_INIT_PORT}"))
+    if t.hosts is not None:
+        dupes = sorted({h for h in t.hosts if t.hosts.count(h) > 1})
+        if dupes:
+            out.append(resolved.problem("target.hosts", f"{', '.join(dupes)} listed twice: each node is one host",
+                                        "list each inventory host or group once, node 0 first"))
+        if t.nodes == 1 and replicas is None:
+            out.append(resolved.problem("target.hosts", "target.hosts names where a multi-node server runs, but "
+                                        "target.nodes is 1", "set target.nodes (and server.nnodes), or remove "
+                                        "target.hosts (a one-node profile runs on the inventory's gpu_containers)",
+                                        severity="warning"))
+    if replicas is not None:
+        out += _replicas(resolved)
+    return out
+
+
+def _replicas(resolved: ResolvedProfile) -> list[Problem]:
+    spec = resolved.spec
+    s, replicas = spec.server, spec.replicas
+    assert replicas is not None
+    out = []
+    if spec.target.nodes > 1:
+        out.append(resolved.problem(
+            "replicas", f"replicas of a server over {spec.target.nodes} nodes are not supported: each replica "
+            "would be its own multi-node group", "use replicas of a one-node profile (target.nodes: 1), or one "
+            "multi-node server without replicas"))
+    if replicas.hosts is not None:
+        dupes = sorted({h for h in replicas.hosts if replicas.hosts.count(h) > 1})
+        if dupes:
+            out.append(resolved.problem("replicas.hosts", f"{', '.join(dupes)} listed twice: one replica a host",
+                                        "list each inventory host or group once"))
+    if replicas.count > 1 and is_loopback(s.host):
+        out.append(resolved.problem(
+            "server.host", f"{replicas.count} replicas on their own hosts listen on {s.host}, which the router on "
+            "another host cannot reach", "set server.host to 0.0.0.0 (or the hosts' address), with "
+            "server.api_key_secret or server.allow_unauthenticated and its why"))
+    if replicas.router.port == s.port:
+        out.append(resolved.problem(
+            "replicas.router.port", f"the router's port {replicas.router.port} is the server's: on the host that "
+            "runs both, the second to start cannot bind", f"use another port for the router, e.g. {s.port + 80}"))
+    dport = dist_port(s.dist_init_addr)
+    if dport is not None and dport <= replicas.router.port <= dport + DIST_PORT_SPAN:
+        out.append(resolved.problem(
+            "replicas.router.port", f"the router's port {replicas.router.port} is one of SGLang's own after "
+            f"dist_init_addr's {dport}", "use a router port away from dist_init_addr's"))
     return out
 
 
