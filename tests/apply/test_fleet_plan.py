@@ -118,3 +118,29 @@ def test_the_init_port_taken_or_unreachable_is_named(store: ProfileStore) -> Non
 def test_the_router_unit_runs_its_argv_quoted() -> None:
     unit = fleet.router_unit("glm5-tp8-x2", ["/opt/r/bin/smg", "--worker-urls", "http://a:1", "--policy", "a b"])
     assert "ExecStart=/opt/r/bin/smg \\\n    --worker-urls" in unit and '"a b"' in unit
+
+
+def test_the_plays_get_the_layouts_hosts_node_0s_smoke_and_the_router_last(store: ProfileStore) -> None:
+    from toolkit.app import apply
+
+    two = store.resolve("glm5-2node")
+    lay = fleet.layout(two, [A, B], inventory="inv.yml")
+    ev = apply.fleet_extravars(two, lay, {}, {})
+    assert ev["deploy_hosts"] == ["gpu-a", "gpu-b"] and ev["deploy_probe_hosts"] == ["gpu-a"]
+    assert ev["sglang_service_smoke_by_host"] == {"gpu-b": False} and "deploy_router_host" not in ev
+    pre = apply.fleet_preflight_vars(two, lay, {"fleet_preflight_nccl_launcher": ["/x/standin"]})
+    assert pre["fleet_preflight_node0"] == "gpu-a" and pre["fleet_preflight_init_port"] == 50000
+    assert pre["fleet_preflight_nccl_argv"][:2] == ["/x/standin", "mpirun"]
+    assert pre["fleet_preflight_nccl_env"] == {"NCCL_SOCKET_IFNAME": "eth0", "GLOO_SOCKET_IFNAME": "eth0"}
+    x2 = store.resolve("glm5-tp8-x2")
+    reps = fleet.layout(x2, [A, B], inventory="inv.yml")
+    ev = apply.fleet_extravars(x2, reps, {}, {})
+    assert ev["deploy_router_host"] == ["gpu-a"] and ev["deploy_probe_hosts"] == ["gpu-a"]
+    argv = ev["sglang_router_argv"]
+    assert argv[:2] == [f"{apply.ROUTER_VENV}/bin/smg", "launch"]
+    assert argv[argv.index("--worker-urls") + 1: argv.index("--worker-urls") + 3] == list(reps.worker_urls)
+    assert argv[argv.index("--policy") + 1] == "cache_aware" and argv[argv.index("--port") + 1] == "30080"
+    assert ev["sglang_router_requirement"].startswith("smg==")
+    assert ev["sglang_router_unit"].count("ExecStart=") == 1
+    # Replicas share no init port and no NCCL group: their preflight reads the GPUs, driver and units only.
+    assert "fleet_preflight_node0" not in apply.fleet_preflight_vars(x2, reps, {})

@@ -63,3 +63,31 @@ def test_the_command_runs_every_gpu_of_every_host_under_mpirun() -> None:
     assert argv[5] == "10.0.0.11:8,10.0.0.12:8" and "NCCL_SOCKET_IFNAME" in argv
     assert argv[argv.index("all_reduce_perf"):] == ["all_reduce_perf", "-b", "8", "-e", "268435456", "-f", "2",
                                                     "-g", "1"]
+
+
+def test_the_lab_stand_in_prints_what_the_same_parser_reads_and_refuses_what_nccl_refuses() -> None:
+    """The stand-in runs with the real command line after it; its output is read by nccl.parse like the real one."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    standin = Path(__file__).resolve().parents[2] / "toolkit/lab/standins/all_reduce_perf"
+    argv = [sys.executable, str(standin), *nccl.command(["localhost", "localhost"], 1)]
+    argv[argv.index(str(nccl.MAX_BYTES))] = str(1024 * 1024)  # a short sweep: the format is the point
+    env = {**os.environ, "NCCL_SOCKET_IFNAME": "lo"}
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True, timeout=60).stdout
+    result = nccl.parse(out)
+    assert result.standin and result.transport == "Socket" and len(result.ranks) == 2
+    assert [r.size_b for r in result.rows][:2] == [8, 16] and result.rows[-1].size_b == 1024 * 1024
+    verdict = nccl.judge(result, expected_ranks=2, hosts=["localhost"])
+    assert verdict.kind == "tcp-only" and "stand-in" in verdict.notes[0]
+    bad = subprocess.run(argv, capture_output=True, text=True, env={**env, "NCCL_SOCKET_IFNAME": "eth9"},
+                         check=False, timeout=60)
+    assert bad.returncode != 0
+    failed = nccl.judge(nccl.parse(bad.stdout), expected_ranks=2, hosts=["localhost"], rc=bad.returncode)
+    assert failed.kind == "misconfigured" and "no socket interface found" in failed.text
+    over = [*argv]
+    over[over.index("-np") + 1] = "4"
+    refused = subprocess.run(over, capture_output=True, text=True, env=env, check=False, timeout=60)
+    assert refused.returncode == 1 and "not enough slots" in refused.stderr

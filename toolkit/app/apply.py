@@ -11,6 +11,8 @@ inventory names the lab's (toolkit.lab.deploy_overlay); a production inventory n
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -33,15 +35,17 @@ from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.profiles import CheckedProfile, resolve_checked
-from toolkit.core import deploy
+from toolkit.core import deploy, fleet, nccl
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.engine_lock import parse_lock
-from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
+from toolkit.core.errors import EXIT_FAILED, EXIT_OK, Problem, ToolkitError
 from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
-from toolkit.core.profile.validate import SECRET_FILE_ROOTS, SYSTEM_PREFIXES
+from toolkit.core.profile.validate import SECRET_FILE_ROOTS, SOCKET_IFNAME_VARS, SYSTEM_PREFIXES, dist_port
 
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
+# Where the router's venv is on its host (the pinned router installed in it: toolkit.core.router's pin).
+ROUTER_VENV = "/opt/sglang/router-venv"
 OVERLAY_VAR = "toolkit_overlay"  # an inventory variable: the deploy overlay that amends every plan for it
 
 
@@ -104,6 +108,10 @@ class DeployPlan:
     fetch_dir: Path
     notes: list[str]  # what an overlay changed, one line each
     limit: str | None = None  # ansible-playbook's --limit: the request's, with the power-limit hosts it needs
+    # Where each part of a profile over several hosts runs (toolkit.core.fleet); a one-host profile: SINGLE.
+    layout: fleet.Layout | None = None
+    # A profile over several hosts: the extravars of playbooks/fleet_preflight.yml (run before deploy.yml).
+    preflight: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -303,7 +311,23 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # next steps name their current values (verdict.json knob_steps).
         run_tgt = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(checked.store.names()))
         probe_args += ["--target-json", json.dumps(run_tgt, sort_keys=True, separators=(",", ":"))]
-    nodes = deploy.per_node(resolved, list(hosts)) if resolved.spec.server.nnodes > 1 else {}
+    lay = fleet.layout(resolved, [fleet.Host(n, inventory_address(h)) for n, h in hosts.items()],
+                       inventory=str(inventory))
+    notes += lay.notes
+    nodes: dict[str, tuple[list[str], str]] = {}
+    if lay.kind == fleet.NODES:
+        # Node 0's init address as the layout found it (the profile's, or node 0's inventory address).
+        server = resolved.spec.server.model_copy(update={"dist_init_addr": lay.dist_init_addr})
+        nodes = deploy.per_node(dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"server": server})),
+                                lay.names)
+    elif lay.kind == fleet.REPLICAS:
+        hosts = {n: hosts[n] for n in lay.names}
+        router = resolved.spec.replicas.router if resolved.spec.replicas else None
+        if router is not None:
+            # The benchmark goes through the router, on its host: what a client of the replica set sees.
+            bench_argv = render_bench_argv(resolved, base_url=client_url(router.bind, router.port),
+                                           output_file=f"{remote_run}/bench.jsonl",
+                                           python=inputs.venv_path.rstrip("/") + "/bin/python")
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
     lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
@@ -351,12 +375,112 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     if limit_note:
         notes.append(limit_note)
     extravars["deploy_probe"] = bool(req.probe)
+    preflight: dict[str, Any] = {}
+    if lay.kind != fleet.SINGLE:
+        extravars.update(fleet_extravars(resolved, lay, nodes, hosts))
+        if lay.kind == fleet.REPLICAS:
+            from toolkit.adapters.sglang_router import load_pins, router_venv
+            from toolkit.core.router import router_pin
+
+            pin = router_pin(load_pins(), str(resolved.spec.engine.sglang_version))
+            status(f"the router's wheels ({pin.requirement}: pip download, once)")
+            router_venv(pin)  # its wheels downloaded once into the cache, beside a venv that proves they install
+        preflight = fleet_preflight_vars(resolved, lay, extravars)
+        notes += [f"deploy order: {line}" for line in
+                  fleet.order(lay, preflight=True, rolls=False).text()]
     secrets, key_vars = _api_key(inputs.api_key_secret, secret_roots(hosts))
     extravars.update(key_vars)
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir,
-                      [*notes, *amendment.notes], limit)
+                      [*notes, *amendment.notes], limit, lay, preflight)
+
+
+def inventory_address(host: InventoryHost) -> str:
+    """The address the other hosts reach an inventory host at: its ansible_host, else its name."""
+    return str(host.vars.get("ansible_host") or host.name)
+
+
+def spanning_hosts(resolved: ResolvedProfile, inventory: Path, hosts: dict[str, InventoryHost],
+                   limit: str | None) -> dict[str, InventoryHost]:
+    """The target hosts in the order a profile over several hosts names them (target.hosts for node ranks,
+    replicas.hosts for replicas: inventory hosts or groups, each in the inventory's order), narrowed to the
+    inventory's gpu_containers and --limit. A profile that names none keeps the inventory's order."""
+    spec = resolved.spec
+    patterns = spec.replicas.hosts if spec.replicas is not None else spec.target.hosts
+    if not patterns:
+        return hosts
+    out: dict[str, InventoryHost] = {}
+    for pattern in patterns:
+        matched = read_inventory(inventory, pattern, limit)
+        if not matched:
+            raise ToolkitError.of(f"{pattern} names no host of the inventory (with --limit {limit})" if limit
+                                  else f"{pattern} names no host of the inventory", file=resolved.file,
+                                  field="replicas.hosts" if spec.replicas is not None else "target.hosts",
+                                  fix=f"name an inventory host or group ({', '.join(hosts) or 'none'} are GPU "
+                                  f"containers of {inventory.name}), or leave it unset")
+        for name in matched:
+            if name not in hosts:
+                raise ToolkitError.of(f"{name} (from {pattern}) is not one of the inventory's gpu_containers",
+                                      file=resolved.file,
+                                      field="replicas.hosts" if spec.replicas is not None else "target.hosts",
+                                      fix="name GPU containers only, or add it to the gpu_containers group")
+            out.setdefault(name, hosts[name])
+    return out
+
+
+def fleet_extravars(resolved: ResolvedProfile, lay: fleet.Layout, nodes: dict[str, tuple[list[str], str]],
+                    hosts: dict[str, InventoryHost]) -> dict[str, Any]:
+    """deploy.yml's inputs for a profile over several hosts: the plays' hosts (the layout's, in its order), the
+    smoke only where an API answers (node 0), the probe on node 0 or the router's host, the router's unit."""
+    out: dict[str, Any] = {"deploy_hosts": lay.names}
+    if lay.kind == fleet.NODES:
+        out["sglang_service_smoke_by_host"] = {name: False for name in lay.names[1:]}
+        out["deploy_probe_hosts"] = lay.names[:1]
+    if lay.kind == fleet.REPLICAS and resolved.spec.replicas is not None and lay.router_host:
+        from toolkit.adapters.sglang_router import load_pins, venv_directory
+        from toolkit.core.router import router_argv, router_pin
+
+        router = resolved.spec.replicas.router
+        release = str(resolved.spec.engine.sglang_version)
+        pins = load_pins()
+        argv = router_argv(release, list(lay.worker_urls), router.policy, router.bind, router.port, pins=pins)
+        argv[0] = f"{ROUTER_VENV}/bin/{argv[0]}"
+        pin = router_pin(pins, release)
+        out.update({
+            "sglang_router_requirement": pin.requirement,
+            "sglang_router_wheels_src": str(venv_directory(pin) / "wheels"),
+            "sglang_router_venv": ROUTER_VENV,
+            "deploy_router_host": [lay.router_host],
+            "deploy_probe_hosts": [lay.router_host],
+            "sglang_router_argv": argv,
+            "sglang_router_unit": fleet.router_unit(resolved.name, argv),
+            "sglang_router_base_url": client_url(router.bind, router.port),
+            "sglang_router_worker_urls": list(lay.worker_urls),
+        })
+    return out
+
+
+def fleet_preflight_vars(resolved: ResolvedProfile, lay: fleet.Layout, extravars: dict[str, Any]) -> dict[str, Any]:
+    """playbooks/fleet_preflight.yml's inputs: the hosts, node 0 and its init port, NCCL's all-reduce command
+    (an overlay may have replaced it through fleet_preflight_* extravars)."""
+    out: dict[str, Any] = {"deploy_hosts": lay.names,
+                           "sglang_service_name": extravars.get("sglang_service_name", "sglang")}
+    if lay.kind == fleet.NODES and lay.node0 is not None and lay.dist_init_addr:
+        out.update({
+            "fleet_preflight_node0": lay.node0.name,
+            "fleet_preflight_init_address": lay.node0.address,
+            "fleet_preflight_init_port": dist_port(lay.dist_init_addr),
+            # A site's launcher (or the lab's stand-in) goes in front of mpirun: fleet_preflight_nccl_launcher.
+            "fleet_preflight_nccl_argv": [*extravars.get("fleet_preflight_nccl_launcher", []),
+                                          *nccl.command([h.address for h in lay.hosts],
+                                                        resolved.spec.target.gpu_count or 1)],
+            "fleet_preflight_nccl_env": {k: v for k, v in resolved.spec.env.items() if k in SOCKET_IFNAME_VARS},
+        })
+    out.update({k: v for k, v in extravars.items()
+                if k.startswith("fleet_preflight_") and k not in ("fleet_preflight_nccl_argv",
+                                                                   "fleet_preflight_nccl_launcher")})
+    return out
 
 
 def _limit_with_power_hosts(limit: str | None, power_hosts: list[str], inventory: Path) -> tuple[str | None, str]:
@@ -459,6 +583,7 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
     if req.record and not req.probe:  # bad input is refused before anything waits for, or writes, a lock
         raise ToolkitError.of("--record records a probe run", field="--record", fix="add --probe")
     inventory, hosts = target(req)
+    hosts = spanning_hosts(checked.resolved, inventory, hosts, req.limit)
     # One apply or sweep per host at a time (toolkit.adapters.host_lock), taken before anything is prepared for
     # the hosts; a sweep's own applies re-enter it.
     with host_locks({name: h.address for name, h in hosts.items()}, purpose="toolkit apply", wait=req.wait,
@@ -466,6 +591,9 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
         deploy_plan = plan(req, checked, inventory, hosts, on_status=on_status)
         for note in deploy_plan.notes:
             on_message(note)
+        if deploy_plan.preflight:
+            preflight_fleet(deploy_plan, checked.resolved, check=req.check, on_event=on_event,
+                            on_message=on_message)
         try:
             result = run_playbook("deploy", inventory=deploy_plan.inventory, extravars=deploy_plan.extravars,
                                   limit=deploy_plan.limit, check=req.check, on_event=on_event,
@@ -483,6 +611,72 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
         if req.record and result.rc == 0:
             outcome.record = _record(outcome.probes, deploy_plan.profile_name, checked)
     return outcome
+
+
+PREFLIGHT_REPORT_TASK = "Fleet preflight | report"
+
+
+def preflight_fleet(deploy_plan: DeployPlan, resolved: ResolvedProfile, *, check: bool,
+                    on_event: Callable[[PlaybookEvent], None], on_message: Callable[[str], None]) -> None:
+    """Before any model loads on a profile over several hosts: one play over all of them (fleet_preflight.yml)
+    reads each host's GPUs and driver, the unit it runs, node 0's init port, NCCL's all-reduce between them; the
+    core judges it. A problem raises before deploy.yml runs (nothing changed); a replica set that already serves
+    gets its change rolled (deploy_rolling)."""
+    lay = deploy_plan.layout
+    assert lay is not None
+    result = run_playbook("fleet_preflight", inventory=deploy_plan.inventory, extravars=deploy_plan.preflight,
+                          check=check, on_event=on_event)
+    raw = {h: r.get("msg") for h, r in result.results_of(PREFLIGHT_REPORT_TASK).items()}
+    missing = [h for h in lay.names if not isinstance(raw.get(h), dict)]
+    if missing or result.rc != 0:
+        why = "; ".join(f"{f.host}: {f.message}" for f in result.failures) or "no report"
+        raise ToolkitError.of(f"the fleet preflight did not read {', '.join(missing) or 'every host'}: {why}",
+                              file=str(deploy_plan.inventory), field=", ".join(missing) or "gpu_containers",
+                              fix="make every host reachable (`toolkit host doctor`), then apply again",
+                              exit_code=EXIT_FAILED)
+    reports = {h: _host_report(dict(raw[h] or {})) for h in lay.names}
+    problems = fleet.hardware_problems(resolved, reports, inventory=str(deploy_plan.inventory))
+    problems += fleet.init_port_problems(lay, reports, file=resolved.file)
+    node0 = raw.get(lay.names[0]) or {}
+    if lay.kind == fleet.NODES and not check:
+        if node0.get("nccl_tool") is False:
+            on_message(f"NCCL preflight skipped: {deploy_plan.preflight['fleet_preflight_nccl_argv'][0]} is not on "
+                       f"{lay.names[0]} (nccl-tests' all_reduce_perf under mpirun); the network is first tried by "
+                       "the model's load")
+        elif node0.get("nccl_tool"):
+            parsed = nccl.parse(str(node0.get("nccl_output") or ""))
+            verdict = nccl.judge(parsed, expected_ranks=len(lay.hosts) * (resolved.spec.target.gpu_count or 1),
+                                 hosts=lay.names, rc=int(node0.get("nccl_rc") or 0))
+            for note in verdict.notes:
+                on_message(note)
+            on_message(f"NCCL preflight ({verdict.kind}): {verdict.text}")
+            if not verdict.ok:
+                problems.append(Problem(verdict.text, file=resolved.file, field="env.NCCL_SOCKET_IFNAME",
+                                        fix="check env.NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name the "
+                                        "interface of the hosts' shared network, and that the hosts reach each "
+                                        "other on it (NCCL_DEBUG=INFO above says what NCCL tried)"))
+    if problems:
+        raise ToolkitError(problems)
+    new_units = {h: hashlib.sha1(str(deploy_plan.extravars.get("sglang_service_unit_by_host", {}).get(
+        h, deploy_plan.extravars["sglang_service_unit"])).encode()).hexdigest() for h in lay.names}
+    enabled = resolved.spec.replicas.rolling if resolved.spec.replicas is not None else False
+    rolls = fleet.rolling(lay, reports, new_units, enabled)
+    deploy_plan.extravars["deploy_rolling"] = rolls
+    if rolls:
+        on_message("a change to a replica set that serves: rolled one replica at a time, each health-gated; the "
+                   "first that fails goes back on its previous unit and the roll stops")
+
+
+def _host_report(raw: dict[str, Any]) -> fleet.HostReport:
+    gpus = []
+    for line in raw.get("gpus") or []:
+        name, _, driver = str(line).rpartition(",")
+        gpus.append((name.strip(), driver.strip()))
+    bound, reached = raw.get("bound"), raw.get("reached")
+    return fleet.HostReport(tuple(gpus), unit_sha1=raw.get("unit_sha1") or None,
+                            port_free=bound if isinstance(bound, bool) else None,
+                            port_holder_active=bool(raw.get("active")),
+                            reached_node0=reached if isinstance(reached, bool) else None)
 
 
 def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: Callable[[str], None]) -> None:

@@ -30,6 +30,7 @@ serves the old release as it is and the new one as told.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,8 @@ DATASET_PATH = f"{STANDIN_DIR}/lab-sharegpt.json"
 DROPIN = "lab-standin.conf"
 POWER_LIMITS_FILE = "/var/lib/lab-standin/host-sys-module/nvidia/power_limits.json"  # labstandin.power_limits_path
 SERVER_MODULE = "toolkit.lab.standin_server.server"
+# Where the fleet preflight installs the NCCL all-reduce stand-in on node 0 (toolkit/lab/standins/all_reduce_perf).
+NCCL_STANDIN_DEST = "/usr/local/bin/all_reduce_perf-lab-standin"
 # transformers' and datasets' own switch (USE_TORCH): with the lab lock's stand-in torch installed they would
 # otherwise import it as the real one (safetensors.torch annotates with torch.Tensor at import) and fail; the lab
 # has no torch to use, so the tokenizer and the bench run torch-less, as they did before the lock.
@@ -249,6 +252,14 @@ def amend(ctx: OverlayContext) -> Amendment:
             f"({bench_client.MODULE}): SGLang {ctx.inputs.sglang_version}'s imports torch, which the lab has not"
         )
     extravars: dict[str, Any] = {"sglang_venv_extra_wheels": wheels, "sglang_service_dropins_by_host": by_host}
+    if ctx.nodes:
+        # The fleet preflight's NCCL all-reduce: the lab has no GPU, NCCL or MPI; the stand-in takes the real
+        # command line after it and prints nccl-tests' format, saying it is one.
+        extravars |= {"fleet_preflight_nccl_launcher": [NCCL_STANDIN_DEST],
+                      "fleet_preflight_nccl_tool_src": str(resources.files("toolkit.lab.standins")
+                                                           .joinpath("all_reduce_perf"))}
+        notes.append("lab: the NCCL preflight's all_reduce_perf is the lab's stand-in (a loopback TCP socket on "
+                     "node 0, not the network between the hosts)")
     imports = None
     if ctx.lock_src is not None:
         from toolkit.adapters.wheelhouse import tarball_path
