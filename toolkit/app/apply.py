@@ -292,10 +292,16 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{inputs.profile_name}"
     fetch_dir = Path(req.runs_dir).resolve() / run_id
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
-    bench_argv = render_bench_argv(resolved, base_url=client_url(inputs.host, inputs.port),
-                                   output_file=f"{remote_run}/bench.jsonl",
+    lay = fleet.layout(resolved, [fleet.Host(n, inventory_address(h)) for n, h in hosts.items()],
+                       inventory=str(inventory))
+    bench_url = client_url(inputs.host, inputs.port)
+    if lay.kind == fleet.REPLICAS and resolved.spec.replicas is not None:
+        # The benchmark goes through the router, on its host: what a client of the replica set sees.
+        bench_url = client_url(resolved.spec.replicas.router.bind, resolved.spec.replicas.router.port)
+        hosts = {n: hosts[n] for n in lay.names}
+    bench_argv = render_bench_argv(resolved, base_url=bench_url, output_file=f"{remote_run}/bench.jsonl",
                                    python=inputs.venv_path.rstrip("/") + "/bin/python")
-    notes: list[str] = []
+    notes: list[str] = list(lay.notes)
     if req.num_prompts is not None:
         bench_argv = deploy.with_bench_flags(bench_argv, {"--num-prompts": str(req.num_prompts)})
         notes.append(f"bench --num-prompts {req.num_prompts} instead of the profile's "
@@ -311,23 +317,12 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         # next steps name their current values (verdict.json knob_steps).
         run_tgt = run_target(resolved.name, resolved.spec.model_dump(mode="json"), set(checked.store.names()))
         probe_args += ["--target-json", json.dumps(run_tgt, sort_keys=True, separators=(",", ":"))]
-    lay = fleet.layout(resolved, [fleet.Host(n, inventory_address(h)) for n, h in hosts.items()],
-                       inventory=str(inventory))
-    notes += lay.notes
     nodes: dict[str, tuple[list[str], str]] = {}
     if lay.kind == fleet.NODES:
         # Node 0's init address as the layout found it (the profile's, or node 0's inventory address).
         server = resolved.spec.server.model_copy(update={"dist_init_addr": lay.dist_init_addr})
         nodes = deploy.per_node(dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"server": server})),
                                 lay.names)
-    elif lay.kind == fleet.REPLICAS:
-        hosts = {n: hosts[n] for n in lay.names}
-        router = resolved.spec.replicas.router if resolved.spec.replicas else None
-        if router is not None:
-            # The benchmark goes through the router, on its host: what a client of the replica set sees.
-            bench_argv = render_bench_argv(resolved, base_url=client_url(router.bind, router.port),
-                                           output_file=f"{remote_run}/bench.jsonl",
-                                           python=inputs.venv_path.rstrip("/") + "/bin/python")
     overlay = _overlay(hosts, inventory)
     status = on_status or (lambda _: None)
     lock_src = engine_lock_src(resolved, checked.store.dir.resolve().parent)
