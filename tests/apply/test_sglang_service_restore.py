@@ -58,7 +58,9 @@ def test_a_failed_new_unit_is_replaced_by_the_old_one_serving_again(unit: Any, t
     rolled = run(lab, tmp_path, NEW, ["sglang_service_install", "sglang_service_run"],
                  sglang_service_restore_on_failure=True)
     assert rolled.rc != 0
-    (failure,) = rolled.failures
+    # The new unit's own failure (the health wait's), then the role's, saying what serves now.
+    first_failure, failure = rolled.failures
+    assert "exited before answering" in first_failure.message, first_failure.message
     assert "the new unit of toolkit-restore-check failed" in failure.message, failure.message
     assert "back on its previous unit, serving again" in failure.message, failure.message
     assert "Description=toolkit-restore-check old" in pve(lab, f"cat /etc/systemd/system/{UNIT}.service")
