@@ -230,7 +230,8 @@ def test_ansible_lint_production_profile() -> None:
         pytest.skip("ansible-lint is not installed (scripts/setup installs it with the dev extras)")
     paths = [f"roles/{r}" for r in ROLES] + [f"playbooks/{b}.yml" for b in ("host", "container", "preflight", "doctor",
                                                                                   "stop_probe", "deploy",
-                                                                                  "containers_preflight")]
+                                                                                  "containers_preflight",
+                                                                                  "fleet_preflight")]
     proc = subprocess.run(
         [str(lint) if lint.exists() else "ansible-lint", "--offline", "--nocolor", *paths],
         cwd=REPO, capture_output=True, text=True, timeout=300,
