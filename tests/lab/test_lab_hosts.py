@@ -8,7 +8,6 @@ One lab for the module: it takes the session's lab down and brings it back, bare
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 import toolkit.lab
+from tests.lab.own_lab import module_lab
 from toolkit.lab import system
 from toolkit.lab.plan import TEMPLATE_NAME, LabConfig, LabState
 
@@ -29,16 +29,7 @@ TEMPLATE = (f"test -f /var/lib/vz/template/cache/{TEMPLATE_NAME} || pveam downlo
 
 @pytest.fixture(scope="module")
 def lab2() -> Iterator[LabState]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    before = toolkit.lab.status()
-    was_up = bool(before and before.running)
-    if before:
-        toolkit.lab.down()
-    yield toolkit.lab.up(config=CONFIG)
-    toolkit.lab.down()
-    if was_up and before:
-        toolkit.lab.up(config=before.config)
+    yield from module_lab(CONFIG)
 
 
 def ok(lab: LabState, host: str, command: str) -> str:
