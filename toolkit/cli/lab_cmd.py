@@ -54,7 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                       help="the hosts form one Proxmox cluster: /etc/pve/nodes shared, a vmid unique across it")
     p_up.add_argument("--clock-skew-ms", action="append", default=[], metavar="HOST=MS",
                       help="set HOST's clock MS ms ahead (negative: behind) of the controller's, e.g. pve2=250: "
-                           "what its SSH sessions and services read (libfaketime)")
+                           "what every process of that host reads (a preloaded shim; its containers keep true time)")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
     p_wh = sub.add_parser("wheelhouse", help="fill the wheelhouse a lab apply of PROFILE installs from (no lab needed)",

@@ -173,9 +173,6 @@ def preflight(config: LabConfig) -> None:
     if not Path("/usr/include/stdio.h").exists():
         problems.append(Problem("C library headers missing (the libcuda stand-in is compiled here)",
                                 field="packages", fix="apt-get install libc6-dev"))
-    if config.clock_skew_ms and not Path(plan.LIBFAKETIME).is_file():
-        problems.append(Problem(f"--clock-skew-ms needs libfaketime ({plan.LIBFAKETIME} is missing)", field="packages",
-                                fix="apt-get install libfaketime  (or run scripts/setup)"))
     if not _cgroup_mounts():
         problems.append(Problem("no cgroup hierarchy mounted under /sys/fs/cgroup", field="cgroups",
                                 fix="mount the cgroup controllers (a stock Debian 12 boot does)"))
@@ -423,19 +420,16 @@ def _join_cluster(upper: Path, host: str) -> None:
 
 def _skew_clock(upper: Path, skew_ms: int) -> None:
     """A host whose wall clock is `skew_ms` apart from the controller's. The hosts share this machine's kernel
-    and its CLOCK_REALTIME (a time namespace offsets only the monotonic and boot clocks), so the offset is
-    libfaketime's, preloaded into every SSH session (sshd's SetEnv) and every service (systemd's
-    DefaultEnvironment) of the host; systemd itself and the kernel keep the true time, and a container, whose
-    init LXC starts with a clean environment, reads the true time too."""
-    env = plan.clock_env(skew_ms)
-    write_atomic(upper / plan.LIBFAKETIME.lstrip("/"), Path(plan.LIBFAKETIME).read_bytes(), mode=0o644)
-    settings = " ".join(f"{k}={v}" for k, v in env.items())
-    write_atomic(upper / "etc/ssh/sshd_config.d/lab-clock.conf",
-                 f"# lab stand-in: this host's clock set {skew_ms} ms apart (toolkit lab up --clock-skew-ms)\n"
-                 f"SetEnv {settings}\n")
-    write_atomic(upper / "etc/systemd/system.conf.d/lab-clock.conf",
-                 f"# lab stand-in: this host's clock set {skew_ms} ms apart\n[Manager]\n"
-                 f"DefaultEnvironment={settings}\n")
+    and its CLOCK_REALTIME (a time namespace offsets only the monotonic and boot clocks), so a shim preloaded into
+    every process of the host (its /etc/ld.so.preload) adds the offset to the wall-clock calls; the monotonic
+    clock, sleeps and timed waits stay the kernel's (standins/clockskew.c says why not libfaketime). Compiled
+    here, as the libcuda stand-in is."""
+    library = upper / plan.CLOCK_SKEW_LIBRARY.lstrip("/")
+    library.parent.mkdir(parents=True, exist_ok=True)
+    run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library),
+         str(resources.files("toolkit.lab.standins").joinpath("clockskew.c")), "-ldl"])
+    for rel, text in plan.clock_skew_files(skew_ms).items():
+        write_atomic(upper / rel.lstrip("/"), text)
 
 
 def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -> None:
