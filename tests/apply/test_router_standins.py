@@ -20,7 +20,7 @@ import pytest
 
 from toolkit.adapters.sglang_catalogue import catalogue_path
 from toolkit.adapters.sglang_router import load_pins, router_venv
-from toolkit.core.router import router_argv, router_pin
+from toolkit.core.router import backend_loads, router_argv, router_pin
 from toolkit.lab.standin_server import SERVER_PATH
 
 REQUESTS = 8
@@ -116,5 +116,6 @@ def test_the_pinned_router_spreads_requests_over_two_stand_ins(release: str,
     exported = _http(f"http://127.0.0.1:{prometheus_port}/metrics")[1].decode()
     health = _counter(exported, "smg_worker_health")
     assert all(any(f"127.0.0.1:{p}" in labels and value == 1 for labels, value in health.items()) for p in backends)
-    loads = json.loads(_http(base + "/get_loads")[1])
-    assert {w["worker"] for w in loads["workers"]} == {f"http://127.0.0.1:{p}" for p in backends}
+    loads = backend_loads(json.loads(_http(base + "/get_loads")[1]))
+    assert [b.url for b in loads] == sorted(f"http://127.0.0.1:{p}" for p in backends)
+    assert all(b.routed_in_flight == 0 for b in loads)
