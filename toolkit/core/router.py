@@ -167,7 +167,9 @@ def backend_loads(doc: Any) -> list[BackendLoad]:
     for entry in workers:
         if not isinstance(entry, dict) or not isinstance(entry.get("worker"), str):
             raise ToolkitError.of(f"a /get_loads entry without a worker URL: {entry!r}", field="workers")
-        details = entry.get("details") if isinstance(entry.get("details"), dict) else {}
+        details = entry.get("details")
+        if not isinstance(details, dict):
+            details = {}
         ranks = [r for r in details.get("loads") or [] if isinstance(r, dict)]
 
         def total(key: str, ranks: list[dict[str, Any]] = ranks) -> int | None:
