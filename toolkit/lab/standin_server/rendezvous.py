@@ -98,14 +98,19 @@ class Store:
                              name=f"store-peer-{rank}").start()
 
     def _watch_one(self, rank: int, conn: socket.socket, on_lost: Callable[[int], None]) -> None:
-        conn.settimeout(None)
-        try:
-            while conn.recv(64):
-                pass
-        except OSError:
-            pass
+        wait_closed(conn)
         self.lost.append(rank)
         on_lost(rank)
+
+
+def wait_closed(conn: socket.socket) -> None:
+    """Block until the other side of a rendezvous connection is gone (it sends nothing after `ready`)."""
+    conn.settimeout(None)
+    try:
+        while conn.recv(64):
+            pass
+    except OSError:
+        pass
 
 
 def _readline(conn: socket.socket, deadline: float) -> str:

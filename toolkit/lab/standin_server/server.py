@@ -696,12 +696,7 @@ def serve_follower(args: argparse.Namespace, conn: socket.socket) -> NoReturn:
     server = _Server((args.host, args.port), make_dummy_handler(args.enable_metrics))
     threading.Thread(target=server.serve_forever, name="health-check-server", daemon=True).start()
     log(f"Dummy health check server started in background thread at {args.host}:{args.port}")
-    conn.settimeout(None)
-    try:
-        while conn.recv(64):
-            pass
-    except OSError:
-        pass
+    rendezvous.wait_closed(conn)
     scheduler_failed(peer_closed(conn))
 
 
