@@ -106,11 +106,17 @@ def test_the_pinned_router_spreads_requests_over_two_stand_ins(release: str,
         assert status == 200, body
         assert json.loads(body)["choices"][0]["finish_reason"] == "length"
 
+    # SGLang's native API goes through the router too.
+    status, body = _http(base + "/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 3}})
+    assert status == 200, body
+    native = json.loads(body)
+    assert native["meta_info"]["finish_reason"] == {"type": "length", "length": 3} and native["text"]
+
     served = []
     for p in backends:
         text = _http(f"http://127.0.0.1:{p}/metrics")[1].decode()
         served.append(sum(_counter(text, "sglang:num_requests_total").values()))
-    assert sum(served) == REQUESTS and all(n >= 1 for n in served), served
+    assert sum(served) == REQUESTS + 1 and all(n >= 1 for n in served), served
 
     # The router's own view of each backend: its Prometheus exporter and /get_loads.
     exported = _http(f"http://127.0.0.1:{prometheus_port}/metrics")[1].decode()

@@ -19,6 +19,7 @@ toolkit use:
   GET  /model_info, /get_model_info       the model path, is_generation (the router reads them as it registers a
                                           backend)
   POST /v1/completions, /v1/chat/completions   OpenAI format, `stream: true` as server-sent events
+  POST /generate                          SGLang's native API, one prompt (cumulative text, SGLang's meta_info)
   POST /flush_cache                       200 (bench_serving calls it before a run)
   GET  /metrics                           with --enable-metrics: SGLang 0.5.9's names, types and update cadence
                                           (404 without it, as SGLang); no API key needed, as in SGLang
@@ -496,6 +497,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send_json(200, {"flushed": True})
             elif path in ("/v1/completions", "/v1/chat/completions"):
                 self._generate(body, chat=path.endswith("chat/completions"))
+            elif path == "/generate":
+                self._native_generate(body)
             else:
                 self._send_json(404, {"error": f"not found: {path}"})
 
@@ -512,6 +515,52 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 while req.generated <= sent and req.finished_s is None:
                     state.cond.wait(timeout=5.0)
                 return req.generated
+
+        def _native_generate(self, body: dict[str, Any]) -> None:
+            """SGLang's own /generate (what its router forwards for that path): one prompt as `text` or
+            `input_ids`, `sampling_params.max_new_tokens`; the answer's `text` is cumulative, also when streamed, and
+            `meta_info` carries SGLang's fields (finish_reason {"type": "length", "length": N} at the end)."""
+            text_in, ids_in = body.get("text"), body.get("input_ids")
+            if isinstance(text_in, list) or (isinstance(ids_in, list) and ids_in and isinstance(ids_in[0], list)):
+                self._send_json(400, {"error": {"message": "the lab stand-in takes one prompt per /generate"}})
+                return
+            params = body.get("sampling_params") or {}
+            max_tokens = max(1, int(params.get("max_new_tokens") or 128))
+            prompt_tokens = max(1, len(ids_in) if isinstance(ids_in, list) else len(str(text_in or "").split()))
+            rid = body.get("rid") or uuid.uuid4().hex
+            started = time.time()
+            req = self._submit(prompt_tokens, max_tokens)
+
+            def out(upto: int, done: bool) -> dict[str, Any]:
+                meta: dict[str, Any] = {"id": rid, "finish_reason": {"type": "length", "length": max_tokens}
+                                        if done else None, "prompt_tokens": prompt_tokens,
+                                        "weight_version": "default", "total_retractions": 0,
+                                        "completion_tokens": upto, "cached_tokens": 0}
+                if done:
+                    meta["e2e_latency"] = time.time() - started
+                return {"text": "".join(WORDS[i % len(WORDS)] + " " for i in range(upto)),
+                        "output_ids": [i % len(WORDS) for i in range(upto)], "meta_info": meta,
+                        "lab_standin": True}
+
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("X-Lab-Standin", STANDIN)
+                self.end_headers()
+                sent = 0
+                while sent < max_tokens:
+                    sent = min(max_tokens, self._wait_tokens(req, sent))
+                    self.wfile.write(b"data: " + json.dumps(out(sent, sent >= max_tokens)).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            else:
+                sent = 0
+                while sent < max_tokens:
+                    sent = self._wait_tokens(req, sent)
+                self._send_json(200, out(max_tokens, True))
+            with state.lock:
+                state.requests_served += 1
 
         def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
             max_tokens = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
