@@ -10,7 +10,7 @@ import pytest
 from toolkit.adapters.sglang_catalogue import available_versions
 from toolkit.adapters.sglang_router import PINS_PATH, load_pins
 from toolkit.core.errors import ToolkitError
-from toolkit.core.router import backend_loads, pins_from_json, router_argv, router_pin
+from toolkit.core.router import backend_loads, pins_from_json, router_argv, router_backends, router_pin
 
 URLS = ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]
 
@@ -110,3 +110,20 @@ def test_backend_loads_reads_the_router_s_view_per_backend() -> None:
     assert (second.token_usage, second.max_running_requests) == (0.25, 4096)
     with pytest.raises(ToolkitError):
         backend_loads({"loads": []})
+
+
+def test_router_backends_reads_each_backend_s_series() -> None:
+    a, b = "http://127.0.0.1:31001", "http://127.0.0.1:31002"
+    samples = [
+        ("smg_worker_cb_outcomes_total", {"worker": a, "outcome": "success"}, 3.0),
+        ("smg_worker_cb_outcomes_total", {"worker": b, "outcome": "success"}, 4.0),
+        ("smg_worker_cb_outcomes_total", {"worker": b, "outcome": "failure"}, 1.0),
+        ("smg_worker_requests_active", {"worker": b}, 2.0),
+        ("smg_worker_health", {"worker": a}, 1.0),
+        ("smg_worker_health", {"worker": b}, 0.0),
+        ("smg_router_requests_total", {"model": "m"}, 8.0),  # router-wide: no backend
+    ]
+    view = router_backends(samples)
+    assert list(view) == [a, b]
+    assert (view[a].finished, view[a].failed, view[a].requests_active, view[a].healthy) == (3.0, 0.0, None, True)
+    assert (view[b].finished, view[b].failed, view[b].requests_active, view[b].healthy) == (5.0, 1.0, 2.0, False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -19,8 +18,9 @@ from typing import Any
 import pytest
 
 from toolkit.adapters.sglang_catalogue import catalogue_path
+from toolkit.adapters.sglang_metrics import parse_exposition
 from toolkit.adapters.sglang_router import load_pins, router_venv
-from toolkit.core.router import backend_loads, router_argv, router_pin
+from toolkit.core.router import backend_loads, router_argv, router_backends, router_pin
 from toolkit.lab.standin_server import SERVER_PATH
 
 REQUESTS = 8
@@ -54,11 +54,6 @@ def _until(what: str, check: Any, timeout_s: float = 30) -> Any:
             last = err
         time.sleep(0.2)
     raise AssertionError(f"{what}: still {last!r} after {timeout_s} s")
-
-
-def _counter(text: str, name: str) -> dict[str, float]:
-    """{labels: value} of one Prometheus series name."""
-    return {m.group(1): float(m.group(2)) for m in re.finditer(rf"^{re.escape(name)}\{{(.*?)\}} (\S+)$", text, re.M)}
 
 
 @pytest.fixture
@@ -114,14 +109,16 @@ def test_the_pinned_router_spreads_requests_over_two_stand_ins(release: str,
 
     served = []
     for p in backends:
-        text = _http(f"http://127.0.0.1:{p}/metrics")[1].decode()
-        served.append(sum(_counter(text, "sglang:num_requests_total").values()))
+        samples = parse_exposition(_http(f"http://127.0.0.1:{p}/metrics")[1].decode())
+        served.append(sum(v for name, _, v in samples if name == "sglang:num_requests_total"))
     assert sum(served) == REQUESTS + 1 and all(n >= 1 for n in served), served
 
     # The router's own view of each backend: its Prometheus exporter and /get_loads.
-    exported = _http(f"http://127.0.0.1:{prometheus_port}/metrics")[1].decode()
-    health = _counter(exported, "smg_worker_health")
-    assert all(any(f"127.0.0.1:{p}" in labels and value == 1 for labels, value in health.items()) for p in backends)
+    # Each backend's share as the router counts it is what the backend itself counted.
+    view = router_backends(parse_exposition(_http(f"http://127.0.0.1:{prometheus_port}/metrics")[1].decode()))
+    urls = [f"http://127.0.0.1:{p}" for p in backends]
+    assert [view[u].finished for u in urls] == served
+    assert all(view[u].healthy and view[u].failed == 0 for u in urls)
     loads = backend_loads(json.loads(_http(base + "/get_loads")[1]))
     assert [b.url for b in loads] == sorted(f"http://127.0.0.1:{p}" for p in backends)
     assert all(b.routed_in_flight == 0 for b in loads)

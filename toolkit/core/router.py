@@ -8,7 +8,7 @@ as published on PyPI (`smg`); its command line is `smg launch` with the flags it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,3 +183,38 @@ def backend_loads(doc: Any) -> list[BackendLoad]:
             token_usage=sum(usage) / len(usage) if usage else None,
             max_running_requests=total("max_running_requests")))
     return sorted(out, key=lambda b: b.url)
+
+
+@dataclass(frozen=True)
+class RouterBackendView:
+    """One backend on the router's Prometheus exporter (series labelled `worker`, the backend's URL)."""
+
+    url: str
+    requests_active: float | None  # smg_worker_requests_active: requests in flight there now
+    finished: float  # smg_worker_cb_outcomes_total summed over its outcomes: requests it answered, any way
+    failed: float  # the same, outcome "failure"
+    healthy: bool | None  # smg_worker_health == 1
+
+
+def router_backends(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> dict[str, RouterBackendView]:
+    """The per-backend series of the router's exposition (samples as the probe's parser yields them: name, labels,
+    value), by backend URL: enough to see replicas out of balance (their shares of `finished`) on one clock."""
+    active: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    failed: dict[str, float] = {}
+    health: dict[str, bool] = {}
+    for name, labels, value in samples:
+        url = labels.get("worker")
+        if not url:
+            continue
+        if name == "smg_worker_requests_active":
+            active[url] = value
+        elif name == "smg_worker_cb_outcomes_total":
+            finished[url] = finished.get(url, 0.0) + value
+            if labels.get("outcome") == "failure":
+                failed[url] = failed.get(url, 0.0) + value
+        elif name == "smg_worker_health":
+            health[url] = value == 1
+    urls = sorted(set(active) | set(finished) | set(health))
+    return {u: RouterBackendView(u, active.get(u), finished.get(u, 0.0), failed.get(u, 0.0), health.get(u))
+            for u in urls}
