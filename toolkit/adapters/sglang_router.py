@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -41,33 +42,40 @@ def load_pins(path: Path = PINS_PATH) -> RouterPins:
 
 
 def venv_directory(pin: RouterPin, root: Path | None = None) -> Path:
-    return (root or wheelhouse.cache_root()) / "router" / f"{pin.package}-{pin.version}-venv-py{_python()}"
-
-
-def _python() -> str:
-    return f"{sys.version_info.major}.{sys.version_info.minor}"
+    """Where `router_venv` keeps the pinned router for this Python: venv/ and the wheels/ it was installed from."""
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return (root or wheelhouse.cache_root()) / "router" / f"{pin.package}-{pin.version}-{py}"
 
 
 def router_venv(pin: RouterPin, root: Path | None = None) -> Path:
-    """A venv (for this Python) with `pin`'s router installed; its console script is bin/<pin.command[0]>. Installed
-    with no index from the wheelhouse's router wheels (downloaded once per version and Python), so a rebuilt venv
-    needs no network."""
-    wheels = wheelhouse.router_wheels(pin.requirement, _python(), root)
+    """A venv (for this Python) with `pin`'s router installed; its console script is bin/<pin.command[0]>. Its
+    wheels are the wheelhouse's router wheels for this Python (downloaded once per version), linked into wheels/
+    beside it and installed from there with no index, so a rebuilt venv needs no network. A host whose CPython
+    differs takes `wheelhouse.router_wheels(pin.requirement, its_python)` instead."""
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     dest = venv_directory(pin, root)
     stamp = dest / STAMP
 
     def build() -> None:
+        stamp.unlink(missing_ok=True)
+        wheels = dest / "wheels"
+        shutil.rmtree(wheels, ignore_errors=True)
+        wheels.mkdir(parents=True)
+        for wheel in wheelhouse.router_wheels(pin.requirement, python, root):
+            try:
+                os.link(wheel, wheels / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, wheels / wheel.name)
         env_dir = dest / "venv"
         shutil.rmtree(env_dir, ignore_errors=True)
-        (dest / STAMP).unlink(missing_ok=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
         proc = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
-                               "--disable-pip-version-check", "--no-index", "--find-links", str(wheels[0].parent),
+                               "--disable-pip-version-check", "--no-index", "--find-links", str(wheels),
                                pin.requirement], capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             tail = " / ".join(proc.stderr.strip().splitlines()[-3:])
             raise ToolkitError.of(f"installing {pin.requirement} from the wheelhouse failed: {tail}",
-                                  fix=f"remove {wheels[0].parent} to download its wheels again",
+                                  fix=f"remove {dest} and the wheelhouse's router wheels to download them again",
                                   exit_code=EXIT_FAILED)
         write_atomic(stamp, pin.requirement + "\n")
 
