@@ -81,6 +81,15 @@ class KnobStep:
                 "together": dict(self.together), "profiles": list(self.profiles), "profile_why": self.profile_why,
                 "sweep_args": self.sweep_args}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> KnobStep:
+        """A step as verdict.json holds it (`sweep_args` is derived, not read)."""
+        return cls(knob=str(data.get("knob", "")), current=data.get("current"),
+                   current_source=str(data.get("current_source", "")), proposed=tuple(data.get("proposed") or ()),
+                   why=str(data.get("why", "")), evidence=dict(data.get("evidence") or {}),
+                   together=dict(data.get("together") or {}), profiles=tuple(data.get("profiles") or ()),
+                   profile_why=data.get("profile_why"))
+
 
 def _num(v: Scalar) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
