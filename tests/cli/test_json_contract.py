@@ -267,3 +267,18 @@ def test_apply_and_upgrade_data_validate_against_their_closed_schemas(tmp_path: 
                               "slo_definition": None, "slo_text": None})
     data = _validated(_enveloped("upgrade", up.to_dict()), "upgrade")
     assert [r["mark"] for r in data["runs"]] == ["LAB STAND-IN", None]
+
+
+def test_tune_data_validates_against_its_closed_schema() -> None:
+    """What `tune --json` prints (and tune.json holds), of a tune over the lab's engine model: its steps, noise band
+    and stop typed by the tune's record (toolkit.core.tune.log), nothing left open."""
+    from tests.tune.conftest import BASE, fresh, tune
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.tune import report
+    from toolkit.lab.engine_runner import EngineModelRunner
+
+    profiles = ProfileStore(REPO / "profiles")
+    state, spec = fresh(profiles)
+    tune(profiles, state, spec, EngineModelRunner(base=BASE, profile_names=profiles.names()))
+    data = _validated(_enveloped("tune", report.to_json(state)), "tune")
+    assert data["stop"]["kind"] and len(data["steps"]) >= 2 and data["noise"]["band_pct"] >= 1.0

@@ -30,6 +30,8 @@ from toolkit.core.provenance import ProvenanceKind
 from toolkit.core.results.comparable import Workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.sweep import ranking
+from toolkit.core.sweep.variants import Scalar
+from toolkit.core.tune import log as tune_log
 
 Open = dict[str, Any]  # data not typed yet: the envelope is the promise
 
@@ -299,6 +301,47 @@ SweepData = typed_dict("SweepData", {
 })
 
 
+class TuneBestData(TypedDict):
+    variant: str
+    knobs: dict[str, Scalar]
+    value: float  # in the objective's unit
+    concurrency: int
+    request_rate: float | None
+    goodput: float | None
+
+
+class CapacityOfVariant(TypedDict):
+    status: str
+    lo: float | None  # the highest rate that met the SLO
+    hi: float | None  # the lowest that missed it
+    goodput: float | None
+    rates: list[tuple[float, bool]]  # [rate, met] in the order tried
+
+
+class TuneCapacityData(TypedDict):
+    slo: dict[str, float]  # the SLO's bounds (ms), by latency and percentile
+    variants: dict[str, CapacityOfVariant]
+
+
+# toolkit.core.tune.report.to_json: what tune.json holds too; the steps, noise band and stop are the tune's record
+# (toolkit.core.tune.log). Made at run time: its ranking is the sweep's computed type.
+TuneData = typed_dict("TuneData", {
+    "schema_version": int,
+    "run_id": str,
+    "profile": str,
+    "runner": str,
+    "objective": str | None,
+    "best": TuneBestData | None,
+    "points_run": int,
+    "noise": tune_log.NoiseBand | None,
+    "capacity": TuneCapacityData | None,
+    "stop": tune_log.Stop | None,
+    "steps": list[tune_log.Step],
+    "failed_directions": list[tune_log.FailedDirection],
+    "ranking": SweepData,
+})
+
+
 class HostPlanData(TypedDict):
     """toolkit.core.hostplan.plan.Plan.to_json."""
 
@@ -346,7 +389,7 @@ DATA_TYPES: dict[str, Any] = {
     "results.compare": CompareData,
     "results.record": RecordData,
     "sweep": SweepData,
-    "tune": Open,
+    "tune": TuneData,
     "upgrade": UpgradeData,
 }
 
