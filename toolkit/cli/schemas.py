@@ -30,6 +30,7 @@ from toolkit.core.provenance import ProvenanceKind
 from toolkit.core.results.comparable import Workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.sweep import ranking
+from toolkit.core.sweep.state import KnobStepRecord
 from toolkit.core.sweep.variants import Scalar
 from toolkit.core.tune import log as tune_log
 
@@ -154,7 +155,7 @@ VerdictData = TypedDict("VerdictData", {
     "slow_gpu": int | None,
     "evidence": dict[str, Any],
     "next_steps": list[str],
-    "knob_steps": list[dict[str, Any]],
+    "knob_steps": list[KnobStepRecord],
     "mix": Any,
     "phases": list[dict[str, Any]] | None,
     "timeline": dict[str, Any] | None,

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.provenance import MEASURED, Provenance, of_record
 from toolkit.core.sweep.variants import Axis, PlannedVariant, Scalar, Variant, canonical, format_value
@@ -35,6 +37,23 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical(spec).encode()).hexdigest()[:16]
 
 
+class KnobStepRecord(TypedDict, total=False):
+    """One of the verdict's next steps as verdict.json writes it (toolkit.core.probe.knobs.KnobStep.to_dict) and a
+    measurement keeps it: what `toolkit tune` turns into its next variants. A recorded table may give only some keys
+    (a knob and its proposed values), so none is required."""
+
+    knob: str  # dotted path into the profile
+    current: Scalar | None
+    current_source: str
+    proposed: list[Scalar]
+    why: str
+    evidence: dict[str, Any]
+    together: dict[str, Scalar]  # knobs that change with it
+    profiles: list[str]
+    profile_why: str | None
+    sweep_args: list[str]
+
+
 @dataclass
 class Measurement:
     """What one probe run of one variant at one concurrency level gave (units in the names)."""
@@ -53,7 +72,7 @@ class Measurement:
     throughput_window: str = "steady"
     # The verdict's machine-readable next steps (verdict.json `knob_steps`) and its headline: what `toolkit tune`
     # turns into its next variants. Empty for a recorded table that has none.
-    knob_steps: list[dict[str, Any]] = field(default_factory=list)
+    knob_steps: list[KnobStepRecord] = field(default_factory=list)
     verdict_headline: str | None = None
     # The load: the Poisson request rate bench_serving offered (req/s; None: every request at once, as the seed's
     # `--request-rate inf`), and the requests completed per second over the run.

@@ -602,7 +602,8 @@ def _propose(
             continue
         if path == "gpu.power_limit_w" and log["objective"] != "tokens-per-joule":
             current = ks.get("current")
-            lower = [v for v in values if isinstance(current, int | float) and v < current]
+            lower = [v for v in values
+                     if isinstance(v, int | float) and isinstance(current, int | float) and v < current]
             for value in lower:
                 step["skipped"].append({"knob": path, "value": value, "reason": "a lower power limit saves energy "
                                         "but cannot raise throughput (tune --objective tokens-per-joule)"})
