@@ -157,7 +157,7 @@ def frontier_plot(session: TuneSession) -> str | None:
         return None
     title = f"{state.run_id}: the SLO's frontier ({data_text(state)})"
     session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
-        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title,
+        plotting.frontier_png(series, slo=dict(state.capacity["slo"]) if state.capacity else {}, title=title,
                               mark=data_watermark(state)))
     return "frontier.png"
 
