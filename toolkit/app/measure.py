@@ -154,7 +154,7 @@ def add_run_details(m: Measurement, summary: Summary, verdict: Verdict, bench_ra
         m.interval_tok_per_s = [round(x, 2) for x in counter_intervals(
             server, "realtime_decode_tokens_total", float(window.start_s), float(window.end_s), INTERVAL_S)]
         m.interval_s = INTERVAL_S if m.interval_tok_per_s else None
-    limits = [float(g["power_limit_w"]) for g in window.gpus.values() if g.get("power_limit_w")]
+    limits = [lim for g in window.gpus.values() if (lim := g["power_limit_w"])]
     m.power_limit_w = max(limits) if limits else None
     srv = verdict.evidence.get("server")
     steps_srv = next((s.evidence["server"] for s in verdict.knob_steps

@@ -13,7 +13,7 @@ import dataclasses
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, NotRequired, TypedDict, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from toolkit.core.provenance import MEASURED, Provenance, of_record
 
@@ -97,6 +97,45 @@ class RunRecord:
         return as_dict(self)
 
 
+class PowerStats(TypedDict):
+    mean: float | None
+    p50: NotRequired[float | None]
+    p95: float | None
+    max: float | None
+
+
+class GpuWindowStats(TypedDict):
+    """One GPU over one window (toolkit.core.probe.summary.gpu_window_stats): a JSON object in summary.json,
+    declared so every read of it is checked. power_sample_w and energy_integrated_sample_j came with the driver's
+    20 ms samples (trace schema 2): an older summary lacks them."""
+
+    samples: int
+    error_samples: int
+    errors_seen: list[str]
+    power_w: PowerStats
+    power_limit_w: float | None
+    power_of_limit: float | None
+    idle_power_w: float | None
+    energy_j: float | None
+    energy_source: str | None
+    energy_integrated_j: float | None
+    energy_integrated_instant_j: float | None
+    energy_integrated_sample_j: NotRequired[float | None]
+    power_sample_w: NotRequired[PowerStats | None]
+    util_gpu_pct: float | None
+    util_mem_pct: float | None
+    sm_clock_mhz: float | None
+    sm_clock_max_mhz: float | None
+    sm_clock_of_max: float | None
+    mem_clock_mhz: float | None
+    mem_clock_max_mhz: float | None
+    temp_c_max: float | None
+    pcie_tx_kib_s: float | None
+    pcie_rx_kib_s: float | None
+    clock_reasons_seen: dict[str, float]  # reason -> share of the samples
+    gpm: dict[str, float | None] | None  # None: GPM unavailable (never zeros)
+
+
 @dataclass(frozen=True)
 class Throughput:
     output_tok_per_s: float | None = None
@@ -120,7 +159,7 @@ class Window:
     j_per_output_token: float | None = None
     output_tokens_per_j: float | None = None
     # per GPU (its index as a string): toolkit.core.probe.summary.gpu_window_stats
-    gpus: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gpus: dict[str, GpuWindowStats] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

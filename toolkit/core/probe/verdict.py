@@ -375,8 +375,8 @@ def _power_seen(summary: Summary, target: dict[str, Any]) -> dict[str, Any] | No
     """Each GPU's mean draw and limit over the judged window (the steady one when found), for the power-limit step:
     the mean over GPUs of their means, the highest limit, and the board's range from the profile's target."""
     gpus = summary.judged.gpus
-    means = [g["power_w"]["mean"] for g in gpus.values() if (g.get("power_w") or {}).get("mean") is not None]
-    limits = [g["power_limit_w"] for g in gpus.values() if g.get("power_limit_w") is not None]
+    means = [m for g in gpus.values() if (m := g["power_w"]["mean"]) is not None]
+    limits = [lim for g in gpus.values() if (lim := g["power_limit_w"]) is not None]
     if not means or not limits:
         return None
     return {"mean_w": round(sum(means) / len(means), 1), "limit_w": max(limits),
