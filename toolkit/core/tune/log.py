@@ -14,6 +14,7 @@ from typing import Any, Literal, NotRequired, cast
 
 from typing_extensions import TypedDict
 
+from toolkit.core.sweep.state import KnobStepRecord
 from toolkit.core.sweep.variants import Scalar
 
 # The keys that are not Python names ("class", "from") make these two functional.
@@ -95,6 +96,15 @@ class StepResult(TypedDict):
     gain_pct: NotRequired[float]
 
 
+class EdgeRecord(TypedDict):
+    """toolkit.core.tune.edge.EdgeVerdict.to_dict: the latency that bounds the capacity and the knob it names."""
+
+    binding: str | None  # ttft, itl, e2e; None when nothing could be read
+    cause: str
+    text: str
+    knob_steps: list[KnobStepRecord]
+
+
 Step = TypedDict("Step", {
     "step": int,
     "from": str | None,  # None: step 0, the base
@@ -103,7 +113,7 @@ Step = TypedDict("Step", {
     "candidates": list[Candidate],
     "skipped": list[Skipped],
     "result": StepResult | None,
-    "edge": NotRequired[dict[str, Any]],  # toolkit.core.tune.edge.EdgeVerdict.to_dict, under an SLO
+    "edge": NotRequired[EdgeRecord],  # under an SLO
     "remeasured": NotRequired[list[Remeasured]],
 })
 
