@@ -101,6 +101,16 @@ def test_another_lab_up_on_the_same_networks_is_named_with_a_free_pair_and_how_t
     free = LabConfig(subnet=subnet, ct_subnet=ct_subnet)
     assert plan.other_lab_conflicts(free, others, routes) == []
     assert not any(ipaddress.IPv4Network(cidr).overlaps(t) for cidr in (subnet, ct_subnet) for t in taken)
+    # Several hosts: the second host's container network (the one after --ct-subnet) clashes too, and the pair
+    # suggested leaves room for all of them.
+    two = LabConfig(subnet="10.231.6.0/24", ct_subnet="10.231.7.0/24", hosts=2)
+    beside = {"y7": LabConfig(subnet="10.231.8.0/24", ct_subnet="10.231.9.0/24")}
+    clash = plan.other_lab_conflicts(two, beside, [])
+    assert [(p.field, p.message.split(" overlaps ")[0]) for p in clash] == [("--ct-subnet", "10.231.8.0/24")]
+    fix = clash[0].fix or ""
+    suggested = LabConfig(subnet=fix.split("--subnet ")[1].split(" ")[0],
+                          ct_subnet=fix.split("--ct-subnet ")[1].split("`")[0], hosts=2)
+    assert plan.other_lab_conflicts(suggested, beside, []) == []
     # The default lab is named as such, with its own way down.
     on_default = plan.other_lab_conflicts(BASE, {"": BASE}, [])
     assert "the default lab (TOOLKIT_LAB_INSTANCE unset)" in on_default[0].message
@@ -424,7 +434,9 @@ def test_two_hosts_have_their_own_names_addresses_and_containers_and_pve1_keeps_
     assert pve2.netns != pve1.netns and pve2.cgroup_name != pve1.cgroup_name
     assert (pve1.clock_skew_ms, pve2.clock_skew_ms) == (0, 250)
     assert TWO.lab_host("ct2") == pve2 and TWO.lab_host("pve1") == pve1
-    assert plan.clock_env(250)["FAKETIME"] == "+0.250" and plan.clock_env(-40)["FAKETIME"] == "-0.040"
+    assert plan.clock_skew_files(250)[plan.CLOCK_SKEW_FILE] == "250000000\n"
+    assert plan.clock_skew_files(-40)[plan.CLOCK_SKEW_FILE] == "-40000000\n"
+    assert plan.clock_skew_files(0) == {}
 
 
 def test_the_inventory_of_two_hosts_lists_both_hosts_and_both_containers_in_the_playbooks_groups() -> None:

@@ -100,9 +100,9 @@ LAN_BRIDGE = "lan0"
 # How far a host's clock may be set apart (`--clock-skew-ms`): far beyond any NTP-kept host, within what a
 # probe's offset measurement must still handle.
 MAX_CLOCK_SKEW_MS = 60_000
-# libfaketime (Debian package libfaketime), on the controller and copied into a skewed host (the lab's userland
-# is the controller's Debian 12): preloaded into every SSH session and service there.
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# A skewed host's clock shim (standins/clockskew.c), preloaded into every process there, and the offset it reads.
+CLOCK_SKEW_LIBRARY = "/usr/lib/lab-standin/libclockskew.so"
+CLOCK_SKEW_FILE = "/etc/lab-standin/clock-skew-ns"
 # Where the instances' default networks go: pairs of /24s (pve1's, then its containers') in 10.214.0.0 to
 # 10.243.255.0, 30 x 128 = 3840 pairs; the default lab keeps 10.213.0.0/24 and 10.213.1.0/24.
 INSTANCE_NET_FIRST_OCTET = 214
@@ -354,10 +354,12 @@ def host_names(config: LabConfig) -> list[str]:
     return [h.name for h in config.lab_hosts]
 
 
-def clock_env(skew_ms: int) -> dict[str, str]:
-    """What makes a process read a clock `skew_ms` apart from the kernel's: libfaketime's offset, the monotonic
-    clock left alone (intervals stay true, as on a host whose wall clock is off)."""
-    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{skew_ms / 1000:+.3f}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+def clock_skew_files(skew_ms: int) -> dict[str, str]:
+    """The files that set a host's wall clock `skew_ms` apart (none when 0): the offset the shim reads, and
+    /etc/ld.so.preload naming the shim, so every process of the host (not its containers) reads it."""
+    if not skew_ms:
+        return {}
+    return {CLOCK_SKEW_FILE: f"{skew_ms * 1_000_000}\n", "/etc/ld.so.preload": CLOCK_SKEW_LIBRARY + "\n"}
 
 
 def parse_clock_skew(values: list[str]) -> tuple[tuple[str, int], ...]:
@@ -486,24 +488,32 @@ def _route_net(dst: str) -> ipaddress.IPv4Network | None:
         return None
 
 
+def lab_networks(config: LabConfig) -> list[str]:
+    """Every network a lab uses: its LAN (--subnet), then each host's container network (--ct-subnet and, with
+    --hosts N, the N - 1 after it)."""
+    return [config.subnet, *(h.ct_subnet for h in config.lab_hosts)]
+
+
 def taken_networks(routes: list[dict[str, Any]], others: dict[str, LabConfig]) -> list[ipaddress.IPv4Network]:
     """Every network the controller's routes and the other labs up here use."""
     nets = [n for r in routes if r.get("dst", "") not in ("default", "") and (n := _route_net(r["dst"]))]
-    return nets + [_net(cidr) for other in others.values() for cidr in (other.subnet, other.ct_subnet)]
+    return nets + [_net(cidr) for other in others.values() for cidr in lab_networks(other)]
 
 
-def free_subnets(taken: list[ipaddress.IPv4Network]) -> tuple[str, str]:
-    """The first instance pair, from this instance's own, that overlaps nothing taken (what a fix suggests)."""
+def free_subnets(taken: list[ipaddress.IPv4Network], hosts: int = 1) -> tuple[str, str]:
+    """The first instance pair, from this instance's own, whose networks (the container networks of `hosts`
+    hosts included) overlap nothing taken: what a fix suggests."""
     start = int.from_bytes(hashlib.sha256(INSTANCE.encode()).digest()[:8], "big") % INSTANCE_NET_PAIRS
     for n in range(INSTANCE_NET_PAIRS):
         pair = pair_subnets((start + n) % INSTANCE_NET_PAIRS)
-        if not any(_net(cidr).overlaps(t) for cidr in pair for t in taken):
+        nets = lab_networks(LabConfig(subnet=pair[0], ct_subnet=pair[1], hosts=hosts))
+        if not any(_net(cidr).overlaps(t) for cidr in nets for t in taken):
             return pair
     return pair_subnets(start)  # all 3840 taken: the fix names a pair anyway
 
 
-def _subnet_fix(taken: list[ipaddress.IPv4Network]) -> str:
-    subnet, ct_subnet = free_subnets(taken)
+def _subnet_fix(taken: list[ipaddress.IPv4Network], hosts: int = 1) -> str:
+    subnet, ct_subnet = free_subnets(taken, hosts)
     return f"`toolkit lab up --subnet {subnet} --ct-subnet {ct_subnet}` (free here)"
 
 
@@ -519,13 +529,14 @@ def other_lab_conflicts(config: LabConfig, others: dict[str, LabConfig],
     problems = []
     taken = taken_networks(routes, others)
     for name, other in sorted(others.items()):
-        for option, mine in (("--subnet", config.subnet), ("--ct-subnet", config.ct_subnet)):
-            clash = [theirs for theirs in (other.subnet, other.ct_subnet) if _net(theirs).overlaps(_net(mine))]
+        for index, mine in enumerate(lab_networks(config)):
+            clash = [theirs for theirs in lab_networks(other) if _net(theirs).overlaps(_net(mine))]
             if clash:
                 down = f"TOOLKIT_LAB_INSTANCE={name} toolkit lab down" if name else "toolkit lab down"
                 problems.append(Problem(
                     f"{mine} overlaps {clash[0]} of {instance_label(name)}, which is up on this machine",
-                    field=option, fix=f"{_subnet_fix(taken)}, or take that lab down first (`{down}`)"))
+                    field="--subnet" if index == 0 else "--ct-subnet",
+                    fix=f"{_subnet_fix(taken, config.hosts)}, or take that lab down first (`{down}`)"))
     return problems
 
 
@@ -546,7 +557,7 @@ def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links
                 problems.append(Problem(
                     f"{mine} is already in use here: route {dst} dev {route.get('dev', '?')}",
                     field="--subnet" if mine == ours[0] else "--ct-subnet",
-                    fix=f"pick a free network, e.g. {_subnet_fix(taken_networks(routes, {}))}, "
+                    fix=f"pick a free network, e.g. {_subnet_fix(taken_networks(routes, {}), config.hosts)}, "
                         f"or remove the route to {dst}"))
     return problems
 
