@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from toolkit.core.probe.clock import NS_PER_S, ClockExchange, HostClock, estimate_offset
-from toolkit.core.probe.fleet import HostRun, NetCounters, aligned, fleet_figures, host_figures
+from toolkit.core.probe.fleet import (
+    HostRun,
+    NetCounters,
+    aligned,
+    fleet_figures,
+    host_figures,
+    parse_proc_net_dev,
+)
 from toolkit.core.probe.fleet_verdict import (
     COMM_BOUND,
     REPLICAS_IMBALANCED,
@@ -48,7 +55,8 @@ def _figures(shapes: dict[str, dict[int, tuple[float, float, float]]],
         net = None
         if net_gb and host in net_gb:
             moved = round(net_gb[host] * 1e9 * BENCH_S)
-            net = (NetCounters(IDLE_S, 0, 0), NetCounters(IDLE_S + BENCH_S, moved // 3, moved))
+            net = (NetCounters(IDLE_S, {"eth0": (0, 0), "vmbr0": (0, 0)}),
+                   NetCounters(IDLE_S + BENCH_S, {"eth0": (moved // 3, moved), "vmbr0": (moved // 3, moved)}))
         run = HostRun(host, _gpu_trace(host, shape), idle_start_s=0.0, idle_end_s=IDLE_S, net=net)
         out[host] = host_figures(run, IDLE_S + 2.0, IDLE_S + BENCH_S - 1.0)
     return out
@@ -131,6 +139,17 @@ def test_energy_and_tokens_per_joule_add_up_per_host_and_for_the_fleet() -> None
     v = judge_fleet(per_host, fleet)
     assert v["per_host"]["pve1"]["energy_j"] == per_host["pve1"]["energy_j"]
     assert v["per_host"]["pve2"]["gpus"]["0"]["power_of_limit"] == pytest.approx(300 / 700, abs=1e-3)
+
+
+def test_proc_net_dev_is_read_per_interface_without_loopback() -> None:
+    text = ("Inter-|   Receive                                                |  Transmit\n"
+            " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls "
+            "carrier compressed\n"
+            "    lo:     100       1    0    0    0     0          0         0      100       1    0    0    0     0 "
+            "      0          0\n"
+            "  eth0:   13554      85    0    0    0     0          0         0    12732      85    0    0    0     0 "
+            "      0          0\n")
+    assert parse_proc_net_dev(text) == {"eth0": (13554, 12732)}
 
 
 def _burst(offset_ns: int, at_ns: int, there_ns: int, back_ns: int, n: int = 6) -> list[ClockExchange]:

@@ -18,6 +18,8 @@ from typing import Any
 
 from toolkit.adapters.files import write_json
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.clock import HostClock
+from toolkit.core.probe.fleet_verdict import FLEET_VERDICT_SCHEMA_VERSION
 from toolkit.core.probe.host_trace import read_host_trace
 from toolkit.core.probe.judge import ProbeRun
 from toolkit.core.probe.series import Trace
@@ -30,7 +32,8 @@ from toolkit.core.provenance import of_record
 RUN_SCHEMA_VERSION = 2
 TOPOLOGY_SCHEMA_VERSION = 1
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
-                  "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
+                  "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION,
+                  "fleet_verdict.json": FLEET_VERDICT_SCHEMA_VERSION}
 
 
 def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
@@ -140,3 +143,14 @@ def read_judged(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str
     assert run is not None and summary is not None and verdict is not None
     bench_raw = read_bench_jsonl(run_dir / "bench.jsonl")
     return run, summary, verdict, topology, bench_raw
+
+
+def clocks_record(clocks: list[HostClock]) -> dict[str, Any]:
+    """A fleet run's run.json `clocks`: each host's offset to the controller at the start and the end, with the
+    bound of each and of a merged time (host -> HostClock.to_record)."""
+    return {c.host: c.to_record() for c in clocks}
+
+
+def read_clocks(manifest: dict[str, Any]) -> list[HostClock]:
+    """run.json's `clocks` back (empty for a single-host run)."""
+    return [HostClock.from_record(r) for _, r in sorted((manifest.get("clocks") or {}).items())]

@@ -14,7 +14,7 @@ import shutil
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,6 +61,14 @@ class ProbeRequest:
     server_pid: int | None = None
     server_unit: str | None = None
     record: bool = False
+    # A fleet's per-host sampler: no benchmark here (the controller runs it); sample until stdin closes, write
+    # the run directory with its clock's origin, and leave the judging to the controller.
+    until_eof: bool = False
+
+
+# The sampler's stand-in for a benchmark: it inherits the probe's stdin (the controller's SSH session) and ends when
+# the controller closes it, which ends the run as a benchmark's exit would.
+UNTIL_EOF_ARGV = ("-c", "import sys; sys.stdin.buffer.read()")
 
 
 @dataclass
@@ -163,6 +171,14 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
         raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     bench_jsonl = out / "bench.jsonl"
+    if request.until_eof:
+        if request.command or request.record:
+            raise ToolkitError.of("--until-eof samples for a fleet's controller: it runs no benchmark and records "
+                                  "nothing here", field="--until-eof",
+                                  fix="drop the command after -- and --record (the controller runs and records)")
+        import sys
+
+        request = replace(request, command=[sys.executable, *UNTIL_EOF_ARGV])
     plan = (_profile_plan(request.profile, request.base_url, bench_jsonl.resolve(), list(request.command))
             if request.profile else _Plan(argv=list(request.command)))
     plan.target = {**plan.target, **request.target}
@@ -286,9 +302,18 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
         **{k: f() for k, f in side_info.items()},
     })
+    if request.until_eof:
+        manifest.update(sampler_origin(result.t0_epoch_ns))
+        write_record(out, "run.json", manifest)
+        return result.interrupted, {}, {"class": "sampled", "headline": f"sampled into {out} until stdin closed"}
     write_record(out, "run.json", manifest)
     summary, verdict = judge_dir(out, write=True)
     return result.interrupted, summary, verdict
+
+
+def sampler_origin(t0_epoch_ns: int) -> dict[str, Any]:
+    """run.json's fields of a fleet's per-host sampler: what its `t_s` are on its host's wall clock."""
+    return {"role": "fleet-sampler", "clock_origin_epoch_ns": t0_epoch_ns}
 
 
 def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,

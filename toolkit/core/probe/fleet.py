@@ -16,18 +16,35 @@ from typing import Any
 from toolkit.core.probe.clock import NS_PER_S, HostClock
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.numbers import rounded as _r
-from toolkit.core.probe.series import GpuSeries, Trace
+from toolkit.core.probe.series import COLUMNS, NUMERIC_COLUMNS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_delta
 from toolkit.core.probe.summary import gpu_window_stats, idle_power
+from toolkit.core.probe.trace import format_row
+
+# What a host's sampler (`toolkit probe run --until-eof`) prints on its stdout once its first samples are taken: the
+# controller starts the idle baseline's clock on it.
+SAMPLER_READY = "toolkit-probe-sampler: sampling"
 
 
 @dataclass(frozen=True)
 class NetCounters:
-    """A host's network interface byte counters (/proc/net/dev) at one time of the controller's clock."""
+    """A host's network interfaces' byte counters (/proc/net/dev: name -> (rx, tx)) at a time of the controller's
+    clock."""
 
     t_s: float
-    rx_bytes: int
-    tx_bytes: int
+    bytes_by_iface: dict[str, tuple[int, int]]
+
+
+def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
+    """/proc/net/dev's (received, transmitted) bytes per interface, loopback left out."""
+    out = {}
+    for line in text.splitlines()[2:]:
+        name, sep, rest = line.partition(":")
+        cells = rest.split()
+        if not sep or len(cells) < 9 or name.strip() == "lo":
+            continue
+        out[name.strip()] = (int(cells[0]), int(cells[8]))
+    return out
 
 
 @dataclass
@@ -74,17 +91,18 @@ def aligned(run: HostRun, host_origin_epoch_ns: int, controller_origin_epoch_ns:
 
 
 def net_gb_s(net: tuple[NetCounters, NetCounters] | None) -> float | None:
-    """The busier direction's mean rate over the window, in GB/s (10^9 bytes, as nccl-tests reports busbw)."""
+    """The busiest interface's busier direction over the window, in GB/s (10^9 bytes, as nccl-tests reports its
+    bus bandwidth). The busiest, not the sum: a bridge and the port under it count the same bytes twice."""
     if net is None:
         return None
     a, b = net
     span = b.t_s - a.t_s
     if span <= 0:
         return None
-    moved = max(b.rx_bytes - a.rx_bytes, b.tx_bytes - a.tx_bytes)
-    if moved < 0:
-        return None  # the counters went back (an interface reset): unknown, not zero
-    return moved / span / 1e9
+    moved = [max(b.bytes_by_iface[i][0] - rx, b.bytes_by_iface[i][1] - tx)
+             for i, (rx, tx) in a.bytes_by_iface.items() if i in b.bytes_by_iface]
+    moved = [m for m in moved if m >= 0]  # a counter that went back (an interface reset) says nothing
+    return max(moved) / span / 1e9 if moved else None
 
 
 def host_figures(run: HostRun, start_s: float, end_s: float) -> dict[str, Any]:
@@ -137,6 +155,24 @@ def fleet_figures(per_host: dict[str, dict[str, Any]], output_tokens: float | No
         "output_tokens": _r(output_tokens, 0),
         "tokens_per_j": _r(output_tokens / energy_j, 4) if output_tokens and energy_j else None,
     }
+
+
+FLEET_TRACE_MAGIC = "# toolkit-probe-fleet-trace"
+FLEET_TRACE_SCHEMA_VERSION = 1
+
+
+def dump_fleet_trace(runs: list[HostRun]) -> str:
+    """Every host's GPU samples on the controller's clock in one CSV: `host` first, then trace.csv's columns."""
+    lines = [f"{FLEET_TRACE_MAGIC} schema_version={FLEET_TRACE_SCHEMA_VERSION} clock=controller "
+             f"hosts={';'.join(r.host for r in runs)}\n", "host," + ",".join(COLUMNS) + "\n"]
+    for run in runs:
+        for g, s in sorted(run.trace.gpus.items()):
+            cols = {c: s.values[c] for c in NUMERIC_COLUMNS}
+            for i, t in enumerate(s.t_s):
+                row: dict[str, float | int | str | None] = {c: v[i] for c, v in cols.items()}
+                row.update({"t_s": t, "gpu": g, "error": s.errors[i] if s.errors else ""})
+                lines.append(f"{run.host},{format_row(row)}")
+    return "".join(lines)
 
 
 def _mean(vs: list[float]) -> float | None:
