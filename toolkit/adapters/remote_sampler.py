@@ -93,7 +93,8 @@ class RemoteSampler:
                                           stdout=subprocess.PIPE, stderr=self._log_f)
         except OSError as err:
             raise ToolkitError.of(f"cannot start the sampler on {self.host}: {err}", field=self.host,
-                                  fix="check that ssh is installed here and the host is reachable") from None
+                                  fix="check toolkit_probe_sampler_command in the inventory, and that ssh is "
+                                  "installed here") from None
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Until the sampler says it samples. Raises ToolkitError with its last words when it ends or stays silent."""

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from toolkit import __version__
 from toolkit.adapters.probe_store import clocks_record, read_clocks, read_json, write_record
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
+from toolkit.core.probe.clock import ClockOffset
 
 DEFAULT_PATTERN = "gpu_containers"
 DEFAULT_VENV = "/opt/toolkit/venv"  # bench_probe's bench_probe_venv_path
@@ -104,10 +105,15 @@ def _each(hosts: list[_Host], fn: Callable[[_Host], T]) -> dict[str, T]:
         return {name: f.result() for name, f in futures.items()}
 
 
+def _clock(h: _Host) -> ClockOffset:
+    from toolkit.adapters.clock_exchange import exchange_burst
+
+    return exchange_burst(h.name, h.ssh, count=CLOCK_EXCHANGES, remote_shell=bool(h.ssh))
+
+
 def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _m: None) -> FleetProbeOutcome:
     """Sample every host while the benchmark runs here; bring the runs back, merge on this clock, judge."""
     from toolkit.adapters.bench_process import stop_process, tail
-    from toolkit.adapters.clock_exchange import exchange_burst
     from toolkit.adapters.remote_sampler import RemoteSampler, fetch_dir, net_counters
     from toolkit.core.probe.bench import redact_argv
     from toolkit.core.probe.clock import HostClock
@@ -134,7 +140,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         return time.monotonic() - t0
 
     on_message(f"clocks of {', '.join(h.name for h in hosts)} against this machine's ...")
-    start_offsets = _each(hosts, lambda h: exchange_burst(h.name, h.ssh, count=CLOCK_EXCHANGES))
+    start_offsets = _each(hosts, _clock)
     manifest: dict[str, Any] = {
         "toolkit_version": __version__, "kind": "fleet", "controller": socket.gethostname(),
         "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -180,7 +186,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
     finally:
         codes = _each(hosts, lambda h: samplers[h.name].stop())
     on_message("samplers stopped; clocks again, then the runs fetched ...")
-    end_offsets = _each(hosts, lambda h: exchange_burst(h.name, h.ssh, count=CLOCK_EXCHANGES))
+    end_offsets = _each(hosts, _clock)
     clocks = [HostClock(start_offsets[h.name], end_offsets[h.name]) for h in hosts]
     fetched = _each(hosts, lambda h: fetch_dir(h.name, h.ssh, h.remote_dir, out / "hosts" / h.name))
     manifest.update({

@@ -1,0 +1,135 @@
+"""`toolkit probe run --fleet` for real: the toolkit's own sampler started on each host (local processes here, pve1
+over SSH in the lab), each host's clock measured, the benchmark run on the controller, the runs brought back,
+merged on the controller's clock and judged. The GPUs are a committed synthetic recording replayed by each host's
+sampler (`--gpu-source replay:`), so the merge and the verdict have figures to work on without a GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from toolkit.app import fleet_probe
+from toolkit.core.errors import ToolkitError
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "tests/fixtures/probe/seed-synthetic-8gpu/trace.csv"
+
+
+def _inventory(path: Path, hosts: dict[str, dict[str, Any]], group_vars: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump({"all": {"children": {"gpu_containers": {"vars": group_vars, "hosts": hosts}}}}))
+    return str(path)
+
+
+def _local_vars(tmp_path: Path) -> dict[str, Any]:
+    return {"ansible_connection": "local", "toolkit_probe_sampler_command": [sys.executable, "-m", "toolkit"],
+            "toolkit_probe_sampler_args": ["--gpu-source", f"replay:{FIXTURE}", "--host-hz", "4"]}
+
+
+def _check_merged(out: Path, hosts: list[str]) -> dict[str, Any]:
+    """What every fleet run must hold, read from its files."""
+    run = json.loads((out / "run.json").read_text())
+    verdict = json.loads((out / "fleet_verdict.json").read_text())
+    assert run["kind"] == "fleet" and sorted(run["clocks"]) == sorted(hosts)
+    for host in hosts:
+        clock = run["clocks"][host]
+        assert clock["start"]["exchanges"] == fleet_probe.CLOCK_EXCHANGES and clock["start"]["consistent"]
+        assert 0 < clock["bound_s"] < 0.05  # half a round trip: well under a sampling tick here
+        sampler = json.loads((out / "hosts" / host / "run.json").read_text())
+        assert sampler["role"] == "fleet-sampler" and sampler["status"] == "finished"
+        assert (out / "hosts" / host / "trace.csv").exists() and (out / "hosts" / host / "host_trace.csv").exists()
+        assert verdict["per_host"][host]["gpu_count"] == 8
+        assert verdict["evidence"]["clocks"][host]["bound_ms"] == pytest.approx(clock["bound_s"] * 1000, abs=1e-3)
+    lines = (out / "fleet_trace.csv").read_text().splitlines()
+    assert lines[0].startswith("# toolkit-probe-fleet-trace schema_version=1 clock=controller")
+    rows = [line.split(",") for line in lines[2:]]
+    assert {r[0] for r in rows} == set(hosts)
+    # Every host's samples sit inside the controller's run, from the first sample to the last.
+    t = [float(r[1]) for r in rows]
+    assert min(t) >= run["idle_start_s"] - 5.0 and max(t) <= run["bench_end_s"] + 5.0
+    # The host's own time of one sample, moved by the origins' difference, is its merged time within the bound.
+    host = hosts[0]
+    sampler = json.loads((out / "hosts" / host / "run.json").read_text())
+    first_own = float((out / "hosts" / host / "trace.csv").read_text().splitlines()[2].split(",")[0])
+    first_merged = next(float(r[1]) for r in rows if r[0] == host)
+    moved = first_own + (sampler["clock_origin_epoch_ns"] - run["clock_origin_epoch_ns"]) / 1e9
+    offset_s = run["clocks"][host]["start"]["offset_s"]
+    assert abs(first_merged - (moved - offset_s)) <= run["clocks"][host]["bound_s"] + 0.002
+    assert verdict["fleet"]["gpu_count"] == 8 * len(hosts) and verdict["fleet"]["energy_j"] > 0
+    return verdict
+
+
+def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(tmp_path: Path) -> None:
+    inv = _inventory(tmp_path / "inv.yml", {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
+                                            "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b")}},
+                     _local_vars(tmp_path))
+    out = tmp_path / "fleet"
+    outcome = fleet_probe.run(fleet_probe.FleetProbeRequest(command=["sleep", "1.5"], inventory=inv, idle_s=0.5,
+                                                            sample_hz=10, out=out, network_gb_s=10.0))
+    assert outcome.exit_code == 0
+    verdict = _check_merged(out, ["nodea", "nodeb"])
+    assert verdict["evidence"]["network_measured_gb_s"] == 10.0
+    # Replayed from the directory alone: the same verdict.
+    assert fleet_probe.judge_fleet_dir(out, write=False) == verdict
+
+
+def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_path: Path) -> None:
+    group = _local_vars(tmp_path)
+    hosts = {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
+             "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b"),
+                       # as a host without the venv answers over SSH: the shell's 127 and its words
+                       "toolkit_probe_sampler_command": [sys.executable, "-c", "import sys; print("
+                                                         "'bash: /opt/toolkit/venv/bin/toolkit: No such file or "
+                                                         "directory', file=sys.stderr); sys.exit(127)"]}}
+    inv = _inventory(tmp_path / "inv.yml", hosts, group)
+    with pytest.raises(ToolkitError) as err:
+        fleet_probe.run(fleet_probe.FleetProbeRequest(command=["true"], inventory=inv, idle_s=0.2,
+                                                      out=tmp_path / "fleet"))
+    assert "the sampler on nodeb ended before sampling: bash: /opt/toolkit/venv/bin/toolkit: No such file" in str(
+        err.value)
+    # nodea's sampler was stopped with the run: its directory is whole (it finished, it was not killed).
+    assert json.loads((tmp_path / "a" / "fleet" / "run.json").read_text())["status"] == "finished"
+    left = subprocess.run(["pgrep", "-f", f"--out {tmp_path}/a/fleet"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+@pytest.mark.lab
+def test_pve1_sampled_over_ssh_beside_the_controller(lab: Any, tmp_path: Path) -> None:
+    """pve1 is a real remote host: the checkout's toolkit copied there, started over SSH with the lab's key, its
+    clock exchanged over SSH, its run fetched with tar. The controller's own sampler is the second host."""
+    remote = "/tmp/toolkit-fleet-test"
+    ssh = lab.ssh_args("pve1")
+    pack = subprocess.run(["tar", "-C", str(REPO), "-cf", "-", "--exclude=__pycache__", "toolkit",
+                           "tests/fixtures/probe/seed-synthetic-8gpu"], capture_output=True, check=True)
+    subprocess.run([*ssh, f"rm -rf {remote} && mkdir -p {remote} && tar -C {remote} -xf -"], input=pack.stdout,
+                   check=True, timeout=60)
+    pve1 = {"ansible_host": lab.host_address, "ansible_user": "root",
+            "ansible_ssh_private_key_file": lab.ssh_key_path,
+            "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab.known_hosts_path} -o StrictHostKeyChecking=yes",
+            "bench_probe_runs_dir": f"{remote}/runs",
+            "toolkit_probe_sampler_command": ["env", f"PYTHONPATH={remote}", "python3", "-m", "toolkit"],
+            "toolkit_probe_sampler_args": ["--gpu-source",
+                                           f"replay:{remote}/tests/fixtures/probe/seed-synthetic-8gpu/trace.csv",
+                                           "--host-hz", "4"]}
+    ctrl = {**_local_vars(tmp_path), "bench_probe_runs_dir": str(tmp_path / "ctrl")}
+    inv = tmp_path / "inv.yml"
+    inv.write_text(yaml.safe_dump({"all": {"hosts": {"pve1": pve1, "controller": ctrl}}}))
+    out = tmp_path / "fleet"
+    outcome = fleet_probe.run(fleet_probe.FleetProbeRequest(command=["sleep", "2"], inventory=str(inv),
+                                                            pattern="all", idle_s=0.5, sample_hz=10, out=out))
+    assert outcome.exit_code == 0
+    verdict = _check_merged(out, ["controller", "pve1"])
+    run = json.loads((out / "run.json").read_text())
+    assert run["clocks"]["pve1"]["bound_s"] > run["clocks"]["controller"]["bound_s"]  # a network round trip
+    assert "eth0" in run["net_counters"]["pve1"]["end"]["bytes"]
+    assert verdict["per_host"]["pve1"]["net_gb_s"] is not None
+    # [t]: the pattern does not match the shell that runs pgrep, whose own command line holds it
+    left = subprocess.run([*ssh, f"pgrep -f 'ou[t] {remote}/runs' || true"], capture_output=True, text=True,
+                          timeout=30)
+    assert left.stdout.strip() == ""
+    subprocess.run([*ssh, f"rm -rf {remote}"], check=False, timeout=30)
