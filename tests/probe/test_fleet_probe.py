@@ -133,3 +133,49 @@ def test_pve1_sampled_over_ssh_beside_the_controller(lab: Any, tmp_path: Path) -
                           timeout=30)
     assert left.stdout.strip() == ""
     subprocess.run([*ssh, f"rm -rf {remote}"], check=False, timeout=30)
+
+
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+
+
+@pytest.mark.skipif(not FAKETIME.exists(), reason="libfaketime is not installed (apt-get install libfaketime)")
+def test_a_host_250_ms_ahead_is_merged_onto_the_controllers_clock_within_its_bound(tmp_path: Path) -> None:
+    """`ahead` runs 250 ms ahead (libfaketime under its sampler and its clock, through toolkit_probe_exec_prefix).
+    The controller knows when it ended each host's run (it closed the sampler's stdin); each host saw that end on
+    its own clock (its bench_end_s, at its next tick). Merged, both ends land just after the controller's moment,
+    as on the host without skew; left unmerged, the skewed one would be 250 ms late."""
+    from toolkit.core.probe.clock import HostClock
+    from toolkit.core.probe.fleet import to_controller_s
+
+    hz = 20.0
+    # Its monotonic clock moves with the wall clock (DONT_FAKE_MONOTONIC=1 makes libfaketime's clock_nanosleep
+    # refuse Python's absolute monotonic sleeps with EINVAL); the sampler's times are differences of it anyway.
+    ahead = {"bench_probe_runs_dir": str(tmp_path / "ahead"),
+             "toolkit_probe_exec_prefix": ["env", f"LD_PRELOAD={FAKETIME}", "FAKETIME=+0.25"]}
+    inv = _inventory(tmp_path / "inv.yml", {"plain": {"bench_probe_runs_dir": str(tmp_path / "plain")},
+                                            "ahead": ahead}, _local_vars(tmp_path))
+    out = tmp_path / "fleet"
+    outcome = fleet_probe.run(fleet_probe.FleetProbeRequest(command=["sleep", "1"], inventory=inv, idle_s=0.5,
+                                                            sample_hz=hz, out=out))
+    assert outcome.exit_code == 0
+    _check_merged(out, ["ahead", "plain"])
+    run = json.loads((out / "run.json").read_text())
+    assert run["clocks"]["ahead"]["start"]["offset_s"] == pytest.approx(0.25, abs=0.005)
+    assert run["clocks"]["plain"]["start"]["offset_s"] == pytest.approx(0.0, abs=0.005)
+    late: dict[str, tuple[float, float]] = {}
+    for host in ("plain", "ahead"):
+        clock = HostClock.from_record(run["clocks"][host])
+        own = json.loads((out / "hosts" / host / "run.json").read_text())
+        origin = own["clock_origin_epoch_ns"]
+        merged = to_controller_s(clock, origin, run["clock_origin_epoch_ns"], [own["bench_end_s"]])[0]
+        naive = own["bench_end_s"] + (origin - run["clock_origin_epoch_ns"]) / 1e9
+        stopped = run["sampler_stopped_s"][host]
+        late[host] = (merged - stopped, naive - stopped)
+        bound_s = clock.bound_ns / 1e9
+        # At most a tick and the pipe's latency after the controller's moment, never before it (beyond the bound).
+        assert -bound_s <= merged - stopped <= 1 / hz + 0.2 + bound_s, (host, merged, stopped)
+    assert late["ahead"][1] - late["ahead"][0] == pytest.approx(0.25, abs=0.005)  # what the merge took out
+    assert abs(late["ahead"][0] - late["plain"][0]) < 0.15
+    verdict = json.loads((out / "fleet_verdict.json").read_text())
+    assert verdict["evidence"]["clocks"]["ahead"]["offset_ms"] == pytest.approx(250.0, abs=5.0)
+    assert "within +/-" in verdict["headline"]

@@ -51,6 +51,18 @@ def ssh_argv(name: str, host_vars: dict[str, Any]) -> list[str]:
     return argv
 
 
+def exec_prefix(name: str, host_vars: dict[str, Any]) -> list[str]:
+    """`toolkit_probe_exec_prefix`: argv put before every command the fleet probe runs on the host (its sampler, its
+    clock, its counters, the fetch), e.g. `pct exec 100 --` for a container reached through its Proxmox host."""
+    prefix = host_vars.get("toolkit_probe_exec_prefix") or []
+    if isinstance(prefix, str):
+        prefix = shlex.split(prefix)
+    if not isinstance(prefix, list):
+        raise ToolkitError.of(f"{name}'s toolkit_probe_exec_prefix is not a list", field="toolkit_probe_exec_prefix",
+                              fix="give a YAML list, e.g. [pct, exec, '100', '--']")
+    return [str(p) for p in prefix]
+
+
 def _remote(ssh: Sequence[str], argv: Sequence[str]) -> list[str]:
     """argv run on the host: through ssh as one shell-quoted command line, or as is for a local host."""
     return [*ssh, shlex.join(argv)] if ssh else list(argv)
@@ -70,9 +82,9 @@ def run_on(host: str, ssh: Sequence[str], argv: Sequence[str], timeout_s: float 
     return proc.stdout
 
 
-def net_counters(host: str, ssh: Sequence[str]) -> dict[str, tuple[int, int]]:
+def net_counters(host: str, ssh: Sequence[str], prefix: Sequence[str] = ()) -> dict[str, tuple[int, int]]:
     """The host's interfaces' (rx, tx) byte counters."""
-    return parse_proc_net_dev(run_on(host, ssh, ["cat", "/proc/net/dev"], timeout_s=20).decode())
+    return parse_proc_net_dev(run_on(host, ssh, [*prefix, "cat", "/proc/net/dev"], timeout_s=20).decode())
 
 
 class RemoteSampler:
@@ -148,9 +160,10 @@ class RemoteSampler:
         return proc.returncode
 
 
-def fetch_dir(host: str, ssh: Sequence[str], remote_dir: str, local_dir: Path) -> list[str]:
+def fetch_dir(host: str, ssh: Sequence[str], remote_dir: str, local_dir: Path, prefix: Sequence[str] = ()
+              ) -> list[str]:
     """Every file of `remote_dir` on the host into `local_dir` (one tar stream); the names brought."""
-    data = run_on(host, ssh, ["tar", "-C", remote_dir, "-cf", "-", "."], timeout_s=300)
+    data = run_on(host, ssh, [*prefix, "tar", "-C", remote_dir, "-cf", "-", "."], timeout_s=300)
     local_dir.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         members = [m for m in tar.getmembers() if m.isfile()]

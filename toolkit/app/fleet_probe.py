@@ -65,13 +65,17 @@ class FleetProbeOutcome:
 class _Host:
     name: str
     ssh: list[str]
+    prefix: list[str]  # toolkit_probe_exec_prefix: before every command run on the host
     sampler_argv: list[str]
     remote_dir: str
+
+    def argv(self, *argv: str) -> list[str]:
+        return [*self.prefix, *argv]
 
 
 def _hosts(request: FleetProbeRequest, run_id: str) -> list[_Host]:
     from toolkit.adapters.ansible import find_inventory, read_inventory
-    from toolkit.adapters.remote_sampler import ssh_argv
+    from toolkit.adapters.remote_sampler import exec_prefix, ssh_argv
 
     inventory = read_inventory(find_inventory(request.inventory), request.pattern, request.limit)
     if not inventory:
@@ -94,7 +98,8 @@ def _hosts(request: FleetProbeRequest, run_id: str) -> list[_Host]:
         argv = [*map(str, command), "probe", "run", "--until-eof", "--out", remote_dir,
                 "--idle-s", f"{request.idle_s:g}", "--hz", f"{request.sample_hz:g}", "--live", "off",
                 *map(str, extra), *request.sampler_args]
-        out.append(_Host(name, ssh_argv(name, v), argv, remote_dir))
+        prefix = exec_prefix(name, v)
+        out.append(_Host(name, ssh_argv(name, v), prefix, [*prefix, *argv], remote_dir))
     return out
 
 
@@ -108,7 +113,7 @@ def _each(hosts: list[_Host], fn: Callable[[_Host], T]) -> dict[str, T]:
 def _clock(h: _Host) -> ClockOffset:
     from toolkit.adapters.clock_exchange import exchange_burst
 
-    return exchange_burst(h.name, h.ssh, count=CLOCK_EXCHANGES, remote_shell=bool(h.ssh))
+    return exchange_burst(h.name, h.ssh, count=CLOCK_EXCHANGES, remote_shell=bool(h.ssh), host_prefix=h.prefix)
 
 
 def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _m: None) -> FleetProbeOutcome:
@@ -164,7 +169,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         _each(hosts, lambda h: samplers[h.name].wait_ready())
         idle_start_s = now_s()
         time.sleep(request.idle_s)
-        net_a = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh)))
+        net_a = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh, h.prefix)))
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str((out / "bench.jsonl").resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         bench_start_s = now_s()
@@ -182,19 +187,23 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                 stop_process(proc)
                 exit_code = proc.returncode
         bench_end_s = now_s()
-        net_b = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh)))
+        net_b = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh, h.prefix)))
     finally:
-        codes = _each(hosts, lambda h: samplers[h.name].stop())
+        # When each host's run was ended, on this clock: the host's own end of it (its bench_end_s) merged must
+        # land just after (one of its ticks, the pipe's latency), which checks the merge end to end.
+        stopped = _each(hosts, lambda h: (round(now_s(), 4), samplers[h.name].stop()))
     on_message("samplers stopped; clocks again, then the runs fetched ...")
     end_offsets = _each(hosts, _clock)
     clocks = [HostClock(start_offsets[h.name], end_offsets[h.name]) for h in hosts]
-    fetched = _each(hosts, lambda h: fetch_dir(h.name, h.ssh, h.remote_dir, out / "hosts" / h.name))
+    fetched = _each(hosts, lambda h: fetch_dir(h.name, h.ssh, h.remote_dir, out / "hosts" / h.name, h.prefix))
     manifest.update({
         "status": "interrupted" if interrupted else "finished",
         "idle_start_s": round(idle_start_s, 4), "idle_end_s": round(bench_start_s, 4),
         "bench_start_s": round(bench_start_s, 4), "bench_end_s": round(bench_end_s, 4),
         "exit_code": exit_code, "interrupted": interrupted, "stderr_tail": tail(out / "bench.stderr.log"),
-        "sampler_exit_codes": codes, "host_runs": {h.name: f"hosts/{h.name}" for h in hosts},
+        "sampler_exit_codes": {h: code for h, (_, code) in stopped.items()},
+        "sampler_stopped_s": {h: at for h, (at, _) in stopped.items()},
+        "host_runs": {h.name: f"hosts/{h.name}" for h in hosts},
         "host_files": fetched,
         "net_counters": {h: {"start": {"t_s": round(net_a[h][0], 4), "bytes": net_a[h][1]},
                              "end": {"t_s": round(net_b[h][0], 4), "bytes": net_b[h][1]}}
