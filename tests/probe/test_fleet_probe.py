@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.cli.test_json_contract import _run, _validated
 from toolkit.app import fleet_probe
 from toolkit.core.errors import ToolkitError
 
@@ -64,7 +65,8 @@ def _check_merged(out: Path, hosts: list[str]) -> dict[str, Any]:
     return verdict
 
 
-def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(tmp_path: Path) -> None:
+def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     inv = _inventory(tmp_path / "inv.yml", {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
                                             "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b")}},
                      _local_vars(tmp_path))
@@ -74,8 +76,10 @@ def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(tmp_pa
     assert outcome.exit_code == 0
     verdict = _check_merged(out, ["nodea", "nodeb"])
     assert verdict["evidence"]["network_measured_gb_s"] == 10.0
-    # Replayed from the directory alone: the same verdict.
+    # Replayed from the directory alone: the same verdict, printed as its --json kind says.
     assert fleet_probe.judge_fleet_dir(out, write=False) == verdict
+    data = _validated(_run(capsys, ["probe", "replay", str(out), "--json"]), "probe.fleet")
+    assert data["replay"] and data["verdict"] == verdict
 
 
 def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_path: Path) -> None:

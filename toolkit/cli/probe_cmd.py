@@ -73,6 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--network-gb-s", type=float, default=None, metavar="GB_S",
                      help="--fleet: the network's measured bus bandwidth between the hosts in GB/s (the NCCL "
                      "preflight's), for the inter-node communication verdict")
+    run.add_argument("--sampler-arg", action="append", default=[], metavar="ARG",
+                     help="--fleet: one more argument for every host's sampler (repeat it: "
+                     "--sampler-arg=--gpu-source --sampler-arg=simulated:http://127.0.0.1:30000)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
     run.set_defaults(func=cmd_run)
 
@@ -208,9 +211,19 @@ class _ReadyLine:
 def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
     from toolkit.app import fleet_probe
 
+    if args.record or args.profile or args.until_eof:
+        flag = "--record" if args.record else "--profile" if args.profile else "--until-eof"
+        raise ToolkitError.of(f"{flag} is not taken with --fleet", field=flag,
+                              fix="give the benchmark after -- (record a host's run with `toolkit results record "
+                              "DIR/hosts/HOST --profile NAME`)" if flag != "--until-eof" else "drop one of them")
+    # What the single-host options say about sampling goes to every host's sampler.
     sampler_args = [*(["--server-unit", args.server_unit] if args.server_unit else []),
                     *(["--server-url", args.server_url] if args.server_url else []),
-                    *(["--host-hz", f"{args.host_hz:g}"])]
+                    *(["--server-hz", f"{args.server_hz:g}"] if args.server_hz else []),
+                    *(["--gpus", args.gpus] if args.gpus != "all" else []),
+                    *(["--gpu-source", _gpu_source(args)] if args.gpu_source or args.replay_gpu_trace else []),
+                    *(["--no-gpm"] if args.no_gpm else []),
+                    "--host-hz", f"{args.host_hz:g}", *args.sampler_arg]
     request = fleet_probe.FleetProbeRequest(
         command=command, inventory=args.inventory, pattern=args.hosts,
         idle_s=args.idle_s if args.idle_s is not None else 5.0,
@@ -223,7 +236,7 @@ def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
 
 def _print_fleet(verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
     if as_json:
-        emit("probe.replay" if replay else "probe.run", {"dir": str(out), "fleet": True, "verdict": verdict})
+        emit("probe.fleet", {"dir": str(out), "replay": replay, "verdict": verdict})
         return
     from rich.console import Console
     from rich.table import Table

@@ -116,7 +116,7 @@ def judge_fleet(per_host: dict[str, dict[str, Any]], fleet: dict[str, Any], *, c
     cls, conf, headline, steps = _decide(per_host, gpu_classes, evidence, network_gb_s, backend_load, bench_failed)
     if clocks:
         worst = max(clocks, key=lambda c: c.bound_ns)
-        headline += f" (merged on the controller's clock within +/-{worst.bound_ns / 1e6:.1f} ms, {worst.host})"
+        headline += f" (merged on the controller's clock within +/-{worst.bound_ns / 1e6:.2f} ms, {worst.host})"
     if problems:
         headline += "; " + problems[0]
         conf *= 0.8
