@@ -110,6 +110,16 @@ def _each(hosts: list[_Host], fn: Callable[[_Host], T]) -> dict[str, T]:
         return {name: f.result() for name, f in futures.items()}
 
 
+def _counters(h: _Host, now_s: Callable[[], float]) -> tuple[float, dict[str, tuple[int, int]]]:
+    """The host's interface counters and when they were read on this clock: the middle of the SSH round trip (a
+    new connection takes a few hundred ms, which would otherwise shift the window)."""
+    from toolkit.adapters.remote_sampler import net_counters
+
+    before = now_s()
+    counters = net_counters(h.name, h.ssh, h.prefix)
+    return (before + now_s()) / 2, counters
+
+
 def _clock(h: _Host) -> ClockOffset:
     from toolkit.adapters.clock_exchange import exchange_burst
 
@@ -119,7 +129,7 @@ def _clock(h: _Host) -> ClockOffset:
 def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _m: None) -> FleetProbeOutcome:
     """Sample every host while the benchmark runs here; bring the runs back, merge on this clock, judge."""
     from toolkit.adapters.bench_process import stop_process, tail
-    from toolkit.adapters.remote_sampler import RemoteSampler, fetch_dir, net_counters
+    from toolkit.adapters.remote_sampler import RemoteSampler, fetch_dir
     from toolkit.core.probe.bench import redact_argv
     from toolkit.core.probe.clock import HostClock
 
@@ -169,7 +179,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         _each(hosts, lambda h: samplers[h.name].wait_ready())
         idle_start_s = now_s()
         time.sleep(request.idle_s)
-        net_a = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh, h.prefix)))
+        net_a = _each(hosts, lambda h: _counters(h, now_s))
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str((out / "bench.jsonl").resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         bench_start_s = now_s()
@@ -187,7 +197,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                 stop_process(proc)
                 exit_code = proc.returncode
         bench_end_s = now_s()
-        net_b = _each(hosts, lambda h: (now_s(), net_counters(h.name, h.ssh, h.prefix)))
+        net_b = _each(hosts, lambda h: _counters(h, now_s))
     finally:
         # When each host's run was ended, on this clock: the host's own end of it (its bench_end_s) merged must
         # land just after (one of its ticks, the pipe's latency), which checks the merge end to end.
