@@ -12,6 +12,7 @@ from toolkit.core.probe.fleet import (
     aligned,
     fleet_figures,
     host_figures,
+    node_verdict,
     parse_proc_net_dev,
 )
 from toolkit.core.probe.fleet_verdict import (
@@ -139,6 +140,14 @@ def test_energy_and_tokens_per_joule_add_up_per_host_and_for_the_fleet() -> None
     v = judge_fleet(per_host, fleet)
     assert v["per_host"]["pve1"]["energy_j"] == per_host["pve1"]["energy_j"]
     assert v["per_host"]["pve2"]["gpus"]["0"]["power_of_limit"] == pytest.approx(300 / 700, abs=1e-3)
+
+
+def test_each_node_is_also_judged_alone_by_the_single_host_code() -> None:
+    waiting = HostRun("pve1", _gpu_trace("pve1", {g: FULL for g in range(4)}), idle_end_s=IDLE_S)
+    v = node_verdict(waiting, {"sample_hz": HZ}, {}, IDLE_S, IDLE_S + BENCH_S)
+    assert v["class"] == WAITING and "busy, not working" in v["headline"]
+    idle = HostRun("pve2", _gpu_trace("pve2", {0: (0.0, IDLE_W, 345.0)}), idle_end_s=IDLE_S)
+    assert node_verdict(idle, {"sample_hz": HZ}, {}, IDLE_S, IDLE_S + BENCH_S)["class"] == "no-load"
 
 
 def test_proc_net_dev_is_read_per_interface_without_loopback() -> None:

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from toolkit import __version__
 from toolkit.adapters.probe_store import clocks_record, read_clocks, read_json, write_record
-from toolkit.core.errors import EXIT_FAILED, ToolkitError
+from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.clock import ClockOffset
 
 DEFAULT_PATTERN = "gpu_containers"
@@ -56,9 +56,9 @@ class FleetProbeOutcome:
 
     @property
     def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        return EXIT_FAILED if self.verdict["class"] == "benchmark-failed" else 0
+        from toolkit.app.probe import exit_code_of
+
+        return exit_code_of(self.interrupted, self.verdict)
 
 
 @dataclass
@@ -240,6 +240,7 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
         dump_fleet_trace,
         fleet_figures,
         host_figures,
+        node_verdict,
     )
     from toolkit.core.probe.fleet_verdict import judge_fleet
     from toolkit.core.probe.server_trace import counter_delta
@@ -254,6 +255,7 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     start_s, end_s = float(manifest["bench_start_s"]), float(manifest["bench_end_s"])
     nets = manifest.get("net_counters") or {}
     runs: list[HostRun] = []
+    manifests: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for host, rel in sorted((manifest.get("host_runs") or {}).items()):
         loaded = load_run(out / rel)
         m = loaded.manifest
@@ -265,7 +267,10 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
         raw = HostRun(host, loaded.trace, loaded.server, loaded.host, clocks.get(host),
                       float(m.get("idle_start_s") or 0.0), float(m.get("idle_end_s") or 0.0), net)
         runs.append(aligned(raw, int(m["clock_origin_epoch_ns"]), origin_ns))
+        manifests[host] = (m, loaded.topology)
     per_host = {r.host: host_figures(r, start_s, end_s) for r in runs}
+    for r in runs:
+        per_host[r.host]["verdict"] = node_verdict(r, *manifests[r.host], start_s, end_s)
     bench = normalize_bench_result(read_bench_jsonl(out / "bench.jsonl"))
     load = manifest.get("backend_load")
     if load is None:

@@ -82,9 +82,14 @@ class ProbeOutcome:
 
     @property
     def exit_code(self) -> int:
-        if self.interrupted:
-            return 130
-        return EXIT_FAILED if self.verdict["class"] == "benchmark-failed" else 0
+        return exit_code_of(self.interrupted, self.verdict)
+
+
+def exit_code_of(interrupted: bool, verdict: dict[str, Any]) -> int:
+    """A probe's exit code (a fleet's too): 130 interrupted, 1 when the benchmark failed, else 0."""
+    if interrupted:
+        return 130
+    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
 
 
 @dataclass

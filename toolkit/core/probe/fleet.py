@@ -13,13 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from toolkit.core.probe.bench import normalize_bench_result
 from toolkit.core.probe.clock import NS_PER_S, HostClock
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import COLUMNS, NUMERIC_COLUMNS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_delta
-from toolkit.core.probe.summary import gpu_window_stats, idle_power
+from toolkit.core.probe.steady import SteadyParams
+from toolkit.core.probe.summary import gpu_window_stats, idle_power, summarize
 from toolkit.core.probe.trace import format_row
+from toolkit.core.probe.verdict import judge
 
 # What a host's sampler (`toolkit probe run --until-eof`) prints on its stdout once its first samples are taken: the
 # controller starts the idle baseline's clock on it.
@@ -135,6 +138,20 @@ def host_figures(run: HostRun, start_s: float, end_s: float) -> dict[str, Any]:
         "tokens_per_j": _r(tokens / energy_j, 4) if tokens is not None and energy_j else None,
         "net_gb_s": _r(net_gb_s(run.net), 4),
     }
+
+
+def node_verdict(run: HostRun, host_manifest: dict[str, Any], topology: dict[str, Any], start_s: float,
+                 end_s: float) -> dict[str, Any]:
+    """One host judged alone over the fleet's benchmark window (controller clock) by the single-host summary and
+    verdict code, its own server and host timelines included: what that node shows beside the fleet's verdict
+    (a replica kv-bound while the other idles)."""
+    manifest = {**host_manifest, "idle_start_s": run.idle_start_s, "idle_end_s": run.idle_end_s,
+                "bench_start_s": start_s, "bench_end_s": end_s, "exit_code": 0}
+    summary = summarize(run.trace, manifest, normalize_bench_result(None), SteadyParams.of_manifest(manifest),
+                        server=run.server, host=run.host_trace)
+    verdict = judge(summary, topology, manifest.get("target") or {}, trace=run.trace, server=run.server,
+                    host=run.host_trace)
+    return {"class": verdict.cls, "confidence": round(verdict.confidence, 2), "headline": verdict.headline}
 
 
 def fleet_figures(per_host: dict[str, dict[str, Any]], output_tokens: float | None) -> dict[str, Any]:
