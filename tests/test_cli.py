@@ -134,3 +134,15 @@ def test_typos_get_the_subcommands_own_usage_and_did_you_mean(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["profile", "show", "glm5-tp8", "--zzz"])
     assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess
+
+
+def test_a_usage_error_does_not_echo_a_secret_typed_as_an_unknown_option(capsys) -> None:
+    # `toolkit probe run --api-key sk-...` (meant for bench_serving, after `--`) lands in the terminal's log.
+    with pytest.raises(SystemExit) as exit_:
+        main(["profile", "show", "glm5-tp8", "--api-key", "sk-live-123", "--hf-token=hf_abcdef",
+              "--resolv", "https://u:pw@example.com/x"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert "sk-live-123" not in err and "hf_abcdef" not in err and "u:pw" not in err
+    assert "unrecognized arguments: --api-key *** --hf-token=*** --resolv https://***@example.com/x" in err
+    assert "did you mean --resolved?" in err

@@ -368,3 +368,76 @@ def test_lab_up_builds_the_default_template_unless_more_are_named() -> None:
     with pytest.raises(ToolkitError) as err:
         template.suites_wanted("bookworm,sid")
     assert "sid" in str(err.value) and "bookworm, trixie" in str(err.value)
+
+
+# ---------------------------------------------------------------- several hosts
+
+
+TWO = LabConfig(subnet="10.213.0.0/24", ct_subnet="10.213.1.0/24", hosts=2, cluster=True,
+                clock_skew_ms=(("pve2", 250),))
+
+
+def test_two_hosts_have_their_own_names_addresses_and_containers_and_pve1_keeps_the_one_host_ones() -> None:
+    one, (pve1, pve2) = BASE.lab_hosts[0], TWO.lab_hosts
+    assert pve1 == one
+    assert (pve1.name, pve1.netns, pve1.address, pve1.ct_name, pve1.ct_vmid, pve1.ct_address) == (
+        "pve1", plan.NETNS, BASE.host_address, "ct", 100, BASE.ct_address)
+    assert (pve2.name, pve2.address, pve2.ct_subnet, pve2.bridge_address, pve2.ct_name, pve2.ct_vmid,
+            pve2.ct_address) == ("pve2", "10.213.0.3", "10.213.2.0/24", "10.213.2.1", "ct2", 101, "10.213.2.101")
+    assert pve2.netns != pve1.netns and pve2.cgroup_name != pve1.cgroup_name
+    assert (pve1.clock_skew_ms, pve2.clock_skew_ms) == (0, 250)
+    assert TWO.lab_host("ct2") == pve2 and TWO.lab_host("pve1") == pve1
+    assert plan.clock_env(250)["FAKETIME"] == "+0.250" and plan.clock_env(-40)["FAKETIME"] == "-0.040"
+
+
+def test_the_inventory_of_two_hosts_lists_both_hosts_and_both_containers_in_the_playbooks_groups() -> None:
+    state = default_state()
+    state.config = TWO
+    text = plan.render_inventory(state)
+    assert "&id" not in text, "each host's variables are written out, not a YAML alias"
+    children = yaml.safe_load(text)["all"]["children"]
+    hosts, cts = children["proxmox_hosts"]["hosts"], children["gpu_containers"]["hosts"]
+    assert list(hosts) == ["pve1", "pve2"] and list(cts) == ["ct", "ct2"]
+    assert (hosts["pve1"]["ansible_host"], hosts["pve2"]["ansible_host"]) == ("10.213.0.2", "10.213.0.3")
+    assert {k: v for k, v in hosts["pve2"].items() if k != "ansible_host"} == {
+        k: v for k, v in hosts["pve1"].items() if k != "ansible_host"}
+    assert cts["ct2"]["lxc_gpu_container_proxmox_host"] == "pve2" and cts["ct2"]["lxc_gpu_container_vmid"] == 101
+    assert cts["ct2"]["lxc_gpu_container_net0"] == "name=eth0,bridge=vmbr0,ip=10.213.2.101/24,gw=10.213.2.1,type=veth"
+    assert state.ssh_args("pve2")[-1] == "root@10.213.0.3" and state.ssh_args("ct2")[-1] == "root@10.213.2.101"
+    with pytest.raises(ToolkitError):
+        state.ssh_args("pve3")
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (LabConfig(hosts=0), "--hosts"),
+    (LabConfig(hosts=plan.MAX_HOSTS + 1), "--hosts"),
+    (LabConfig(hosts=2, ct_vmid=199), "--ct-vmid"),
+    (LabConfig(hosts=2, subnet="10.213.1.0/24", ct_subnet="10.213.0.0/24"), "--ct-subnet"),
+    (LabConfig(hosts=2, clock_skew_ms=(("pve3", 250),)), "--clock-skew-ms"),
+    (LabConfig(hosts=2, clock_skew_ms=(("pve2", 3_600_000),)), "--clock-skew-ms"),
+])
+def test_bad_host_options_name_the_option_and_a_fix(config: LabConfig, field: str) -> None:
+    with pytest.raises(ToolkitError) as err:
+        plan.validate(config)
+    assert [p.field for p in err.value.problems] == [field]
+    assert all(p.fix for p in err.value.problems)
+
+
+def test_clock_skew_is_parsed_per_host_and_a_bad_one_refused() -> None:
+    assert plan.parse_clock_skew(["pve2=250", "pve1=-5"]) == (("pve1", -5), ("pve2", 250))
+    with pytest.raises(ToolkitError) as err:
+        plan.parse_clock_skew(["pve2:250"])
+    assert err.value.problems[0].field == "--clock-skew-ms"
+
+
+def test_the_second_hosts_container_network_is_checked_against_the_machines_routes() -> None:
+    problems = plan.address_conflicts(TWO, [{"dst": "10.213.2.0/24", "dev": "docker0"}], our_links=set())
+    assert [p.field for p in problems] == ["--ct-subnet"]
+
+
+def test_state_of_two_hosts_round_trips() -> None:
+    state = default_state()
+    state.config = TWO
+    state.holders = {"pve2": [321, 654]}
+    back = LabState.from_json(state.to_json(), "state.json")
+    assert back == state and back.holder("pve2") == (321, 654) and back.holder("pve3") == (0, 0)

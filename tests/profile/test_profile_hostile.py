@@ -292,8 +292,7 @@ def test_an_unreadable_profile_is_a_located_error_not_a_traceback(tmp_path: Path
 def test_the_one_redaction_helper() -> None:
     """URL credentials and the values of secret-named assignments and flags, masked wherever they are shown or
     stored (a stored benchmark command too); what only looks alike stays."""
-    from toolkit.core.probe.bench import redact_argv
-    from toolkit.core.text import printable, redact
+    from toolkit.core.text import printable, redact, redact_argv
 
     assert redact("see https://ci:tok3n@git.example.org/x and ssh://git@h/r") == \
         "see https://***@git.example.org/x and ssh://***@h/r"

@@ -36,7 +36,7 @@ def test_num_prompts_is_what_completed_and_the_profile_is_kept_apart(scratch: Sc
 
 
 def test_secret_looking_flags_are_whole_words() -> None:
-    from toolkit.core.probe.bench import redact_argv
+    from toolkit.core.text import redact_argv
 
     argv = ["x", "--tokenizer", "/t", "--hf-token", "hf_1", "--api-key=k", "--max-total-tokens", "9", "--password", "p"]
     assert redact_argv(argv) == ["x", "--tokenizer", "/t", "--hf-token", "***", "--api-key=***",

@@ -22,7 +22,6 @@ from typing import IO, Any
 
 from toolkit.adapters.timeline_thread import TimelineThread
 from toolkit.core.errors import ToolkitError
-from toolkit.core.probe.bench import redact_argv  # noqa: F401  (kept importable from here)
 from toolkit.core.probe.sampler import GpuSampler, Row
 from toolkit.core.probe.series import COLUMNS
 from toolkit.core.probe.trace import format_row, header_line

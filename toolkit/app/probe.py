@@ -244,7 +244,8 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     """The idle baseline, the benchmark under sampling and the artifacts: (interrupted, summary, verdict).
     side_cfg: (server pid, server URL, scrape Hz) for the host and server timelines."""
     from toolkit.adapters.bench_process import read_bench_jsonl, run_sampled, server_log_tail
-    from toolkit.core.probe.bench import failed_requests, normalize_bench_result, redact_argv, requests_sent
+    from toolkit.core.probe.bench import failed_requests, normalize_bench_result, requests_sent
+    from toolkit.core.text import redact_argv
 
     bench_jsonl = out / "bench.jsonl"
     started_epoch_s = time.time()

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 from toolkit import __version__
 from toolkit.cli.envelope import emit_error, wants_json
 from toolkit.core.errors import EXIT_BAD_INPUT, ToolkitError
+from toolkit.core.text import redact_argv, secret_name
 
 # group name -> (module, one-line help). The module exposes `configure(parser)`, which adds the
 # group's subcommands; each subcommand sets `func(args) -> int` with `parser.set_defaults`.
@@ -54,9 +55,16 @@ class Parser(argparse.ArgumentParser):
         if extras:
             target = self._deepest(tokens)
             options = sorted({o for a in target._actions for o in a.option_strings if o.startswith("--")})
-            hints = [m[0] for x in extras if x.startswith("--")
-                     for m in [difflib.get_close_matches(x.split("=", 1)[0], options, n=1, cutoff=0.6)] if m]
-            target.error(f"unrecognized arguments: {' '.join(extras)}"
+            nearest = {x.split("=", 1)[0]: m[0] for x in extras if x.startswith("--")
+                       for m in [difflib.get_close_matches(x.split("=", 1)[0], options, n=1, cutoff=0.6)] if m}
+            hints = list(dict.fromkeys(nearest.values()))
+
+            # The message goes to stderr and terminal logs: a secret typed after a mistyped flag (`--api-kye sk-..`)
+            # is hidden when the flag's name, or the option it was nearest to, says secret.
+            def secret(flag: str) -> bool:
+                return secret_name(flag) or secret_name(nearest.get(flag, ""))
+
+            target.error(f"unrecognized arguments: {' '.join(redact_argv(extras, secret=secret))}"
                          + (f" (did you mean {' '.join(hints)}?)" if hints else ""))
         return parsed
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
 
 MASK = "***"
 
@@ -51,6 +52,29 @@ def redact(text: str) -> str:
         return m.group(1) + m.group(2) + m.group(3) + MASK + m.group(5)
 
     return _ASSIGNMENT.sub(mask, text)
+
+
+def redact_argv(argv: Sequence[str], *, secret: Callable[[str], bool] = secret_name) -> list[str]:
+    """The command as it may be stored or shown: values of flags whose name says secret (--api-key, --hf-token,
+    whole words, so --tokenizer and --max-total-tokens stay readable) are replaced, and credentials in URLs cut
+    out. `secret` decides on a flag's name (a usage error also hides the value of a mistyped secret flag)."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        if a.startswith("-") and secret(a.partition("=")[0]):
+            flag, eq, _ = a.partition("=")
+            if eq:
+                out.append(flag + "=" + MASK)
+            else:
+                out.append(a)
+                hide_next = True
+            continue
+        out.append(redact_url(a))
+    return out
 
 
 # A message quotes input (a value, a path): a word longer than this is cut, and so is a message, so that no

@@ -4,6 +4,7 @@ inventory it writes for the roles. Pure: no I/O here, so every decision is testa
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import os
@@ -88,6 +89,17 @@ BRIDGE = "vmbr0"
 CGROUP_NAME = "toolkit-lab" + _SUFFIX
 STATE_DIR_NAME = "toolkit-lab" + _SUFFIX
 HOSTNAME = "pve1"
+# `lab up --hosts N`: pve1..pveN on one LAN, each its own network namespace; the LAN is a bridge in a
+# namespace of its own (a switch), so no bridge or forwarding is set up in the controller's namespace.
+MAX_HOSTS = 4
+LAN_NETNS = "toolkit-lan" + _SUFFIX
+LAN_BRIDGE = "lan0"
+# How far a host's clock may be set apart (`--clock-skew-ms`): far beyond any NTP-kept host, within what a
+# probe's offset measurement must still handle.
+MAX_CLOCK_SKEW_MS = 60_000
+# libfaketime (Debian package libfaketime), on the controller and copied into a skewed host (the lab's userland
+# is the controller's Debian 12): preloaded into every SSH session and service there.
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # A second instance gets its own default networks, so both can run at once.
 _NET = 213 if not INSTANCE else 214 + sum(map(ord, INSTANCE)) % 30
 DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
@@ -218,6 +230,39 @@ class LabConfig:
     # How many GPUs (the last ones the host keeps) a stopped VM names in its hostpci lines while nvidia still
     # binds them: qemu-server takes them from the driver only when the VM starts.
     vm_gpus: int = 0
+    # Several hosts (pve1..pveN) on one LAN; `cluster`: one Proxmox cluster (/etc/pve/nodes shared, vmids
+    # unique across it); `clock_skew_ms`: (host, ms) pairs, that host's clock set ahead (or behind) on purpose.
+    hosts: int = 1
+    cluster: bool = False
+    clock_skew_ms: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def lab_hosts(self) -> list[LabHost]:
+        """pve1..pveN with their names, addresses and containers (pve1's are the one-host lab's)."""
+        skew = dict(self.clock_skew_ms)
+        ct = _net(self.ct_subnet)
+        out = []
+        for index in range(1, self.hosts + 1):
+            name = f"pve{index}"
+            # Each host's container bridge is the next network of the --ct-subnet's size.
+            ct_net = ipaddress.IPv4Network((int(ct.network_address) + (index - 1) * ct.num_addresses, ct.prefixlen))
+            vmid = self.ct_vmid + index - 1
+            out.append(LabHost(
+                index=index, name=name, netns=NETNS if index == 1 else f"toolkit-{name}{_SUFFIX}",
+                address=str(_net(self.subnet)[1 + index]), ct_subnet=str(ct_net), bridge_address=str(ct_net[1]),
+                ct_name="ct" if index == 1 else f"ct{index}", ct_vmid=vmid,
+                ct_address=str(ct_net[vmid]) if vmid < ct_net.num_addresses else "",
+                ct_prefixlen=ct_net.prefixlen, cgroup_name=CGROUP_NAME if index == 1 else f"{CGROUP_NAME}-{name}",
+                clock_skew_ms=skew.get(name, 0)))
+        return out
+
+    def lab_host(self, name: str) -> LabHost:
+        """The host (pveN) or the host of the container (ct, ctN) called `name`."""
+        for host in self.lab_hosts:
+            if name in (host.name, host.ct_name):
+                return host
+        known = [n for h in self.lab_hosts for n in (h.name, h.ct_name)]
+        raise ToolkitError.of(f"unknown lab host {name!r}", field="host", fix=f"use one of {', '.join(known)}")
 
     @property
     def flavour_spec(self) -> Flavour:
@@ -258,6 +303,50 @@ def _net(cidr: str) -> ipaddress.IPv4Network:
     return ipaddress.IPv4Network(cidr, strict=True)
 
 
+@dataclass(frozen=True)
+class LabHost:
+    """One Proxmox stand-in of the lab and its container: the names and addresses `up` gives them."""
+
+    index: int
+    name: str  # pve1, pve2, ...
+    netns: str
+    address: str  # on the LAN (the controller is .1)
+    ct_subnet: str  # its vmbr0's network, routed through it
+    bridge_address: str
+    ct_name: str  # the container's inventory name: ct (pve1's), ct2, ...
+    ct_vmid: int
+    ct_address: str
+    ct_prefixlen: int
+    cgroup_name: str
+    clock_skew_ms: int = 0
+
+    @property
+    def dir_name(self) -> str:
+        return self.name
+
+
+def host_names(config: LabConfig) -> list[str]:
+    return [h.name for h in config.lab_hosts]
+
+
+def clock_env(skew_ms: int) -> dict[str, str]:
+    """What makes a process read a clock `skew_ms` apart from the kernel's: libfaketime's offset, the monotonic
+    clock left alone (intervals stay true, as on a host whose wall clock is off)."""
+    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{skew_ms / 1000:+.3f}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def parse_clock_skew(values: list[str]) -> tuple[tuple[str, int], ...]:
+    """`--clock-skew-ms HOST=MS` (repeatable) as (host, ms) pairs, sorted by host."""
+    out: dict[str, int] = {}
+    for value in values:
+        name, sep, ms = value.partition("=")
+        if not sep or not re.fullmatch(r"[+-]?\d+", ms.strip()):
+            raise ToolkitError.of(f"--clock-skew-ms {value!r} is not HOST=MS", field="--clock-skew-ms",
+                                  fix="pass e.g. --clock-skew-ms pve2=250 (pve2's clock 250 ms ahead)")
+        out[name.strip()] = int(ms)
+    return tuple(sorted(out.items()))
+
+
 def validate(config: LabConfig) -> LabConfig:
     problems: list[Problem] = []
     if not 1 <= config.gpus <= MAX_GPUS:
@@ -290,9 +379,44 @@ def validate(config: LabConfig) -> LabConfig:
         problems.append(Problem(f"{config.ct_subnet} is smaller than a /24: no room for address .{config.ct_vmid}",
                                 field="--ct-subnet", fix="give the container bridge a /24"))
     problems += _flavour_problems(config)
+    if not problems:
+        problems += _hosts_problems(config)
     if problems:
         raise ToolkitError(problems)
     return config
+
+
+def _hosts_problems(config: LabConfig) -> list[Problem]:
+    if not 1 <= config.hosts <= MAX_HOSTS:
+        return [Problem(f"{config.hosts} hosts asked; the lab makes 1 to {MAX_HOSTS}", field="--hosts",
+                        fix="pass --hosts 2 (two Proxmox hosts on one LAN)")]
+    problems = []
+    hosts = config.lab_hosts
+    last = hosts[-1]
+    if not last.ct_address or last.ct_vmid > 199:
+        problems.append(Problem(f"vmid {last.ct_vmid} for {last.name}'s container is outside 100-199 (each host's "
+                                "container takes the next vmid)", field="--ct-vmid",
+                                fix=f"pass a vmid between 100 and {200 - config.hosts}"))
+    lan = _net(config.subnet)
+    if lan.num_addresses < config.hosts + 3:
+        problems.append(Problem(f"{config.subnet} has no room for {config.hosts} hosts", field="--subnet",
+                                fix="pass a /24"))
+    for host in hosts[1:]:
+        net = _net(host.ct_subnet)
+        if net.overlaps(lan) or not net.is_private:
+            problems.append(Problem(f"{host.name}'s container network {net} (the one after --ct-subnet) overlaps "
+                                    f"{config.subnet} or is not private", field="--ct-subnet",
+                                    fix=f"pick a --ct-subnet with {config.hosts} free networks of its size after it"))
+    names = {h.name for h in hosts}
+    for name, ms in config.clock_skew_ms:
+        if name not in names:
+            problems.append(Problem(f"--clock-skew-ms names {name!r}, not one of the lab's hosts {sorted(names)}",
+                                    field="--clock-skew-ms",
+                                    fix="name a host the lab makes, e.g. pve2=250 with --hosts 2"))
+        elif abs(ms) > MAX_CLOCK_SKEW_MS:
+            problems.append(Problem(f"{name}'s clock {ms} ms apart: more than the lab sets ({MAX_CLOCK_SKEW_MS} ms)",
+                                    field="--clock-skew-ms", fix=f"pass at most {MAX_CLOCK_SKEW_MS} ms"))
+    return problems
 
 
 def _flavour_problems(config: LabConfig) -> list[Problem]:
@@ -334,7 +458,7 @@ def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links
     """Networks in `ip -j route` output (of the controller) that overlap the lab's, except on the
     lab's own links (a second `up` must not refuse its own veth)."""
     problems = []
-    ours = [_net(config.subnet), _net(config.ct_subnet)]
+    ours = [_net(config.subnet), *(_net(h.ct_subnet) for h in config.lab_hosts)]
     for route in routes:
         dst = route.get("dst", "")
         if dst in ("default", "") or route.get("dev") in our_links:
@@ -397,6 +521,15 @@ class LabState:
     # sha256 of NVIDIA's Fabric Manager archives the mirror serves (version -> hex), for hosts on Debian 13.
     fm_archive_sha256: dict[str, str] = field(default_factory=dict)
     mirror_dir: str = ""  # the stock flavour's package mirror on the controller (bound into pve1)
+    # The launcher of each host after pve1 (pve1's is holder_pid): name -> [pid, start ticks].
+    holders: dict[str, list[int]] = field(default_factory=dict)
+
+    def holder(self, host: str) -> tuple[int, int]:
+        """(pid, start ticks) of `host`'s launcher: (0, 0) when it was never started."""
+        if host == HOSTNAME:
+            return self.holder_pid, self.holder_start_ticks
+        pid, ticks = self.holders.get(host, [0, 0])
+        return pid, ticks
 
     @property
     def host_address(self) -> str:
@@ -407,15 +540,15 @@ class LabState:
         return self.config.ct_address
 
     def ssh_args(self, host: str) -> list[str]:
-        """argv prefix that reaches `pve1` or `ct` over real SSH with the lab's key."""
-        if host not in ("pve1", "ct"):
-            raise ToolkitError.of(f"unknown lab host {host!r}", field="host", fix="use pve1 or ct")
+        """argv prefix that reaches a host (`pve1`, `pve2`, ...) or a container (`ct`, `ct2`, ...) over real SSH
+        with the lab's key."""
+        lab_host = self.config.lab_host(host)
         common = ["ssh", "-i", self.ssh_key_path, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
                   "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
-        if host == "pve1":
+        if host == lab_host.name:
             return [*common, "-o", f"UserKnownHostsFile={self.known_hosts_path}",
-                    "-o", "StrictHostKeyChecking=yes", f"root@{self.host_address}"]
-        return [*common, *CT_HOSTKEY_OPTIONS, f"root@{self.ct_address}"]
+                    "-o", "StrictHostKeyChecking=yes", f"root@{lab_host.address}"]
+        return [*common, *CT_HOSTKEY_OPTIONS, f"root@{lab_host.ct_address}"]
 
     def ssh(self, host: str, command: str, *, check: bool = False, timeout_s: float = 120) -> Any:
         import subprocess
@@ -439,6 +572,7 @@ class LabState:
             raise ToolkitError.of(f"lab state schema {schema} is newer than this toolkit's {STATE_SCHEMA}",
                                   file=source, field="schema", fix="use the toolkit version that made the lab")
         data["config"]["extra_driver_versions"] = tuple(data["config"].get("extra_driver_versions", ()))
+        data["config"]["clock_skew_ms"] = tuple(tuple(pair) for pair in data["config"].get("clock_skew_ms", ()))
         data["config"] = LabConfig(**data["config"])
         data.pop("schema", None)
         return cls(**data, schema=STATE_SCHEMA)
@@ -511,6 +645,7 @@ def render_inventory(state: LabState) -> str:
         "proxmox_gpu_host_driver_checksum":
             '{{ toolkit_lab_driver_checksums[proxmox_gpu_host_driver_version | string] | default("") }}',
     }
+    hosts = {HOSTNAME: pve1}
     inventory = {
         "all": {
             "vars": {
@@ -524,7 +659,7 @@ def render_inventory(state: LabState) -> str:
                 "toolkit_inventory_valid_while": f"/run/netns/{NETNS}",
             },
             "children": {
-                "proxmox_hosts": {"hosts": {HOSTNAME: pve1}},
+                "proxmox_hosts": {"hosts": hosts},
                 "gpu_containers": {
                     "vars": {
                         "container_nvidia_userspace_cuda_install_method": "none",
@@ -535,16 +670,16 @@ def render_inventory(state: LabState) -> str:
                         "sglang_venv_pip_compile": False,
                     },
                     "hosts": {
-                        "ct": {
-                            "ansible_host": c.ct_address,
+                        h.ct_name: {
+                            "ansible_host": h.ct_address,
                             "ansible_ssh_common_args": ct_ssh,
-                            "lxc_gpu_container_proxmox_host": HOSTNAME,
-                            "lxc_gpu_container_vmid": c.ct_vmid,
+                            "lxc_gpu_container_proxmox_host": h.name,
+                            "lxc_gpu_container_vmid": h.ct_vmid,
                             "lxc_gpu_container_net0":
-                                f"name=eth0,bridge={BRIDGE},ip={c.ct_address}/{c.ct_prefixlen},"
-                                f"gw={c.bridge_address},type=veth",
-                            "lxc_gpu_container_address": c.ct_address,
-                        }
+                                f"name=eth0,bridge={BRIDGE},ip={h.ct_address}/{h.ct_prefixlen},"
+                                f"gw={h.bridge_address},type=veth",
+                            "lxc_gpu_container_address": h.ct_address,
+                        } for h in c.lab_hosts
                     },
                 },
             },
@@ -552,6 +687,9 @@ def render_inventory(state: LabState) -> str:
     }
     if c.flavour_spec.stock:
         _stock_inventory(state, pve1)
+    # Every host alike (the same flavour, driver and stand-ins), each at its own address.
+    for h in c.lab_hosts[1:]:
+        hosts[h.name] = {**copy.deepcopy(pve1), "ansible_host": h.address}
     header = (
         "# Generated by `toolkit lab up`: do not edit (it is rewritten on every up, removed by down).\n"
         "# The shape is shown by inventory/lab.example.yml; docs/lab.md says what each variable is.\n"

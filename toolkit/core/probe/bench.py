@@ -8,35 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolkit.core.probe.numbers import percentile
-from toolkit.core.text import redact_url, secret_name
 
 # bench_serving's progress bar (tqdm, on stderr): "100%|##########| 160/160 [00:09<00:00, 16.2it/s]".
 _TQDM_COUNT = re.compile(r"\|\s*(\d+)/(\d+)\s*\[")
 
 LATENCY_METRICS = ("ttft", "itl", "tpot", "e2e_latency")
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """The command as it may be stored: values of flags whose name says secret (--api-key, --hf-token, whole
-    words, so --tokenizer and --max-total-tokens stay readable) are replaced, and credentials in URLs cut out
-    (toolkit.core.text, the one redaction helper)."""
-    out: list[str] = []
-    hide_next = False
-    for a in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        if a.startswith("-") and secret_name(a.partition("=")[0]):
-            flag, eq, _ = a.partition("=")
-            if eq:
-                out.append(flag + "=***")
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(redact_url(a))
-    return out
-
-
 LATENCY_STATS = ("mean", "median", "std", "p90", "p95", "p99")
 
 

@@ -15,7 +15,6 @@ import shlex
 from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.probe.bench import redact_argv
 from toolkit.core.provenance import of_record
 from toolkit.core.results.model import (
     BenchSettings,
@@ -32,6 +31,7 @@ from toolkit.core.results.model import (
     Throughput,
     VerdictExcerpt,
 )
+from toolkit.core.text import redact_argv
 
 # Rounding, by unit: enough digits to see a real change, few enough that float noise never shows.
 TOK_PER_S_DIGITS = 1
