@@ -154,8 +154,9 @@ def test_a_host_250_ms_ahead_is_merged_onto_the_controllers_clock_within_its_bou
     from toolkit.core.probe.fleet import to_controller_s
 
     hz = 20.0
-    # Its monotonic clock moves with the wall clock (DONT_FAKE_MONOTONIC=1 makes libfaketime's clock_nanosleep
-    # refuse Python's absolute monotonic sleeps with EINVAL); the sampler's times are differences of it anyway.
+    # Its monotonic clock moves with the wall clock: with FAKETIME_DONT_FAKE_MONOTONIC=1, libfaketime 0.9.10's
+    # clock_nanosleep hands the kernel a negative time for Python 3.11's absolute monotonic sleeps, and time.sleep
+    # raises EINVAL (wolfcw/libfaketime#426). The sampler's times are differences of its monotonic clock anyway.
     ahead = {"bench_probe_runs_dir": str(tmp_path / "ahead"),
              "toolkit_probe_exec_prefix": ["env", f"LD_PRELOAD={FAKETIME}", "FAKETIME=+0.25"]}
     inv = _inventory(tmp_path / "inv.yml", {"plain": {"bench_probe_runs_dir": str(tmp_path / "plain")},

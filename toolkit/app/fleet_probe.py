@@ -130,8 +130,8 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
     """Sample every host while the benchmark runs here; bring the runs back, merge on this clock, judge."""
     from toolkit.adapters.bench_process import stop_process, tail
     from toolkit.adapters.remote_sampler import RemoteSampler, fetch_dir
-    from toolkit.core.probe.bench import redact_argv
     from toolkit.core.probe.clock import HostClock
+    from toolkit.core.text import redact_argv
 
     if not request.command:
         raise ToolkitError.of("no benchmark to run", field="command",
