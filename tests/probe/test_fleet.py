@@ -13,7 +13,6 @@ from toolkit.core.probe.fleet import (
     fleet_figures,
     host_figures,
     node_verdict,
-    parse_proc_net_dev,
 )
 from toolkit.core.probe.fleet_verdict import (
     COMM_BOUND,
@@ -23,6 +22,7 @@ from toolkit.core.probe.fleet_verdict import (
     judge_fleet,
 )
 from toolkit.core.probe.gpu_rules import FAILED, WAITING
+from toolkit.core.probe.net_trace import net_header, net_rows, parse_proc_net_dev, read_net_trace
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.trace import trace_from_rows
 
@@ -148,6 +148,37 @@ def test_each_node_is_also_judged_alone_by_the_single_host_code() -> None:
     assert v["class"] == WAITING and "busy, not working" in v["headline"]
     idle = HostRun("pve2", _gpu_trace("pve2", {0: (0.0, IDLE_W, 345.0)}), idle_end_s=IDLE_S)
     assert node_verdict(idle, {"sample_hz": HZ}, {}, IDLE_S, IDLE_S + BENCH_S)["class"] == "no-load"
+
+
+def _bursty(on_gb_s: float, host: str) -> HostRun:
+    """Exchanges at on_gb_s for 1 s, then 1 s of nothing (a pipeline's bubbles), counters every 0.25 s."""
+    rows, moved, t = [], 0, 0.0
+    while t <= IDLE_S + BENCH_S:
+        rows.append((t, moved // 2, moved))
+        if t >= IDLE_S and int(t) % 2 == 0:
+            moved += round(on_gb_s * 1e9 * 0.25)
+        t = round(t + 0.25, 2)
+    text = net_header({"sample_hz": "4"}) + "".join(
+        line for t, rx, tx in rows for line in net_rows(t, {"eth0": (rx, tx)}))
+    series = read_net_trace(text)
+    a, b = rows[int(IDLE_S * 4)], rows[int((IDLE_S + BENCH_S) * 4)]
+    ends = (NetCounters(a[0], {"eth0": (a[1], a[2])}), NetCounters(b[0], {"eth0": (b[1], b[2])}))
+    return HostRun(host, _gpu_trace(host, {g: FULL for g in range(4)}), idle_end_s=IDLE_S, net=ends,
+                   net_series=series)
+
+
+def test_a_bursty_exchange_near_the_links_limit_is_comm_bound_from_the_net_trace() -> None:
+    """11 GB/s half the time on a 12 GB/s link: the window's mean (5.5) says neither; the 1 s intervals say full."""
+    runs = [_bursty(11.0, "pve1"), _bursty(11.0, "pve2")]
+    per_host = {r.host: host_figures(r, IDLE_S, IDLE_S + BENCH_S) for r in runs}
+    assert per_host["pve1"]["net_gb_s"] == pytest.approx(5.5, rel=0.1)
+    assert per_host["pve1"]["net_gb_s_p95"] == pytest.approx(11.0, rel=0.05)
+    v = judge_fleet(per_host, fleet_figures(per_host, None), network_gb_s=12.0)
+    assert v["class"] == COMM_BOUND and v["evidence"]["network_used_is"] == "p95 of 1 s intervals"
+    for fig in per_host.values():  # the same run with only the window's two ends read
+        fig["net_gb_s_p95"] = None
+    mean_only = judge_fleet(per_host, fleet_figures(per_host, None), network_gb_s=12.0)
+    assert mean_only["class"] == WAITING and "part of the wait may be the link" in mean_only["headline"]
 
 
 def test_proc_net_dev_is_read_per_interface_without_loopback() -> None:

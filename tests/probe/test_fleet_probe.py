@@ -43,7 +43,9 @@ def _check_merged(out: Path, hosts: list[str]) -> dict[str, Any]:
         assert 0 < clock["bound_s"] < 0.05  # half a round trip: well under a sampling tick here
         sampler = json.loads((out / "hosts" / host / "run.json").read_text())
         assert sampler["role"] == "fleet-sampler" and sampler["status"] == "finished"
-        assert (out / "hosts" / host / "trace.csv").exists() and (out / "hosts" / host / "host_trace.csv").exists()
+        for name in ("trace.csv", "host_trace.csv", "net_trace.csv"):
+            assert (out / "hosts" / host / name).exists(), name
+        assert "net_gb_s_p95" in verdict["per_host"][host]
         assert verdict["per_host"][host]["gpu_count"] == 8
         # The node judged alone by the single-host code, over the fleet's window: the replayed GPUs are busy.
         assert verdict["per_host"][host]["verdict"]["class"] not in ("no-load", "benchmark-failed")

@@ -22,6 +22,7 @@ from toolkit.core.probe.clock import HostClock
 from toolkit.core.probe.fleet_verdict import FLEET_VERDICT_SCHEMA_VERSION
 from toolkit.core.probe.host_trace import read_host_trace
 from toolkit.core.probe.judge import ProbeRun
+from toolkit.core.probe.net_trace import NetSeries, read_net_trace
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import read_server_trace
 from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION
@@ -154,3 +155,9 @@ def clocks_record(clocks: list[HostClock]) -> dict[str, Any]:
 def read_clocks(manifest: dict[str, Any]) -> list[HostClock]:
     """run.json's `clocks` back (empty for a single-host run)."""
     return [HostClock.from_record(r) for _, r in sorted((manifest.get("clocks") or {}).items())]
+
+
+def read_net(run_dir: Path) -> NetSeries | None:
+    """A fleet sampler's net_trace.csv (None where the run has none)."""
+    text = _side(run_dir, "net_trace.csv")
+    return read_net_trace(text, str(run_dir / "net_trace.csv")) if text is not None else None

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.probe.fleet import SAMPLER_READY, parse_proc_net_dev
+from toolkit.core.probe.fleet import SAMPLER_READY
+from toolkit.core.probe.net_trace import parse_proc_net_dev
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-o", "LogLevel=ERROR")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toolkit import __version__
-from toolkit.adapters.probe_store import clocks_record, read_clocks, read_json, write_record
+from toolkit.adapters.probe_store import clocks_record, read_clocks, read_json, read_net, write_record
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.clock import ClockOffset
 
@@ -265,7 +265,8 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
             net = (NetCounters(float(a["t_s"]), {k: (int(v[0]), int(v[1])) for k, v in a["bytes"].items()}),
                    NetCounters(float(b["t_s"]), {k: (int(v[0]), int(v[1])) for k, v in b["bytes"].items()}))
         raw = HostRun(host, loaded.trace, loaded.server, loaded.host, clocks.get(host),
-                      float(m.get("idle_start_s") or 0.0), float(m.get("idle_end_s") or 0.0), net)
+                      float(m.get("idle_start_s") or 0.0), float(m.get("idle_end_s") or 0.0), net,
+                      read_net(out / rel))
         runs.append(aligned(raw, int(m["clock_origin_epoch_ns"]), origin_ns))
         manifests[host] = (m, loaded.topology)
     per_host = {r.host: host_figures(r, start_s, end_s) for r in runs}

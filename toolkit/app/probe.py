@@ -279,7 +279,8 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
                       "gpus": ";".join(map(str, gpus))}
         server_pid, server_url, server_hz = side_cfg
-        side, on_bench_pid, side_info = _side_timelines(out, request.host_hz, server_pid, server_url, server_hz)
+        side, on_bench_pid, side_info = _side_timelines(out, request.host_hz, server_pid, server_url, server_hz,
+                                                        net=request.until_eof)
         kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
                               "side": side, "on_bench_pid": on_bench_pid}
         with display if display is not None else contextlib.nullcontext():
@@ -323,8 +324,10 @@ def sampler_origin(t0_epoch_ns: int) -> dict[str, Any]:
 
 
 def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,
-                    server_hz: float) -> tuple[list[Any], Any, dict[str, Callable[[], dict[str, Any]]]]:
-    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop.
+                    server_hz: float, *, net: bool = False
+                    ) -> tuple[list[Any], Any, dict[str, Callable[[], dict[str, Any]]]]:
+    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop. `net`: the
+    interfaces' counters too (a fleet's sampler: the traffic between the hosts), at the host timeline's rate.
 
     Returns (threads, the callback that learns the benchmark's pid, run.json sections to fill in at the end)."""
     import sys
@@ -369,6 +372,13 @@ def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_ur
                     "cost": tl.cost()}
 
         info["host"] = host_info
+        if net and Path("/proc/net/dev").exists():
+            from toolkit.adapters.host_sampler import NetSampler
+
+            net_sampler = NetSampler()
+            ntl = TimelineThread(out / "net_trace.csv", net_sampler.header(host_hz), host_hz, net_sampler.tick, "net")
+            side.append(ntl)
+            info["net"] = lambda: {"sample_hz": host_hz, "rows": net_sampler.rows, "cost": ntl.cost()}
     return side, on_bench_pid, info
 
 
@@ -381,7 +391,8 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
 
     removed = []
     for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
-                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv"):
+                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv",
+                 "net_trace.csv.partial", "net_trace.csv"):
         path = out / name
         if path.exists():
             path.unlink()

@@ -16,6 +16,7 @@ from typing import Any
 from toolkit.core.probe.bench import normalize_bench_result
 from toolkit.core.probe.clock import NS_PER_S, HostClock
 from toolkit.core.probe.host_trace import HostTrace
+from toolkit.core.probe.net_trace import NetSeries, interval_rates_gb_s, rate_figures, shifted
 from toolkit.core.probe.numbers import rounded as _r
 from toolkit.core.probe.series import COLUMNS, NUMERIC_COLUMNS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_delta
@@ -38,18 +39,6 @@ class NetCounters:
     bytes_by_iface: dict[str, tuple[int, int]]
 
 
-def parse_proc_net_dev(text: str) -> dict[str, tuple[int, int]]:
-    """/proc/net/dev's (received, transmitted) bytes per interface, loopback left out."""
-    out = {}
-    for line in text.splitlines()[2:]:
-        name, sep, rest = line.partition(":")
-        cells = rest.split()
-        if not sep or len(cells) < 9 or name.strip() == "lo":
-            continue
-        out[name.strip()] = (int(cells[0]), int(cells[8]))
-    return out
-
-
 @dataclass
 class HostRun:
     """One host's sampler run, its times on the controller's clock (`aligned` does that)."""
@@ -62,6 +51,7 @@ class HostRun:
     idle_start_s: float = 0.0
     idle_end_s: float = 0.0
     net: tuple[NetCounters, NetCounters] | None = None  # the benchmark window's first and last counters
+    net_series: NetSeries | None = None  # net_trace.csv: the counters over the run
     notes: list[str] = field(default_factory=list)
 
 
@@ -90,7 +80,10 @@ def aligned(run: HostRun, host_origin_epoch_ns: int, controller_origin_epoch_ns:
     server = replace(run.server, t_s=move(run.server.t_s)) if run.server is not None else None
     host_trace = replace(run.host_trace, t_s=move(run.host_trace.t_s)) if run.host_trace is not None else None
     idle = move([run.idle_start_s, run.idle_end_s])
-    return replace(run, trace=trace, server=server, host_trace=host_trace, idle_start_s=idle[0], idle_end_s=idle[1])
+    net_series = (shifted(run.net_series, {i: move([r[0] for r in rows]) for i, rows in run.net_series.items()})
+                  if run.net_series is not None else None)
+    return replace(run, trace=trace, server=server, host_trace=host_trace, idle_start_s=idle[0], idle_end_s=idle[1],
+                   net_series=net_series)
 
 
 def net_gb_s(net: tuple[NetCounters, NetCounters] | None) -> float | None:
@@ -137,6 +130,7 @@ def host_figures(run: HostRun, start_s: float, end_s: float) -> dict[str, Any]:
         "generated_tokens": _r(tokens, 0),
         "tokens_per_j": _r(tokens / energy_j, 4) if tokens is not None and energy_j else None,
         "net_gb_s": _r(net_gb_s(run.net), 4),
+        **{k: _r(v, 4) for k, v in rate_figures(interval_rates_gb_s(run.net_series or {}, start_s, end_s)).items()},
     }
 
 

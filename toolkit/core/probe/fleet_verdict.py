@@ -170,9 +170,14 @@ def _decide(per_host: dict[str, dict[str, Any]], gpu_classes: dict[tuple[str, in
         return cls, 0.85 if waited else 0.6, headline, steps
     busy_low = [s for _, _, s in all_gpus if _waiting(s)]
     if len(per_host) > 1 and all_gpus and len(busy_low) == len(all_gpus):
-        net = [fig["net_gb_s"] for fig in per_host.values() if fig.get("net_gb_s") is not None]
-        peak = max(net) if net else None
+        # While the ranks exchange: the 95th percentile of 1 s intervals where the host's sampler recorded its
+        # counters over time, else the window's mean (which reads a bursty exchange lower).
+        net = [(fig["net_gb_s_p95"], "p95 of 1 s intervals") if fig.get("net_gb_s_p95") is not None
+               else (fig["net_gb_s"], "mean over the window") for fig in per_host.values()
+               if fig.get("net_gb_s_p95") is not None or fig.get("net_gb_s") is not None]
+        peak, how = max(net) if net else (None, None)
         evidence["network_used_gb_s"] = _r(peak, 4)
+        evidence["network_used_is"] = how
         if peak is not None and network_gb_s:
             share = peak / network_gb_s
             evidence["network_used_of_measured"] = _r(share, 3)
@@ -189,6 +194,11 @@ def _decide(per_host: dict[str, dict[str, Any]], gpu_classes: dict[tuple[str, in
                     f"{WAITING}: every GPU busy at low power, but the network moved only {peak:.2f} of "
                     f"{network_gb_s:.2f} GB/s ({share:.0%}): they wait on something other than the link"), [
                     "Look inside each host: P2P between its GPUs (topology.json), the scheduler, launch gaps."]
+            return WAITING, 0.55, (
+                f"{WAITING}: every GPU busy at low power; the network moved {peak:.2f} of {network_gb_s:.2f} GB/s "
+                f"({share:.0%}, {how}): part of the wait may be the link, not all of it"), [
+                "Probe at a higher sampling rate of the host timeline (--host-hz) to see the exchanges' peaks, and "
+                "look inside each host (P2P, scheduler) for the rest."]
         why = ("the network's bandwidth was not measured (the NCCL preflight gives it)" if not network_gb_s
                else "the network's traffic was not read")
         return WAITING, 0.5, (f"{WAITING}: every GPU of every host busy at low power; inter-node communication "
