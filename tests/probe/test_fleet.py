@@ -114,11 +114,19 @@ def test_the_same_gpus_with_the_network_far_below_its_bandwidth_are_not_comm_bou
 def test_replicas_out_of_balance_behind_the_router_name_both_backends() -> None:
     working = (90.0, 550.0, 1980.0)
     per_host = _figures({"pve1": {0: working}, "pve2": {0: (40.0, 200.0, 1980.0)}})
-    v = judge_fleet(per_host, fleet_figures(per_host, None), backend_load={"pve1:30000": 900, "pve2:30000": 300})
+    v = judge_fleet(per_host, fleet_figures(per_host, None), backend_load={"pve1:30000": 900, "pve2:30000": 300},
+                    backend_load_is="requests")
     assert v["class"] == REPLICAS_IMBALANCED
-    assert "pve1:30000 900" in v["headline"] and "pve2:30000's 300" in v["headline"]
+    assert "pve1:30000 carried 900.0 against pve2:30000's 300.0 (50% above the mean; requests)" in v["headline"]
     even = judge_fleet(per_host, fleet_figures(per_host, None), backend_load={"a": 610, "b": 590})
     assert even["class"] != REPLICAS_IMBALANCED
+
+
+def test_replicas_all_waiting_are_judged_on_their_balance_not_on_the_network() -> None:
+    """Copies behind a router exchange nothing: busy-at-low-power GPUs there are not inter-node bound."""
+    per_host = _figures({"pve1": {0: FULL}, "pve2": {0: FULL}}, net_gb={"pve1": 11.5, "pve2": 11.5})
+    v = judge_fleet(per_host, fleet_figures(per_host, None), network_gb_s=12.0, backend_load={"a": 10, "b": 10.5})
+    assert v["class"] == WAITING and "network_used_gb_s" not in v["evidence"]
 
 
 def test_a_failed_benchmark_is_failed_whatever_the_gpus() -> None:

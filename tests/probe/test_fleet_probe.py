@@ -5,9 +5,12 @@ sampler (`--gpu-source replay:`), so the merge and the verdict have figures to w
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,17 +72,58 @@ def _check_merged(out: Path, hosts: list[str]) -> dict[str, Any]:
     return verdict
 
 
-def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+# The router's exposition as smg writes it (docs/reference/metrics.md of smg: a gauge per worker URL).
+ROUTER_EXPOSITION = """# HELP smg_worker_requests_active Currently running requests per worker
+# TYPE smg_worker_requests_active gauge
+smg_worker_requests_active{worker="http://10.0.0.1:30000"} 9
+smg_worker_requests_active{worker="http://10.0.0.2:30000"} 3
+# HELP smg_worker_health Worker health status (1=healthy, 0=unhealthy)
+# TYPE smg_worker_health gauge
+smg_worker_health{worker="http://10.0.0.1:30000"} 1
+smg_worker_health{worker="http://10.0.0.2:30000"} 1
+"""
+
+
+@pytest.fixture
+def router_metrics() -> Iterator[str]:
+    """A metrics endpoint serving ROUTER_EXPOSITION: what the router's Prometheus port answers."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = ROUTER_EXPOSITION.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+
+
+def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], router_metrics: str) -> None:
     inv = _inventory(tmp_path / "inv.yml", {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
                                             "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b")}},
                      _local_vars(tmp_path))
     out = tmp_path / "fleet"
     outcome = fleet_probe.run(fleet_probe.FleetProbeRequest(command=["sleep", "1.5"], inventory=inv, idle_s=0.5,
-                                                            sample_hz=10, out=out, network_gb_s=10.0))
+                                                            sample_hz=10, out=out, network_gb_s=10.0,
+                                                            router_metrics_url=router_metrics))
     assert outcome.exit_code == 0
     verdict = _check_merged(out, ["nodea", "nodeb"])
     assert verdict["evidence"]["network_measured_gb_s"] == 10.0
+    # The router's view: 9 against 3 requests in flight, scraped here over the benchmark.
+    assert verdict["class"] == "replicas-imbalanced"
+    assert verdict["evidence"]["backend_load"] == {"http://10.0.0.1:30000": 9.0, "http://10.0.0.2:30000": 3.0}
+    assert verdict["evidence"]["backend_load_is"] == "mean requests in flight at the router"
+    run = json.loads((out / "run.json").read_text())
+    assert run["router"]["scrapes"] > 0 and run["router"]["gaps"] == 0
     # Replayed from the directory alone: the same verdict, printed as its --json kind says.
     assert fleet_probe.judge_fleet_dir(out, write=False) == verdict
     data = _validated(_run(capsys, ["probe", "replay", str(out), "--json"]), "probe.fleet")

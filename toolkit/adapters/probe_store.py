@@ -161,3 +161,8 @@ def read_net(run_dir: Path) -> NetSeries | None:
     """A fleet sampler's net_trace.csv (None where the run has none)."""
     text = _side(run_dir, "net_trace.csv")
     return read_net_trace(text, str(run_dir / "net_trace.csv")) if text is not None else None
+
+
+def router_trace_text(run_dir: Path) -> str | None:
+    """A fleet run's router_trace.csv (None where no router was scraped)."""
+    return _side(run_dir, "router_trace.csv")

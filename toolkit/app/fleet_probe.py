@@ -22,7 +22,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from toolkit import __version__
-from toolkit.adapters.probe_store import clocks_record, read_clocks, read_json, read_net, write_record
+from toolkit.adapters.probe_store import (
+    clocks_record,
+    read_clocks,
+    read_json,
+    read_net,
+    router_trace_text,
+    write_record,
+)
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.clock import ClockOffset
 
@@ -45,7 +52,9 @@ class FleetProbeRequest:
     out: Path | None = None
     sampler_args: list[str] = field(default_factory=list)  # added to every host's sampler (--server-unit ...)
     network_gb_s: float | None = None  # the measured bus bandwidth between the hosts (the NCCL preflight's)
-    backend_load: dict[str, float] | None = None  # the router's per-backend load, where a router reports one
+    backend_load: dict[str, float] | None = None  # a per-backend load from elsewhere (the router's, given)
+    router_metrics_url: str | None = None  # the router's Prometheus exposition: its per-backend load, scraped here
+    router_hz: float = 2.0
 
 
 @dataclass
@@ -110,6 +119,21 @@ def _each(hosts: list[_Host], fn: Callable[[_Host], T]) -> dict[str, T]:
         return {name: f.result() for name, f in futures.items()}
 
 
+def _router_timeline(request: FleetProbeRequest, out: Path) -> tuple[Any, Any] | None:
+    """The router's per-backend load, scraped here on this clock (a thread beside the benchmark)."""
+    if not request.router_metrics_url:
+        return None
+    from toolkit.adapters import sglang_metrics
+    from toolkit.adapters.timeline_thread import TimelineThread
+
+    if not sglang_metrics.available():
+        raise ToolkitError.of("the router's metrics need prometheus-client here", field="--router-metrics",
+                              fix="pip install prometheus-client (scripts/setup installs it)")
+    scraper = sglang_metrics.RouterScraper(request.router_metrics_url)
+    return TimelineThread(out / "router_trace.csv", scraper.header(request.router_hz), request.router_hz,
+                          scraper.tick, "router"), scraper
+
+
 def _counters(h: _Host, now_s: Callable[[], float]) -> tuple[float, dict[str, tuple[int, int]]]:
     """The host's interface counters and when they were read on this clock: the middle of the SSH round trip (a
     new connection takes a few hundred ms, which would otherwise shift the window)."""
@@ -172,12 +196,15 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
     net_a: dict[str, Any] = {}
     net_b: dict[str, Any] = {}
     bench_start_s = bench_end_s = idle_start_s = 0.0
+    router = _router_timeline(request, out)
     try:
         for s in samplers.values():
             s.start()
         on_message("samplers starting on every host ...")
         _each(hosts, lambda h: samplers[h.name].wait_ready())
         idle_start_s = now_s()
+        if router is not None:
+            router[0].start(t0)
         time.sleep(request.idle_s)
         net_a = _each(hosts, lambda h: _counters(h, now_s))
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str((out / "bench.jsonl").resolve()),
@@ -199,6 +226,8 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         bench_end_s = now_s()
         net_b = _each(hosts, lambda h: _counters(h, now_s))
     finally:
+        if router is not None:
+            router[0].stop()
         # When each host's run was ended, on this clock: the host's own end of it (its bench_end_s) merged must
         # land just after (one of its ticks, the pipe's latency), which checks the merge end to end.
         stopped = _each(hosts, lambda h: (round(now_s(), 4), samplers[h.name].stop()))
@@ -219,6 +248,8 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                              "end": {"t_s": round(net_b[h][0], 4), "bytes": net_b[h][1]}}
                          for h in net_a if h in net_b},
         "backend_load": request.backend_load,
+        "router": {"metrics_url": request.router_metrics_url, "scrapes": router[1].rows, "gaps": router[1].gaps,
+                   "cost": router[0].cost()} if router is not None else None,
         "clocks": clocks_record(clocks),
     })
     write_record(out, "run.json", manifest)
@@ -243,6 +274,7 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
         node_verdict,
     )
     from toolkit.core.probe.fleet_verdict import judge_fleet
+    from toolkit.core.probe.router_trace import LOAD_IS, backend_load
     from toolkit.core.probe.server_trace import counter_delta
 
     manifest = read_json(out / "run.json")
@@ -273,18 +305,22 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     for r in runs:
         per_host[r.host]["verdict"] = node_verdict(r, *manifests[r.host], start_s, end_s)
     bench = normalize_bench_result(read_bench_jsonl(out / "bench.jsonl"))
-    load = manifest.get("backend_load")
-    if load is None:
+    load, load_is = manifest.get("backend_load"), "as given"
+    router_text = router_trace_text(out)
+    if router_text is not None:
+        load, load_is = backend_load(router_text, start_s, end_s, str(out / "router_trace.csv")), LOAD_IS
+    elif load is None:
         # Replicas: each host's own server counts what the router sent it (a rank that serves nothing has no
         # counter and is left out: one model across hosts has one front end).
         served = {r.host: counter_delta(r.server, "num_requests_total", start_s, end_s) for r in runs if r.server}
-        load = {h: d[0] for h, d in served.items() if d is not None}
+        load, load_is = {h: d[0] for h, d in served.items() if d is not None}, "requests each host's server counted"
     exit_code = manifest.get("exit_code")
     failed = (f"exit code {exit_code}" if exit_code not in (0, None) else
               "interrupted" if manifest.get("interrupted") else None)
     verdict = judge_fleet(per_host, fleet_figures(per_host, bench.get("total_output_tokens")),
                           clocks=list(clocks.values()), sample_interval_s=1.0 / float(manifest["sample_hz"]),
-                          network_gb_s=manifest.get("network_gb_s"), backend_load=load, bench_failed=failed)
+                          network_gb_s=manifest.get("network_gb_s"), backend_load=load, backend_load_is=load_is,
+                          bench_failed=failed)
     if write:
         write_atomic(out / "fleet_trace.csv", dump_fleet_trace(runs))
         write_record(out, "fleet_verdict.json", verdict)

@@ -73,6 +73,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--network-gb-s", type=float, default=None, metavar="GB_S",
                      help="--fleet: the network's measured bus bandwidth between the hosts in GB/s (the NCCL "
                      "preflight's), for the inter-node communication verdict")
+    run.add_argument("--router-metrics", default=None, metavar="URL",
+                     help="--fleet: the router's Prometheus exposition (smg --prometheus-port; e.g. "
+                     "http://ROUTER:29000/metrics), scraped here: its per-backend load for the replicas' balance")
     run.add_argument("--sampler-arg", action="append", default=[], metavar="ARG",
                      help="--fleet: one more argument for every host's sampler (repeat it: "
                      "--sampler-arg=--gpu-source --sampler-arg=simulated:http://127.0.0.1:30000)")
@@ -228,7 +231,7 @@ def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
         command=command, inventory=args.inventory, pattern=args.hosts,
         idle_s=args.idle_s if args.idle_s is not None else 5.0,
         sample_hz=args.hz if args.hz is not None else 10.0, out=args.out, sampler_args=sampler_args,
-        network_gb_s=args.network_gb_s)
+        network_gb_s=args.network_gb_s, router_metrics_url=args.router_metrics)
     outcome = fleet_probe.run(request, on_message=lambda m: print(m, file=sys.stderr))
     _print_fleet(outcome.verdict, outcome.out, as_json=args.json)
     return outcome.exit_code

@@ -105,14 +105,17 @@ def _gpu_label(host: str, gpu: int) -> str:
 
 def judge_fleet(per_host: dict[str, dict[str, Any]], fleet: dict[str, Any], *, clocks: Sequence[HostClock] = (),
                 sample_interval_s: float = 0.1, network_gb_s: float | None = None,
-                backend_load: dict[str, float] | None = None, bench_failed: str | None = None) -> dict[str, Any]:
+                backend_load: dict[str, float] | None = None, backend_load_is: str = "",
+                bench_failed: str | None = None) -> dict[str, Any]:
     """The fleet's verdict. per_host: fleet.host_figures of each host over the benchmark's window; fleet:
     fleet.fleet_figures; network_gb_s: the measured bus bandwidth between the hosts (the NCCL preflight's), None
-    when not measured; backend_load: the router's load per backend, None without a router."""
+    when not measured; backend_load: the load per backend (the router's, else each server's own count), None without
+    one; backend_load_is: what that load is, in words."""
     gpu_classes = {(h, g): judge_gpu(stats) for h, fig in per_host.items() for g, stats in fig["gpus"].items()}
     problems = clock_problems(clocks, sample_interval_s)
     evidence: dict[str, Any] = {"clocks": clocks_evidence(clocks), "clock_problems": problems,
                                 "network_measured_gb_s": network_gb_s}
+    evidence["backend_load_is"] = backend_load_is or None
     cls, conf, headline, steps = _decide(per_host, gpu_classes, evidence, network_gb_s, backend_load, bench_failed)
     if clocks:
         worst = max(clocks, key=lambda c: c.bound_ns)
@@ -168,8 +171,25 @@ def _decide(per_host: dict[str, dict[str, Any]], gpu_classes: dict[tuple[str, in
         steps = [f"Look at {who}: its temperature, clock-event reasons and power limit against the other hosts' "
                  "(`toolkit host doctor`), its cooling and PCIe link; a synchronized run goes at its pace."]
         return cls, 0.85 if waited else 0.6, headline, steps
+    loads = {b: v for b, v in (backend_load or {}).items() if v is not None}
+    # Copies behind a router exchange nothing with each other: with two or more backends the inter-node rule is not
+    # theirs, their balance is.
+    replicas = len(loads) >= 2
+    if replicas and sum(loads.values()) > 0:
+        mean = sum(loads.values()) / len(loads)
+        busiest = max(loads, key=lambda b: loads[b])
+        idlest = min(loads, key=lambda b: loads[b])
+        spread = loads[busiest] / mean - 1
+        evidence["backend_load"] = {b: _r(v, 2) for b, v in sorted(loads.items())}
+        evidence["backend_spread"] = _r(spread, 3)
+        if spread >= REPLICA_SPREAD:
+            return REPLICAS_IMBALANCED, 0.8, (
+                f"{REPLICAS_IMBALANCED}: {busiest} carried {loads[busiest]:.1f} against {idlest}'s "
+                f"{loads[idlest]:.1f} ({spread:.0%} above the mean; {evidence['backend_load_is'] or 'load'})"), [
+                "Check the router's policy (cache-aware routing keeps a prefix on one replica; round-robin or "
+                "power-of-two spreads) and that every replica is healthy and has the same max_running_requests."]
     busy_low = [s for _, _, s in all_gpus if _waiting(s)]
-    if len(per_host) > 1 and all_gpus and len(busy_low) == len(all_gpus):
+    if not replicas and len(per_host) > 1 and all_gpus and len(busy_low) == len(all_gpus):
         # While the ranks exchange: the 95th percentile of 1 s intervals where the host's sampler recorded its
         # counters over time, else the window's mean (which reads a bursty exchange lower).
         net = [(fig["net_gb_s_p95"], "p95 of 1 s intervals") if fig.get("net_gb_s_p95") is not None
@@ -204,20 +224,6 @@ def _decide(per_host: dict[str, dict[str, Any]], gpu_classes: dict[tuple[str, in
         return WAITING, 0.5, (f"{WAITING}: every GPU of every host busy at low power; inter-node communication "
                               f"is likely, but {why}"), [
             "Run the NCCL preflight between the hosts and probe again: a measured bandwidth decides it."]
-    loads = {b: v for b, v in (backend_load or {}).items() if v is not None}
-    if len(loads) >= 2 and sum(loads.values()) > 0:
-        mean = sum(loads.values()) / len(loads)
-        busiest = max(loads, key=lambda b: loads[b])
-        idlest = min(loads, key=lambda b: loads[b])
-        spread = loads[busiest] / mean - 1
-        evidence["backend_load"] = {b: _r(v, 2) for b, v in sorted(loads.items())}
-        evidence["backend_spread"] = _r(spread, 3)
-        if spread >= REPLICA_SPREAD:
-            return REPLICAS_IMBALANCED, 0.8, (
-                f"{REPLICAS_IMBALANCED}: the router sent {busiest} {loads[busiest]:.0f} against {idlest}'s "
-                f"{loads[idlest]:.0f} ({spread:.0%} above the mean)"), [
-                "Check the router's policy (cache-aware routing keeps a prefix on one replica; round-robin or "
-                "power-of-two spreads) and that every replica is healthy and has the same max_running_requests."]
     counts = Counter(j.cls for j in gpu_classes.values())
     if not counts:
         return "no-data", 0.1, "no GPU was sampled on any host", ["Check each host's sampler (run.json per host)."]
