@@ -150,6 +150,27 @@ def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_
     assert left.stdout.strip() == ""
 
 
+def test_a_host_whose_run_cannot_be_fetched_is_left_out_and_said(tmp_path: Path) -> None:
+    """nodeb samples, but has no tar (through the generic exec prefix: every other command runs): the fleet is
+    judged on nodea, and the verdict says what it did not see."""
+    no_tar = ("import os, sys; a = sys.argv[1:]; "
+              "sys.exit('bash: tar: command not found') if a[0] == 'tar' else os.execvp(a[0], a)")
+    hosts = {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
+             "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b"),
+                       "toolkit_probe_exec_prefix": [sys.executable, "-c", no_tar]}}
+    inv = _inventory(tmp_path / "inv.yml", hosts, _local_vars(tmp_path))
+    out = tmp_path / "fleet"
+    outcome = fleet_probe.run(fleet_probe.FleetProbeRequest(command=["sleep", "1"], inventory=inv, idle_s=0.3,
+                                                            out=out))
+    run = json.loads((out / "run.json").read_text())
+    assert sorted(run["host_runs"]) == ["nodea"] and sorted(run["clocks"]) == ["nodea", "nodeb"]
+    assert any("nodeb: its run was not fetched" in n and "tar: command not found" in n for n in run["notes"])
+    assert list(outcome.verdict["per_host"]) == ["nodea"]
+    assert "not seen: nodeb: its run was not fetched" in outcome.verdict["headline"]
+    # nodeb's sampler finished on its host all the same: its run is there to fetch by hand.
+    assert json.loads((tmp_path / "b" / "fleet" / "run.json").read_text())["status"] == "finished"
+
+
 @pytest.mark.lab
 def test_pve1_sampled_over_ssh_beside_the_controller(lab: Any, tmp_path: Path) -> None:
     """pve1 is a real remote host: the checkout's toolkit copied there, started over SSH with the lab's key, its

@@ -144,6 +144,14 @@ def _counters(h: _Host, now_s: Callable[[], float]) -> tuple[float, dict[str, tu
     return (before + now_s()) / 2, counters
 
 
+def _or_note(fn: Callable[[], T]) -> tuple[T | None, str]:
+    """fn's result and no note, or no result and why (its ToolkitError's message)."""
+    try:
+        return fn(), ""
+    except ToolkitError as err:
+        return None, "; ".join(p.message for p in err.problems)
+
+
 def _clock(h: _Host) -> ClockOffset:
     from toolkit.adapters.clock_exchange import exchange_burst
 
@@ -232,9 +240,15 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         # land just after (one of its ticks, the pipe's latency), which checks the merge end to end.
         stopped = _each(hosts, lambda h: (round(now_s(), 4), samplers[h.name].stop()))
     on_message("samplers stopped; clocks again, then the runs fetched ...")
-    end_offsets = _each(hosts, _clock)
-    clocks = [HostClock(start_offsets[h.name], end_offsets[h.name]) for h in hosts]
-    fetched = _each(hosts, lambda h: fetch_dir(h.name, h.ssh, h.remote_dir, out / "hosts" / h.name, h.prefix))
+    # A host that stops answering now must not cost the others' run: its start offset stands for its end (said),
+    # and a run that cannot be fetched is left out of the merge (said), the rest judged.
+    end_offsets = _each(hosts, lambda h: _or_note(lambda: _clock(h)))
+    fetched = _each(hosts, lambda h: _or_note(
+        lambda: fetch_dir(h.name, h.ssh, h.remote_dir, out / "hosts" / h.name, h.prefix)))
+    notes = [f"{h}: the clock at the end was not measured ({why}); its start offset is used" for h, (_, why)
+             in end_offsets.items() if why] + [f"{h}: its run was not fetched ({why}); it is left out"
+                                               for h, (_, why) in fetched.items() if why]
+    clocks = [HostClock(start_offsets[h.name], end_offsets[h.name][0] or start_offsets[h.name]) for h in hosts]
     manifest.update({
         "status": "interrupted" if interrupted else "finished",
         "idle_start_s": round(idle_start_s, 4), "idle_end_s": round(bench_start_s, 4),
@@ -242,8 +256,9 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         "exit_code": exit_code, "interrupted": interrupted, "stderr_tail": tail(out / "bench.stderr.log"),
         "sampler_exit_codes": {h: code for h, (_, code) in stopped.items()},
         "sampler_stopped_s": {h: at for h, (at, _) in stopped.items()},
-        "host_runs": {h.name: f"hosts/{h.name}" for h in hosts},
-        "host_files": fetched,
+        "host_runs": {h.name: f"hosts/{h.name}" for h in hosts if fetched[h.name][0] is not None},
+        "host_files": {h: names for h, (names, _) in fetched.items() if names is not None},
+        "notes": notes,
         "net_counters": {h: {"start": {"t_s": round(net_a[h][0], 4), "bytes": net_a[h][1]},
                              "end": {"t_s": round(net_b[h][0], 4), "bytes": net_b[h][1]}}
                          for h in net_a if h in net_b},
@@ -320,7 +335,7 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     verdict = judge_fleet(per_host, fleet_figures(per_host, bench.get("total_output_tokens")),
                           clocks=list(clocks.values()), sample_interval_s=1.0 / float(manifest["sample_hz"]),
                           network_gb_s=manifest.get("network_gb_s"), backend_load=load, backend_load_is=load_is,
-                          bench_failed=failed)
+                          bench_failed=failed, notes=manifest.get("notes") or [])
     if write:
         write_atomic(out / "fleet_trace.csv", dump_fleet_trace(runs))
         write_record(out, "fleet_verdict.json", verdict)

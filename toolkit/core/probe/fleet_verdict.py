@@ -106,22 +106,27 @@ def _gpu_label(host: str, gpu: int) -> str:
 def judge_fleet(per_host: dict[str, dict[str, Any]], fleet: dict[str, Any], *, clocks: Sequence[HostClock] = (),
                 sample_interval_s: float = 0.1, network_gb_s: float | None = None,
                 backend_load: dict[str, float] | None = None, backend_load_is: str = "",
-                bench_failed: str | None = None) -> dict[str, Any]:
+                bench_failed: str | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
     """The fleet's verdict. per_host: fleet.host_figures of each host over the benchmark's window; fleet:
     fleet.fleet_figures; network_gb_s: the measured bus bandwidth between the hosts (the NCCL preflight's), None
     when not measured; backend_load: the load per backend (the router's, else each server's own count), None without
-    one; backend_load_is: what that load is, in words."""
+    one; backend_load_is: what that load is, in words; notes: what the run could not do (a host left out), said in the
+    evidence and the headline."""
     gpu_classes = {(h, g): judge_gpu(stats) for h, fig in per_host.items() for g, stats in fig["gpus"].items()}
     problems = clock_problems(clocks, sample_interval_s)
     evidence: dict[str, Any] = {"clocks": clocks_evidence(clocks), "clock_problems": problems,
                                 "network_measured_gb_s": network_gb_s}
     evidence["backend_load_is"] = backend_load_is or None
+    evidence["notes"] = list(notes)
     cls, conf, headline, steps = _decide(per_host, gpu_classes, evidence, network_gb_s, backend_load, bench_failed)
     if clocks:
         worst = max(clocks, key=lambda c: c.bound_ns)
         headline += f" (merged on the controller's clock within +/-{worst.bound_ns / 1e6:.2f} ms, {worst.host})"
     if problems:
         headline += "; " + problems[0]
+        conf *= 0.8
+    if notes:
+        headline += f" (not seen: {'; '.join(notes)})"
         conf *= 0.8
     return {
         "schema_version": FLEET_VERDICT_SCHEMA_VERSION,
