@@ -144,6 +144,8 @@ def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_
                                                       out=tmp_path / "fleet"))
     assert "the sampler on nodeb ended before sampling: bash: /opt/toolkit/venv/bin/toolkit: No such file" in str(
         err.value)
+    failed = json.loads((tmp_path / "fleet" / "run.json").read_text())
+    assert failed["status"] == "failed" and "the sampler on nodeb ended before sampling" in failed["error"]
     # nodea's sampler was stopped with the run: its directory is whole (it finished, it was not killed).
     assert json.loads((tmp_path / "a" / "fleet" / "run.json").read_text())["status"] == "finished"
     left = subprocess.run(["pgrep", "-f", f"--out {tmp_path}/a/fleet"], capture_output=True, text=True)

@@ -170,6 +170,8 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                               fix="give the benchmark after --: toolkit probe run --fleet -- CMD ...")
     if not 0 < request.sample_hz <= 100:
         raise ToolkitError.of(f"--hz {request.sample_hz} is out of range", field="--hz", fix="use 1 to 100")
+    if request.idle_s < 0:
+        raise ToolkitError.of("--idle-s must be >= 0", field="--idle-s", fix="e.g. --idle-s 5")
     if request.network_gb_s is not None and request.network_gb_s <= 0:
         raise ToolkitError.of("--network-gb-s must be > 0", field="--network-gb-s",
                               fix="give the NCCL preflight's bus bandwidth in GB/s")
@@ -178,8 +180,6 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         raise ToolkitError.of("already holds a run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     hosts = _hosts(request, out.name)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "hosts").mkdir(exist_ok=True)
     t0 = time.monotonic()
     t0_epoch_ns = time.time_ns()
 
@@ -187,7 +187,10 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         return time.monotonic() - t0
 
     on_message(f"clocks of {', '.join(h.name for h in hosts)} against this machine's ...")
+    # Before anything is written: a host that does not answer is exit 2 with nothing to clean up.
     start_offsets = _each(hosts, _clock)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hosts").mkdir(exist_ok=True)
     manifest: dict[str, Any] = {
         "toolkit_version": __version__, "kind": "fleet", "controller": socket.gethostname(),
         "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -233,6 +236,11 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                 exit_code = proc.returncode
         bench_end_s = now_s()
         net_b = _each(hosts, lambda h: _counters(h, now_s))
+    except ToolkitError as err:
+        # A sampler that never sampled, a host gone mid-run: what the hosts wrote stays on them, this run is marked.
+        manifest.update({"status": "failed", "error": "; ".join(p.message for p in err.problems)})
+        write_record(out, "run.json", manifest)
+        raise
     finally:
         if router is not None:
             router[0].stop()
