@@ -118,5 +118,7 @@ def test_a_server_that_exits_at_once_fails_the_wait_within_seconds_with_its_jour
     assert "exit status 1" in message
     assert "ModuleNotFoundError: No module named 'torch_standin_missing'" in message  # the journal's line
     assert "Fix: the module torch_standin_missing is missing from the venv the unit runs" in message
-    assert elapsed_s < 60, f"{elapsed_s:.1f} s"
+    # Half the health timeout: a role that waited it out fails this, and a loaded CI machine (62 s at load 25, the
+    # playbook's own start and facts included) does not.
+    assert elapsed_s < 300, f"{elapsed_s:.1f} s"
     print(f"the role failed {elapsed_s:.1f} s after it started (health timeout 600 s)")

@@ -68,6 +68,8 @@ STATE_SCHEMA = 1
 # Seconds the deploy waits for the stand-in server's /health (it answers in about one; a real model load
 # takes minutes, the role's default).
 LAB_HEALTH_TIMEOUT_S = 20
+# Seconds the container role waits for a new container's sshd (the role's default is 120).
+LAB_CT_SSH_TIMEOUT_S = 300
 
 def instance_suffix(value: str) -> str:
     """A second lab on the same machine (developing the lab while tests use the first) is named by
@@ -591,7 +593,9 @@ _NOTE_STANDINS = ("lab: the GPUs, /proc/devices, /proc/driver/nvidia, lspci and 
                   "stand-ins (proxmox_gpu_host_proc_devices, proxmox_gpu_host_proc_driver_dir, "
                   "proxmox_gpu_host_sys_module_dir, proxmox_gpu_host_lspci_command)")
 _NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
-                   "(container_nvidia_userspace_cuda_install_method=none)")
+                   "(container_nvidia_userspace_cuda_install_method=none); a new container's sshd is waited for "
+                   f"longer than on a real host (lxc_gpu_container_ssh_timeout_s={LAB_CT_SSH_TIMEOUT_S}: the machine "
+                   "runs other labs)")
 _NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
                 "server answers /health within seconds (sglang_service_health_timeout_s=20); the engine's venv is "
                 "installed without byte-compiling it (sglang_venv_pip_compile=false: the stand-ins and the bench "
@@ -665,6 +669,9 @@ def render_inventory(state: LabState) -> str:
                         "container_nvidia_userspace_cuda_install_method": "none",
                         "sglang_venv_model_fetch": False,
                         "sglang_service_health_timeout_s": LAB_HEALTH_TIMEOUT_S,
+                        # A container's first boot waits on pve1's systemd and the machine's other labs: 120 s
+                        # (the role's default, ample on a real host) ran out at load 25 on the 2-core machine.
+                        "lxc_gpu_container_ssh_timeout_s": LAB_CT_SSH_TIMEOUT_S,
                         # pip's compile of the lock's 169 wheels was most of their install (42 s of a cold demo);
                         # the lab's venv is made afresh for each lock and imports a fraction of it.
                         "sglang_venv_pip_compile": False,
