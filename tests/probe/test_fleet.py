@@ -101,6 +101,27 @@ def test_every_gpu_waiting_with_the_network_near_its_bandwidth_is_comm_bound() -
     assert "11.00 GB/s of the 12.00 GB/s" in v["headline"]
 
 
+def test_the_classes_are_judged_on_the_common_steady_window_not_diluted_by_the_start() -> None:
+    """A benchmark that takes seconds to start dilutes every GPU's mean over its whole window (util 73 %); over the
+    nodes' common steady window they are busy at low power, and the link is near full."""
+    def figures(start_s: float, end_s: float) -> dict[str, dict]:
+        out = {}
+        for host in ("pve1", "pve2"):
+            moved = round(11.0e9 * BENCH_S)
+            net = (NetCounters(IDLE_S, {"eth0": (0, 0)}), NetCounters(IDLE_S + BENCH_S, {"eth0": (moved, moved)}))
+            run = HostRun(host, _gpu_trace(host, {g: FULL for g in range(2)}), idle_end_s=IDLE_S, net=net)
+            out[host] = host_figures(run, start_s, end_s)
+        return out
+
+    whole = figures(0.0, IDLE_S + 8.0)
+    assert whole["pve1"]["util_gpu_pct"] < 80
+    diluted = judge_fleet(whole, fleet_figures(whole, None), network_gb_s=12.0)
+    assert diluted["class"] != COMM_BOUND
+    steady = judge_fleet(whole, fleet_figures(whole, None), network_gb_s=12.0, judged=figures(IDLE_S + 1, IDLE_S + 8))
+    assert steady["class"] == COMM_BOUND
+    assert steady["per_host"]["pve1"]["util_gpu_pct"] == whole["pve1"]["util_gpu_pct"]  # figures: the whole window
+
+
 def test_the_same_gpus_with_the_network_far_below_its_bandwidth_are_not_comm_bound() -> None:
     per_host = _figures({"pve1": {g: FULL for g in range(4)}, "pve2": {g: FULL for g in range(4)}},
                         net_gb={"pve1": 0.5, "pve2": 0.4})

@@ -37,6 +37,7 @@ DEFAULT_PATTERN = "gpu_containers"
 DEFAULT_VENV = "/opt/toolkit/venv"  # bench_probe's bench_probe_venv_path
 DEFAULT_RUNS_DIR = "/var/lib/toolkit/runs"  # bench_probe's bench_probe_runs_dir
 CLOCK_EXCHANGES = 8
+MIN_JUDGED_S = 3.0  # a common judged window shorter than this is not one: the whole benchmark is judged
 
 T = TypeVar("T")
 
@@ -327,6 +328,11 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     per_host = {r.host: host_figures(r, start_s, end_s) for r in runs}
     for r in runs:
         per_host[r.host]["verdict"] = node_verdict(r, *manifests[r.host], start_s, end_s)
+    # The classes are judged over the nodes' common judged (steady) window, the figures over the whole benchmark.
+    spans = [fig["verdict"]["judged_s"] for fig in per_host.values()]
+    judged_s = (max(a for a, _ in spans), min(b for _, b in spans)) if spans else (start_s, end_s)
+    judged = ({r.host: host_figures(r, *judged_s) for r in runs} if judged_s[1] - judged_s[0] >= MIN_JUDGED_S
+              else None)
     bench = normalize_bench_result(read_bench_jsonl(out / "bench.jsonl"))
     load, load_is = manifest.get("backend_load"), "as given"
     router_text = router_trace_text(out)
@@ -343,7 +349,8 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     verdict = judge_fleet(per_host, fleet_figures(per_host, bench.get("total_output_tokens")),
                           clocks=list(clocks.values()), sample_interval_s=1.0 / float(manifest["sample_hz"]),
                           network_gb_s=manifest.get("network_gb_s"), backend_load=load, backend_load_is=load_is,
-                          bench_failed=failed, notes=manifest.get("notes") or [])
+                          bench_failed=failed, notes=manifest.get("notes") or [], judged=judged)
+    verdict["judged_s"] = [round(t, 3) for t in judged_s] if judged is not None else [start_s, end_s]
     if write:
         write_atomic(out / "fleet_trace.csv", dump_fleet_trace(runs))
         write_record(out, "fleet_verdict.json", verdict)

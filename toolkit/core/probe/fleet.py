@@ -145,7 +145,9 @@ def node_verdict(run: HostRun, host_manifest: dict[str, Any], topology: dict[str
                         server=run.server, host=run.host_trace)
     verdict = judge(summary, topology, manifest.get("target") or {}, trace=run.trace, server=run.server,
                     host=run.host_trace)
-    return {"class": verdict.cls, "confidence": round(verdict.confidence, 2), "headline": verdict.headline}
+    steady = summary["steady"]
+    return {"class": verdict.cls, "confidence": round(verdict.confidence, 2), "headline": verdict.headline,
+            "judged_s": [steady["start_s"], steady["end_s"]]}
 
 
 def fleet_figures(per_host: dict[str, dict[str, Any]], output_tokens: float | None) -> dict[str, Any]:

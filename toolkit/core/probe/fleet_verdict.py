@@ -106,19 +106,23 @@ def _gpu_label(host: str, gpu: int) -> str:
 def judge_fleet(per_host: dict[str, dict[str, Any]], fleet: dict[str, Any], *, clocks: Sequence[HostClock] = (),
                 sample_interval_s: float = 0.1, network_gb_s: float | None = None,
                 backend_load: dict[str, float] | None = None, backend_load_is: str = "",
-                bench_failed: str | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+                bench_failed: str | None = None, notes: Sequence[str] = (),
+                judged: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The fleet's verdict. per_host: fleet.host_figures of each host over the benchmark's window; fleet:
     fleet.fleet_figures; network_gb_s: the measured bus bandwidth between the hosts (the NCCL preflight's), None
     when not measured; backend_load: the load per backend (the router's, else each server's own count), None without
     one; backend_load_is: what that load is, in words; notes: what the run could not do (a host left out), said in the
-    evidence and the headline."""
-    gpu_classes = {(h, g): judge_gpu(stats) for h, fig in per_host.items() for g, stats in fig["gpus"].items()}
+    evidence and the headline; judged: the hosts' figures over the window the classes are judged on (the nodes'
+    common steady window: a benchmark's start-up or drain would dilute every GPU alike), else per_host's."""
+    basis = ({h: {**fig, "verdict": per_host[h].get("verdict")} for h, fig in judged.items()} if judged
+             else per_host)
+    gpu_classes = {(h, g): judge_gpu(stats) for h, fig in basis.items() for g, stats in fig["gpus"].items()}
     problems = clock_problems(clocks, sample_interval_s)
     evidence: dict[str, Any] = {"clocks": clocks_evidence(clocks), "clock_problems": problems,
                                 "network_measured_gb_s": network_gb_s}
     evidence["backend_load_is"] = backend_load_is or None
     evidence["notes"] = list(notes)
-    cls, conf, headline, steps = _decide(per_host, gpu_classes, evidence, network_gb_s, backend_load, bench_failed)
+    cls, conf, headline, steps = _decide(basis, gpu_classes, evidence, network_gb_s, backend_load, bench_failed)
     if clocks:
         worst = max(clocks, key=lambda c: c.bound_ns)
         headline += f" (merged on the controller's clock within +/-{worst.bound_ns / 1e6:.2f} ms, {worst.host})"
@@ -229,6 +233,13 @@ def _decide(per_host: dict[str, dict[str, Any]], gpu_classes: dict[tuple[str, in
         return WAITING, 0.5, (f"{WAITING}: every GPU of every host busy at low power; inter-node communication "
                               f"is likely, but {why}"), [
             "Run the NCCL preflight between the hosts and probe again: a measured bandwidth decides it."]
+    nodes = {h: fig["verdict"] for h, fig in sorted(per_host.items()) if fig.get("verdict")}
+    if nodes:
+        # Nothing across the hosts stands out: the fleet is what its nodes are, each judged over time alone.
+        cls, n = Counter(v["class"] for v in nodes.values()).most_common(1)[0]
+        first = next(h for h, v in nodes.items() if v["class"] == cls)
+        return cls, min(0.6, nodes[first]["confidence"]), (
+            f"{cls}: {n} of {len(nodes)} hosts judged alone, no host apart ({first}: {nodes[first]['headline']})"), []
     counts = Counter(j.cls for j in gpu_classes.values())
     if not counts:
         return "no-data", 0.1, "no GPU was sampled on any host", ["Check each host's sampler (run.json per host)."]
