@@ -128,6 +128,9 @@ def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(
     assert fleet_probe.judge_fleet_dir(out, write=False) == verdict
     data = _validated(_run(capsys, ["probe", "replay", str(out), "--json"]), "probe.fleet")
     assert data["replay"] and data["verdict"] == verdict
+    shown = _run(capsys, ["probe", "replay", str(out)])
+    assert "fleet probe" in shown and "nodea" in shown and "nodeb" in shown
+    assert "verdict: replicas-imbalanced" in shown
 
 
 def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_path: Path) -> None:
