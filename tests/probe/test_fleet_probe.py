@@ -133,7 +133,8 @@ def test_two_hosts_are_sampled_merged_on_the_controllers_clock_and_judged(
     assert "verdict: replicas-imbalanced" in shown
 
 
-def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_path: Path) -> None:
+def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_path: Path,
+                                                                            reliability: Any) -> None:
     group = _local_vars(tmp_path)
     hosts = {"nodea": {"bench_probe_runs_dir": str(tmp_path / "a")},
              "nodeb": {"bench_probe_runs_dir": str(tmp_path / "b"),
@@ -153,9 +154,17 @@ def test_a_host_without_the_sampler_is_named_and_no_sampler_is_left_running(tmp_
     assert json.loads((tmp_path / "a" / "fleet" / "run.json").read_text())["status"] == "finished"
     left = subprocess.run(["pgrep", "-f", f"--out {tmp_path}/a/fleet"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    reliability(
+        fault="a fleet probe's host without the sampler (its shell answers 127: no toolkit venv there)",
+        user_saw=f"exit {err.value.exit_code}: {str(err.value).splitlines()[0]}",
+        recorded=f"the fleet's run.json status {failed['status']} with the error; the other host's run finished "
+        "and stays on it",
+        next_run="no sampler left running on any host (pgrep finds none)",
+        area="probe",
+    )
 
 
-def test_a_host_whose_run_cannot_be_fetched_is_left_out_and_said(tmp_path: Path) -> None:
+def test_a_host_whose_run_cannot_be_fetched_is_left_out_and_said(tmp_path: Path, reliability: Any) -> None:
     """nodeb samples, but has no tar (through the generic exec prefix: every other command runs): the fleet is
     judged on nodea, and the verdict says what it did not see."""
     no_tar = ("import os, sys; a = sys.argv[1:]; "
@@ -174,6 +183,13 @@ def test_a_host_whose_run_cannot_be_fetched_is_left_out_and_said(tmp_path: Path)
     assert "not seen: nodeb: its run was not fetched" in outcome.verdict["headline"]
     # nodeb's sampler finished on its host all the same: its run is there to fetch by hand.
     assert json.loads((tmp_path / "b" / "fleet" / "run.json").read_text())["status"] == "finished"
+    reliability(
+        fault="a fleet probe's host whose run cannot be brought back (no tar on it)",
+        user_saw=f"exit {outcome.exit_code}; verdict: {outcome.verdict['headline']}",
+        recorded=f"run.json notes {run['notes']}; fleet_verdict.json per_host {sorted(outcome.verdict['per_host'])}",
+        next_run="the host's own run stays whole on it (status finished), to fetch by hand",
+        area="probe",
+    )
 
 
 @pytest.mark.lab
