@@ -10,7 +10,7 @@ import pytest
 from toolkit.adapters.sglang_catalogue import available_versions
 from toolkit.adapters.sglang_router import PINS_PATH, load_pins
 from toolkit.core.errors import ToolkitError
-from toolkit.core.router import pins_from_json, router_argv, router_pin
+from toolkit.core.router import backend_loads, pins_from_json, router_argv, router_backends, router_pin
 
 URLS = ["http://10.0.0.1:30000", "http://10.0.0.2:30000"]
 
@@ -91,3 +91,39 @@ def test_a_damaged_pins_file_is_refused_with_its_field() -> None:
         pins_from_json(bad)
     with pytest.raises(ToolkitError):
         pins_from_json({**good, "schema_version": 2})
+
+
+# Recorded from smg 1.9.0's GET /get_loads in front of two stand-ins (tests/apply/test_router_standins.py's setup).
+GET_LOADS = {"workers": [
+    {"worker": "http://127.0.0.1:31002", "load": 1, "details": {"timestamp": "2026-12-06T09:13:17Z", "dp_rank_count": 1,
+     "loads": [{"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 2, "num_total_reqs": 5,
+                "token_usage": 0.25, "max_running_requests": 4096}]}},
+    {"worker": "http://127.0.0.1:31001", "load": 0},
+]}
+
+
+def test_backend_loads_reads_the_router_s_view_per_backend() -> None:
+    first, second = backend_loads(GET_LOADS)
+    assert first.url == "http://127.0.0.1:31001"
+    assert (first.routed_in_flight, first.running_reqs, first.token_usage) == (0, None, None)
+    assert (second.routed_in_flight, second.running_reqs, second.waiting_reqs) == (1, 3, 2)
+    assert (second.token_usage, second.max_running_requests) == (0.25, 4096)
+    with pytest.raises(ToolkitError):
+        backend_loads({"loads": []})
+
+
+def test_router_backends_reads_each_backend_s_series() -> None:
+    a, b = "http://127.0.0.1:31001", "http://127.0.0.1:31002"
+    samples = [
+        ("smg_worker_cb_outcomes_total", {"worker": a, "outcome": "success"}, 3.0),
+        ("smg_worker_cb_outcomes_total", {"worker": b, "outcome": "success"}, 4.0),
+        ("smg_worker_cb_outcomes_total", {"worker": b, "outcome": "failure"}, 1.0),
+        ("smg_worker_requests_active", {"worker": b}, 2.0),
+        ("smg_worker_health", {"worker": a}, 1.0),
+        ("smg_worker_health", {"worker": b}, 0.0),
+        ("smg_router_requests_total", {"model": "m"}, 8.0),  # router-wide: no backend
+    ]
+    view = router_backends(samples)
+    assert list(view) == [a, b]
+    assert (view[a].finished, view[a].failed, view[a].requests_active, view[a].healthy) == (3.0, 0.0, None, True)
+    assert (view[b].finished, view[b].failed, view[b].requests_active, view[b].healthy) == (5.0, 1.0, 2.0, False)

@@ -135,6 +135,20 @@ def test_streaming_completion_in_openai_format(server: Server) -> None:
     assert all(c["lab_standin"] for c in chunks)
 
 
+def test_native_generate_streams_cumulative_text_and_sglangs_meta_info(server: Server) -> None:
+    server.wait_healthy()
+    code, raw = server.post("/generate", {"text": "a b c", "sampling_params": {"max_new_tokens": 4}, "stream": True})
+    assert code == 200
+    events = [line[len("data: "):] for line in raw.decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    outs = [json.loads(e) for e in events[:-1]]
+    assert [len(o["text"].split()) for o in outs] == sorted(len(o["text"].split()) for o in outs)  # cumulative
+    last = outs[-1]["meta_info"]
+    assert last["finish_reason"] == {"type": "length", "length": 4} and last["completion_tokens"] == 4
+    assert last["prompt_tokens"] == 3 and all(o["meta_info"]["finish_reason"] is None for o in outs[:-1])
+    assert server.post("/generate", {"text": ["x", "y"]})[0] == 400
+
+
 def test_chat_completion_streaming_and_plain(server: Server) -> None:
     server.wait_healthy()
     code, raw = server.post("/v1/chat/completions",
@@ -203,11 +217,12 @@ def test_server_file_needs_only_the_standard_library() -> None:
     # toolkit's package only when it is imported as one, in the checkout).
     import ast
 
-    for path in (Path(SERVER_PATH), Path(SERVER_PATH).with_name("engine_model.py")):
+    for path in (Path(SERVER_PATH), *(Path(SERVER_PATH).with_name(n) for n in ("engine_model.py", "rendezvous.py"))):
         tree = ast.parse(path.read_text())
         mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         mods |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        assert mods <= set(sys.stdlib_module_names) | {"__future__", "engine_model", "toolkit"}, (path, mods)
+        ours = {"__future__", "engine_model", "rendezvous", "toolkit"}
+        assert mods <= set(sys.stdlib_module_names) | ours, (path, mods)
 
 
 def test_listen_backlog_takes_a_whole_benchmark_at_once() -> None:

@@ -388,7 +388,9 @@ def test_two_hosts_have_their_own_names_addresses_and_containers_and_pve1_keeps_
     assert pve2.netns != pve1.netns and pve2.cgroup_name != pve1.cgroup_name
     assert (pve1.clock_skew_ms, pve2.clock_skew_ms) == (0, 250)
     assert TWO.lab_host("ct2") == pve2 and TWO.lab_host("pve1") == pve1
-    assert plan.clock_env(250)["FAKETIME"] == "+0.250" and plan.clock_env(-40)["FAKETIME"] == "-0.040"
+    assert plan.clock_skew_files(250)[plan.CLOCK_SKEW_FILE] == "250000000\n"
+    assert plan.clock_skew_files(-40)[plan.CLOCK_SKEW_FILE] == "-40000000\n"
+    assert plan.clock_skew_files(0) == {}
 
 
 def test_the_inventory_of_two_hosts_lists_both_hosts_and_both_containers_in_the_playbooks_groups() -> None:

@@ -184,3 +184,21 @@ def test_an_operators_own_inventory_is_git_ignored_and_the_examples_are_not() ->
 
     assert ignored("inventory/pve1.yml") and ignored("inventory/lab.yml")
     assert not ignored("inventory/real-host.example.yml") and not ignored("inventory/lab.example.yml")
+
+
+def test_all_is_every_proxmox_host_in_order_and_the_first_failure_stops_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from toolkit.app.host import provision_targets
+
+    monkeypatch.setenv("TOOLKIT_STATE_DIR", str(tmp_path / "state"))
+    path = tmp_path / "two.yml"
+    path.write_text(INVENTORY.replace("        pve-a: {ansible_host: 127.0.0.1, ansible_port: 1}\n",
+                                      "        pve-b: {ansible_host: 127.0.0.1, ansible_port: 1}\n"
+                                      "        pve-a: {ansible_host: 127.0.0.1, ansible_port: 1}\n"))
+    assert provision_targets("all", str(path)) == ["pve-b", "pve-a"]
+    assert provision_targets("pve-a", str(path)) == ["pve-a"]
+    assert main(["host", "provision", "all", "-i", str(path), "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [h["host"] for h in out["data"]["hosts"]] == ["pve-b"]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-import toolkit.lab
+from tests.lab.own_lab import module_lab
 from toolkit.adapters.ansible import run_playbook
 from toolkit.lab.plan import LabConfig, LabState
 
@@ -41,19 +41,7 @@ SNAPSHOT = ("dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n' | m
 
 @pytest.fixture(scope="module")
 def pve92() -> Iterator[LabState]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root")
-    before = toolkit.lab.status()
-    was_up = bool(before and before.running)
-    if before:
-        toolkit.lab.down()
-    t0 = time.monotonic()
-    state = toolkit.lab.up(config=CONFIG)
-    print(f"\nlab up --flavour stock-pve9 --kernel 7.0: {time.monotonic() - t0:.1f} s")
-    yield state
-    toolkit.lab.down()
-    if was_up and before:
-        toolkit.lab.up(config=before.config)
+    yield from module_lab(CONFIG)
 
 
 def pve(lab: LabState, command: str) -> str:

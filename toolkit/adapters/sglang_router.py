@@ -2,14 +2,15 @@
 
 `load_pins` reads toolkit/data/sglang_router/pins.json (keyed by SGLang release, like the flag catalogues) for the
 pure core (toolkit/core/router.py). `router_venv` makes a venv with a pinned router installed, built once per
-version under the wheelhouse cache (`TOOLKIT_WHEELHOUSE_DIR`, /var/cache/toolkit/wheelhouse): its wheels are
-downloaded once and kept beside it, so CI downloads the router once per cache.
+version under the wheelhouse cache (`TOOLKIT_WHEELHOUSE_DIR`, /var/cache/toolkit/wheelhouse) from the wheelhouse's
+router wheels (`wheelhouse.router_wheels`, downloaded once per version), so CI downloads the router once per cache.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import venv
 from pathlib import Path
 
 from toolkit.adapters import cache_lock, wheelhouse
-from toolkit.adapters.files import read_capped
+from toolkit.adapters.files import read_capped, write_atomic
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.core.router import PINS_FILE, RouterPin, RouterPins, pins_from_json
 
@@ -41,40 +42,42 @@ def load_pins(path: Path = PINS_PATH) -> RouterPins:
 
 
 def venv_directory(pin: RouterPin, root: Path | None = None) -> Path:
+    """Where `router_venv` keeps the pinned router for this Python: venv/ and the wheels/ it was installed from."""
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
     return (root or wheelhouse.cache_root()) / "router" / f"{pin.package}-{pin.version}-{py}"
 
 
-def _pip(args: list[str], what: str) -> None:
-    proc = subprocess.run(args, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = [line for line in proc.stderr.strip().splitlines() if "is ignored" not in line][-3:]
-        raise ToolkitError.of(f"{what} failed: {' / '.join(tail) or proc.stdout.strip()[-300:]}",
-                              fix="check that PyPI is reachable (pip download works here)", exit_code=EXIT_FAILED)
-
-
 def router_venv(pin: RouterPin, root: Path | None = None) -> Path:
-    """A venv (for this Python) with `pin`'s router installed; its console script is bin/<pin.command[0]>.
-    The wheels (the router's and its dependencies') are downloaded once into wheels/ beside it and installed from
-    there with no index, so rebuilding the venv needs no network."""
+    """A venv (for this Python) with `pin`'s router installed; its console script is bin/<pin.command[0]>. Its
+    wheels are the wheelhouse's router wheels for this Python (downloaded once per version), linked into wheels/
+    beside it and installed from there with no index, so a rebuilt venv needs no network. A host whose CPython
+    differs takes `wheelhouse.router_wheels(pin.requirement, its_python)` instead."""
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     dest = venv_directory(pin, root)
     stamp = dest / STAMP
 
     def build() -> None:
+        stamp.unlink(missing_ok=True)
         wheels = dest / "wheels"
-        if not any(wheels.glob(f"{pin.package}-{pin.version}-*.whl")):
-            tmp = dest / ".wheels.download"
-            shutil.rmtree(tmp, ignore_errors=True)
-            _pip([sys.executable, "-m", "pip", "download", "--only-binary", ":all:", "-q",
-                  "--disable-pip-version-check", "-d", str(tmp), pin.requirement], f"pip download {pin.requirement}")
-            shutil.rmtree(wheels, ignore_errors=True)
-            tmp.rename(wheels)
+        shutil.rmtree(wheels, ignore_errors=True)
+        wheels.mkdir(parents=True)
+        for wheel in wheelhouse.router_wheels(pin.requirement, python, root):
+            try:
+                os.link(wheel, wheels / wheel.name)
+            except OSError:
+                shutil.copy2(wheel, wheels / wheel.name)
         env_dir = dest / "venv"
         shutil.rmtree(env_dir, ignore_errors=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
-        _pip([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-              "--no-index", "--find-links", str(wheels), pin.requirement], f"pip install {pin.requirement}")
-        stamp.write_text(pin.requirement + "\n")
+        proc = subprocess.run([str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q",
+                               "--disable-pip-version-check", "--no-index", "--find-links", str(wheels),
+                               pin.requirement], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            tail = " / ".join(proc.stderr.strip().splitlines()[-3:])
+            raise ToolkitError.of(f"installing {pin.requirement} from the wheelhouse failed: {tail}",
+                                  fix=f"remove {dest} and the wheelhouse's router wheels to download them again",
+                                  exit_code=EXIT_FAILED)
+        write_atomic(stamp, pin.requirement + "\n")
 
     cache_lock.build_once(dest, lambda: stamp.is_file() and stamp.read_text().strip() == pin.requirement, build)
     return dest / "venv"

@@ -175,6 +175,29 @@ def probe_wheels(python: str, *, repo_root: Path, root: Path | None = None) -> P
     return ProbeWheels(toolkit_wheel(repo_root, base), tuple(sorted(dest.glob("*.whl"))), python, built)
 
 
+def router_directory(requirement: str, python: str, root: Path | None = None) -> Path:
+    return (root or cache_root()) / "router" / f"{requirement.replace('==', '-')}-py{python}"
+
+
+def router_wheels(requirement: str, python: str, root: Path | None = None) -> tuple[Path, ...]:
+    """SGLang's router (`smg==X`, toolkit/core/router.py's pin) and its dependencies as wheels for CPython
+    `python`, downloaded once per version and Python: what a host without PyPI installs the router from."""
+    dest = router_directory(requirement, python, root)
+    wanted = json.dumps([python, requirement])
+
+    def complete() -> bool:
+        return (dest / STAMP).exists() and (dest / STAMP).read_text().strip() == wanted
+
+    def fill() -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / STAMP).unlink(missing_ok=True)
+        _pip_download(dest, [requirement], python=python)
+        write_atomic(dest / STAMP, wanted + "\n")
+
+    cache_lock.build_once(dest, complete, fill)
+    return tuple(sorted(dest.glob("*.whl")))
+
+
 @dataclass(frozen=True)
 class LockFiles:
     """The cached files of a lock's entries (or of the subset asked for)."""

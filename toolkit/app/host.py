@@ -69,6 +69,23 @@ def host_plan(host: str, inventory: str | Path | None) -> HostPlan:
     return HostPlan(path, hosts[host], containers, list(notes), dict(hosts[containers[0]].vars) if containers else {})
 
 
+# `toolkit host provision all`: every host of the inventory's proxmox_hosts, one after another.
+ALL_HOSTS = "all"
+
+
+def provision_targets(host: str, inventory: str | Path | None) -> list[str]:
+    """The hosts a command names: `all` is every host of proxmox_hosts in the inventory's order (a host that fails
+    stops the ones after it), anything else the one host (checked by host_plan)."""
+    if host != ALL_HOSTS:
+        return [host]
+    path = find_inventory(inventory)
+    found = list(read_inventory(path, "proxmox_hosts"))
+    if not found:
+        raise ToolkitError.of("the inventory lists no host under proxmox_hosts", file=str(path), field="HOST",
+                              fix="add the Proxmox hosts under proxmox_hosts (see inventory/real-host.example.yml)")
+    return found
+
+
 FACTS_TASK = "Facts | read the host"
 
 

@@ -49,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         description="Run playbooks/host.yml against HOST (a host of the inventory's proxmox_hosts group); with "
         "--containers also playbooks/container.yml for the containers whose lxc_gpu_container_proxmox_host is HOST.",
     )
-    prov.add_argument("host", help="inventory name of the Proxmox host")
+    prov.add_argument("host", help="inventory name of the Proxmox host, or `all`: each host of proxmox_hosts in turn")
     prov.add_argument("--containers", action="store_true", help="also create/configure its GPU containers")
     prov.add_argument("--profile", action="append", default=[], dest="profiles", metavar="NAME",
                       help="a profile that will run in the containers (repeatable): their model cache is sized "
@@ -189,15 +189,21 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def run_provision(args: argparse.Namespace) -> int:
-    from toolkit.app.host import provision
+    from toolkit.app.host import ALL_HOSTS, provision, provision_targets
     from toolkit.cli.render import say
 
-    console, req, plan = _start(args)
-    outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json),
-                        on_message=say(console))
+    outcomes = []
+    for host in provision_targets(args.host, args.inventory):
+        console, req, plan = _start(argparse.Namespace(**{**vars(args), "host": host}))
+        outcome = provision(req, plan, _runner(console, args.json), on_plan=_show_plan(console, args.json),
+                            on_message=say(console))
+        outcomes.append(outcome)
+        if outcome.exit_code != EXIT_OK:
+            break
     if args.json:
-        emit("host.provision", outcome.to_json())
-    return outcome.exit_code
+        emit("host.provision", {"hosts": [o.to_json() for o in outcomes]} if args.host == ALL_HOSTS
+             else outcomes[0].to_json())
+    return outcomes[-1].exit_code
 
 
 def run_reproduce(args: argparse.Namespace) -> int:

@@ -47,6 +47,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                            "hostpci lines while nvidia still binds them")
     p_up.add_argument("--disk-gib", type=int, default=plan.DEFAULT_DISK_GIB,
                       help=f"the disk Proxmox's installer carved the storages from (default {plan.DEFAULT_DISK_GIB})")
+    p_up.add_argument("--hosts", type=int, default=1,
+                      help=f"Proxmox hosts on one LAN, pve1..pveN, each with its GPUs and a container (default 1, "
+                           f"at most {plan.MAX_HOSTS}); --flavour and the GPU options apply to each")
+    p_up.add_argument("--cluster", action="store_true",
+                      help="the hosts form one Proxmox cluster: /etc/pve/nodes shared, a vmid unique across it")
+    p_up.add_argument("--clock-skew-ms", action="append", default=[], metavar="HOST=MS",
+                      help="set HOST's clock MS ms ahead (negative: behind) of the controller's, e.g. pve2=250: "
+                           "what every process of that host reads (a preloaded shim; its containers keep true time)")
     p_up.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_up.set_defaults(func=cmd_up)
     p_wh = sub.add_parser("wheelhouse", help="fill the wheelhouse a lab apply of PROFILE installs from (no lab needed)",
@@ -57,22 +65,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p_wh.add_argument("profile", help="the profile a lab apply will deploy, e.g. glm5-tp8")
     p_wh.add_argument("--profiles-dir", help="directory of profiles (default: TOOLKIT_PROFILES_DIR or ./profiles)")
     p_wh.set_defaults(func=cmd_wheelhouse)
-    p_reboot = sub.add_parser("reboot", help="restart pve1 as a reboot would (units, modules, onboot containers)",
-                            description="restart pve1 as a reboot would (units, modules, onboot containers)")
-    p_reboot.add_argument("host", choices=["pve1"], help="the host to reboot (pve1)")
+    p_reboot = sub.add_parser("reboot", help="restart a host as a reboot would (units, modules, onboot containers)",
+                            description="restart a host as a reboot would (units, modules, onboot containers)")
+    p_reboot.add_argument("host", nargs="?", default=plan.HOSTNAME, help="the host to reboot (default pve1)")
     p_reboot.add_argument("--json", action="store_true", help="print the seconds and failed units as JSON")
     p_reboot.set_defaults(func=cmd_reboot)
     p_status = sub.add_parser("status", help="what of the lab runs (pve1, its containers, leftovers)",
                             description="what of the lab runs (pve1, its containers, leftovers)")
+    p_status.add_argument("host", nargs="?", default="", help="only this host (pve1, pve2, ...; default all)")
     p_status.add_argument("--json", action="store_true", help="print the lab state as JSON")
     p_status.set_defaults(func=cmd_status)
-    p_ssh = sub.add_parser("ssh", help="SSH to pve1 or ct with the lab's key",
-                            description="SSH to pve1 or ct with the lab's key")
-    p_ssh.add_argument("host", choices=["pve1", "ct"], help="pve1 (the Proxmox-host stand-in) or ct (its container)")
+    p_ssh = sub.add_parser("ssh", help="SSH to a host (pve1, pve2, ...) or a container (ct, ct2, ...) with the "
+                                       "lab's key",
+                            description="SSH to a host (pve1, pve2, ...) or a container (ct, ct2, ...) with the "
+                                        "lab's key")
+    p_ssh.add_argument("host", help="pve1 (the Proxmox-host stand-in), ct (its container); pveN, ctN with --hosts N")
     p_ssh.add_argument("command", nargs=argparse.REMAINDER, help="command to run (default: a login shell)")
     p_ssh.set_defaults(func=cmd_ssh)
     p_down = sub.add_parser("down", help="remove exactly what up made (the cache stays)",
                             description="remove exactly what up made (the cache stays)")
+    p_down.add_argument("host", nargs="?", default="",
+                        help="power off only this host (its process tree; the rest stays up until a full down)")
     p_down.add_argument("--purge-cache", action="store_true",
                         help="also remove the cached Debian userland and the lab's SSH key")
     p_down.set_defaults(func=cmd_down)
@@ -92,7 +105,8 @@ def cmd_up(args: argparse.Namespace) -> int:
                             secure_boot=args.secure_boot, nvswitches=args.nvswitches,
                             extra_driver_versions=tuple(args.extra_driver_version), gpu_model=args.gpu_model,
                             vfio_gpus=args.vfio_gpus, disk_gib=args.disk_gib, kernel_series=args.kernel_series,
-                            apt_driver=args.apt_driver, vm_gpus=args.vm_gpus)
+                            apt_driver=args.apt_driver, vm_gpus=args.vm_gpus, hosts=args.hosts, cluster=args.cluster,
+                            clock_skew_ms=plan.parse_clock_skew(args.clock_skew_ms))
     console = _progress_console()
     t0 = time.monotonic()
     with console.status("lab up") as spinner:
@@ -105,7 +119,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.json:
         emit("lab.state", json.loads(state.to_json()))
     else:
-        console.print(f"[green]lab up[/green] in {duration_s:.1f} s: pve1 at {state.host_address}, "
+        where = ", ".join(f"{h.name} at {h.address}" for h in state.config.lab_hosts)
+        console.print(f"[green]lab up[/green] in {duration_s:.1f} s: {where}, "
                       f"inventory {state.inventory_path}\n  next: `toolkit lab ssh pve1`, or run the roles "
                       f"with -i {state.inventory_path}")
     return 0
@@ -149,20 +164,27 @@ def cmd_status(args: argparse.Namespace) -> int:
         console.print(table)
         return 0
     c = state.config
-    table.add_row("pve1", f"root@{c.host_address}, pid {state.holder_pid}",
-                  "[green]running[/green]" if state.running else "[red]not running[/red]")
-    table.add_row("network", f"netns {plan.NETNS}, veth {plan.HOST_VETH}, {c.subnet}; bridge {plan.BRIDGE} "
-                             f"{c.ct_subnet}", "")
-    table.add_row("GPUs", f"{c.gpus} stand-in, driver {c.driver_version}", "")
+    hosts = [c.lab_host(args.host)] if args.host else c.lab_hosts
+    netns = plan.NETNS if c.hosts == 1 else f"{plan.LAN_NETNS} (the LAN) and one a host"
+    table.add_row("network", f"netns {netns}, veth {plan.HOST_VETH}, {c.subnet}; bridge {plan.BRIDGE} "
+                             f"{', '.join(h.ct_subnet for h in hosts)}", "")
+    table.add_row("GPUs", f"{c.gpus} stand-in per host, driver {c.driver_version}", "")
     table.add_row("inventory", state.inventory_path, "")
-    if state.running:
-        listing = state.ssh("pve1", "pct list", timeout_s=15)
+    for h in hosts:
+        pid, ticks = state.holder(h.name)
+        up = system.alive(pid, ticks)
+        skew = f", clock {h.clock_skew_ms:+d} ms" if h.clock_skew_ms else ""
+        table.add_row(h.name, f"root@{h.address}, pid {pid}{skew}",
+                      "[green]running[/green]" if up else "[red]not running[/red]")
+        if not up:
+            continue
+        listing = state.ssh(h.name, "pct list", timeout_s=15)
         for line in listing.stdout.splitlines()[1:]:
             parts = line.split()
             if len(parts) >= 2:
-                table.add_row(f"CT {parts[0]}", parts[-1] if len(parts) > 2 else "", parts[1])
-        ct = state.ssh("ct", "true", timeout_s=8)
-        table.add_row("ct", f"root@{c.ct_address}",
+                table.add_row(f"{h.name} CT {parts[0]}", parts[-1] if len(parts) > 2 else "", parts[1])
+        ct = state.ssh(h.ct_name, "true", timeout_s=8)
+        table.add_row(h.ct_name, f"root@{h.ct_address}",
                       "answers over SSH" if ct.returncode == 0 else "not answering (made by the roles)")
     console.print(table)
     return 0
@@ -194,13 +216,13 @@ def cmd_reboot(args: argparse.Namespace) -> int:
             console.log(message)
             spinner.update(message)
 
-        _state, duration_s, failed = system.reboot(progress=progress)
+        _state, duration_s, failed = system.reboot(progress=progress, host=args.host)
     if args.json:
         # `systemctl --failed --plain`: one unit a line, its name first, its description last.
         units = [line.split()[0] for line in failed.splitlines() if line.strip()]
         emit("lab.reboot", {"duration_s": round(duration_s, 1), "failed_units": units})
     else:
-        console.print(f"[green]pve1 rebooted[/green] in {duration_s:.1f} s" +
+        console.print(f"[green]{args.host} rebooted[/green] in {duration_s:.1f} s" +
                       (f"; [red]failed units[/red]:\n{failed}" if failed else ""))
     return EXIT_FAILED if failed else 0
 
@@ -215,6 +237,11 @@ def cmd_down(args: argparse.Namespace) -> int:
             console.log(message)
             spinner.update(message)
 
-        lab.down(purge_cache=args.purge_cache, progress=progress)
-    console.print(f"[green]lab down[/green] in {time.monotonic() - t0:.1f} s")
+        if args.host:
+            from toolkit.lab import system
+
+            system.power_off(args.host, progress=progress)
+        else:
+            lab.down(purge_cache=args.purge_cache, progress=progress)
+    console.print(f"[green]{args.host or 'lab'} down[/green] in {time.monotonic() - t0:.1f} s")
     return 0

@@ -8,7 +8,7 @@ as published on PyPI (`smg`); its command line is `smg launch` with the flags it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,3 +139,82 @@ def router_argv(release: str, worker_urls: Sequence[str], policy: str, host: str
     if prometheus_port is not None:
         argv += ["--prometheus-port", str(prometheus_port)]
     return argv
+
+
+@dataclass(frozen=True)
+class BackendLoad:
+    """One backend as the router sees it (its GET /get_loads): what the router has in flight there, and the
+    backend's own scheduler load summed over its data-parallel ranks (the backend's /v1/loads, fetched by the
+    router's load monitor; None where the router could not read it)."""
+
+    url: str
+    routed_in_flight: int  # the router's count of its requests on this backend now
+    running_reqs: int | None
+    waiting_reqs: int | None
+    token_usage: float | None  # KV-cache use, 0..1, the mean over the ranks
+    max_running_requests: int | None
+
+
+def backend_loads(doc: Any) -> list[BackendLoad]:
+    """The router's GET /get_loads body, `{"workers": [{"worker": URL, "load": N, "details": {"loads": [...]}}]}`
+    (smg's WorkerLoadInfo, the same from 1.4 to 1.9), per backend, sorted by URL; a body of another shape is an
+    error naming what is missing."""
+    workers = doc.get("workers") if isinstance(doc, dict) else None
+    if not isinstance(workers, list):
+        raise ToolkitError.of("the router's /get_loads answer has no `workers` list", field="workers",
+                              fix="check that the URL is the router's (smg) and not a backend's")
+    out = []
+    for entry in workers:
+        if not isinstance(entry, dict) or not isinstance(entry.get("worker"), str):
+            raise ToolkitError.of(f"a /get_loads entry without a worker URL: {entry!r}", field="workers")
+        details = entry.get("details")
+        if not isinstance(details, dict):
+            details = {}
+        ranks = [r for r in details.get("loads") or [] if isinstance(r, dict)]
+
+        def total(key: str, ranks: list[dict[str, Any]] = ranks) -> int | None:
+            values = [r[key] for r in ranks if isinstance(r.get(key), int)]
+            return sum(values) if values else None
+
+        usage = [float(r["token_usage"]) for r in ranks if isinstance(r.get("token_usage"), int | float)]
+        out.append(BackendLoad(
+            url=entry["worker"], routed_in_flight=int(entry.get("load") or 0),
+            running_reqs=total("num_running_reqs"), waiting_reqs=total("num_waiting_reqs"),
+            token_usage=sum(usage) / len(usage) if usage else None,
+            max_running_requests=total("max_running_requests")))
+    return sorted(out, key=lambda b: b.url)
+
+
+@dataclass(frozen=True)
+class RouterBackendView:
+    """One backend on the router's Prometheus exporter (series labelled `worker`, the backend's URL)."""
+
+    url: str
+    requests_active: float | None  # smg_worker_requests_active: requests in flight there now
+    finished: float  # smg_worker_cb_outcomes_total summed over its outcomes: requests it answered, any way
+    failed: float  # the same, outcome "failure"
+    healthy: bool | None  # smg_worker_health == 1
+
+
+def router_backends(samples: Iterable[tuple[str, Mapping[str, str], float]]) -> dict[str, RouterBackendView]:
+    """The per-backend series of the router's exposition (samples as the probe's parser yields them: name, labels,
+    value), by backend URL: enough to see replicas out of balance (their shares of `finished`) on one clock."""
+    active: dict[str, float] = {}
+    finished: dict[str, float] = {}
+    failed: dict[str, float] = {}
+    health: dict[str, bool] = {}
+    for name, labels, value in samples:
+        url = labels.get("worker")
+        if not url:
+            continue
+        if name == "smg_worker_requests_active":
+            active[url] = value
+        elif name == "smg_worker_cb_outcomes_total":
+            finished[url] = finished.get(url, 0.0) + value
+            if labels.get("outcome") == "failure":
+                failed[url] = failed.get(url, 0.0) + value
+        elif name == "smg_worker_health":
+            health[url] = value == 1
+    urls = sorted(set(active) | set(finished) | set(health))
+    return {u: RouterBackendView(u, active.get(u), finished.get(u, 0.0), failed.get(u, 0.0), health.get(u))
+            for u in urls}

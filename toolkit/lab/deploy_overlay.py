@@ -18,8 +18,10 @@ The unit itself stays exactly what `toolkit profile render` prints. What the lab
 
 Test switches, as inventory variables of a container (tests write them): `toolkit_lab_standin_fail_health` (the
 stand-in answers /health with 503), `toolkit_lab_standin_nan_log` (it logs SGLang's NaN line) and
-`toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does) and
-`toolkit_lab_real_engine` (the real lock installed whole, torch and the CUDA wheels included: no stand-ins).
+`toolkit_lab_standin_exit_at_start` (it exits with status 1 at once, as a server missing a module does),
+`toolkit_lab_standin_dist_timeout_s` (seconds a multi-node rank waits for the others when the profile gives no
+--dist-timeout, in place of torch's 600 s: SGLANG_STANDIN_DIST_TIMEOUT_S) and `toolkit_lab_real_engine` (the real
+lock installed whole, torch and the CUDA wheels included: no stand-ins).
 Per release, so that an upgrade can be rehearsed against a release made faster, slower or broken on purpose:
 `toolkit_lab_release_speed` (a mapping of SGLang release to a factor: {"0.5.23": 0.85} serves 0.5.23 at 85 % of
 the engine model's pace) and `toolkit_lab_release_health` (a mapping of release to `fail`: that release's /health
@@ -109,8 +111,22 @@ def release_switches(hostvars: Mapping[str, Any], release: str, host: str) -> tu
     return (None if speed is None else float(speed)), state == "fail"
 
 
+DIST_TIMEOUT_VAR = "toolkit_lab_standin_dist_timeout_s"
+
+
+def dist_timeout(hv: Mapping[str, Any], host: str) -> float | None:
+    """The host's toolkit_lab_standin_dist_timeout_s, checked: a positive number of seconds, or None."""
+    value = hv.get(DIST_TIMEOUT_VAR)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ToolkitError.of(f"{DIST_TIMEOUT_VAR} of {host} is {value!r}, not a positive number of seconds",
+                              field=DIST_TIMEOUT_VAR, fix=f"e.g. {DIST_TIMEOUT_VAR}: 20")
+    return float(value)
+
+
 def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: bool, nan_log: bool,
-           exit_at_start: bool = False, speed: float | None = None) -> str:
+           exit_at_start: bool = False, speed: float | None = None, dist_timeout_s: float | None = None) -> str:
     """The drop-in that runs the stand-in in the rendered unit's place (announced in the file)."""
     python = launch_argv[0]
     lines = [
@@ -139,6 +155,8 @@ def dropin(launch_argv: Sequence[str], env: Mapping[str, str], *, fail_health: b
         lines.append("Environment=SGLANG_STANDIN_EXIT_AT_START=1")
     if speed is not None:
         lines.append(f"Environment=SGLANG_STANDIN_SPEED={speed:g}")
+    if dist_timeout_s is not None:
+        lines.append(f"Environment=SGLANG_STANDIN_DIST_TIMEOUT_S={dist_timeout_s:g}")
     return "\n".join(lines) + "\n"
 
 
@@ -216,7 +234,8 @@ def amend(ctx: OverlayContext) -> Amendment:
         speed, release_fails = release_switches(hv, ctx.inputs.sglang_version, host)
         return {"fail_health": bool(hv.get("toolkit_lab_standin_fail_health")) or release_fails,
                 "nan_log": bool(hv.get("toolkit_lab_standin_nan_log")),
-                "exit_at_start": bool(hv.get("toolkit_lab_standin_exit_at_start")), "speed": speed}
+                "exit_at_start": bool(hv.get("toolkit_lab_standin_exit_at_start")), "speed": speed,
+                "dist_timeout_s": dist_timeout(hv, host)}
 
     argv_of = {h: a for h, (a, _) in ctx.nodes.items()}
     told = {h: switches(h) for h in ctx.hosts}

@@ -99,9 +99,9 @@ LAN_BRIDGE = "lan0"
 # How far a host's clock may be set apart (`--clock-skew-ms`): far beyond any NTP-kept host, within what a
 # probe's offset measurement must still handle.
 MAX_CLOCK_SKEW_MS = 60_000
-# libfaketime (Debian package libfaketime), on the controller and copied into a skewed host (the lab's userland
-# is the controller's Debian 12): preloaded into every SSH session and service there.
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# A skewed host's clock shim (standins/clockskew.c), preloaded into every process there, and the offset it reads.
+CLOCK_SKEW_LIBRARY = "/usr/lib/lab-standin/libclockskew.so"
+CLOCK_SKEW_FILE = "/etc/lab-standin/clock-skew-ns"
 # A second instance gets its own default networks, so both can run at once.
 _NET = 213 if not INSTANCE else 214 + sum(map(ord, INSTANCE)) % 30
 DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
@@ -331,10 +331,12 @@ def host_names(config: LabConfig) -> list[str]:
     return [h.name for h in config.lab_hosts]
 
 
-def clock_env(skew_ms: int) -> dict[str, str]:
-    """What makes a process read a clock `skew_ms` apart from the kernel's: libfaketime's offset, the monotonic
-    clock left alone (intervals stay true, as on a host whose wall clock is off)."""
-    return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME": f"{skew_ms / 1000:+.3f}", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+def clock_skew_files(skew_ms: int) -> dict[str, str]:
+    """The files that set a host's wall clock `skew_ms` apart (none when 0): the offset the shim reads, and
+    /etc/ld.so.preload naming the shim, so every process of the host (not its containers) reads it."""
+    if not skew_ms:
+        return {}
+    return {CLOCK_SKEW_FILE: f"{skew_ms * 1_000_000}\n", "/etc/ld.so.preload": CLOCK_SKEW_LIBRARY + "\n"}
 
 
 def parse_clock_skew(values: list[str]) -> tuple[tuple[str, int], ...]:

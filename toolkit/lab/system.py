@@ -34,9 +34,32 @@ STATE_DIR = Path("/var/lib") / plan.STATE_DIR_NAME
 STATE_FILE = STATE_DIR / "state.json"
 SSH_DIR = STATE_DIR / "ssh"
 PVE1_DIR = STATE_DIR / "pve1"
-NETNS_PATH = Path("/run/netns") / plan.NETNS
-DHCP_HOSTS = STATE_DIR / "dhcp-hosts"
-DHCP_PID = STATE_DIR / "dnsmasq.pid"
+# A cluster's /etc/pve/nodes (pmxcfs, the same on every node): one directory bound into each host.
+CLUSTER_DIR = STATE_DIR / "pve-cluster"
+
+
+def host_dir(host: str) -> Path:
+    """A host's files on the controller: its overlay, root disk, console (pve1's is PVE1_DIR)."""
+    return STATE_DIR / host
+
+
+def netns_path(name: str) -> Path:
+    return Path("/run/netns") / name
+
+
+def _dhcp_file(name: str, host: str) -> Path:
+    """The DHCP server's files of `host`'s vmbr0 (pve1's keep the one-host lab's names)."""
+    return STATE_DIR / (name if host == plan.HOSTNAME else f"{host}-{name}")
+
+
+def _every_host() -> list[str]:
+    """Every host name a lab of this instance can have: what `down` looks for when the state is lost."""
+    return [f"pve{i}" for i in range(1, plan.MAX_HOSTS + 1)]
+
+
+def _lab_netns_names() -> list[str]:
+    config = plan.LabConfig(hosts=plan.MAX_HOSTS)
+    return [h.netns for h in config.lab_hosts] + [plan.LAN_NETNS]
 
 # Controller commands the lab runs, and the Debian package each comes from.
 REQUIRED_COMMANDS = {
@@ -188,9 +211,10 @@ def _own_cgroup_paths() -> dict[str, str]:
     return paths
 
 
-def lab_cgroup_dirs() -> list[Path]:
-    """pve1's cgroup directory in every hierarchy: under this process's own cgroup, so the lab
-    stays inside whatever limits the controller runs under."""
+def lab_cgroup_dirs(name: str = plan.CGROUP_NAME) -> list[Path]:
+    """A host's cgroup directory (pve1's by default) in every hierarchy: under this process's own cgroup,
+    so the lab stays inside whatever limits the controller runs under. Each host has its own, beside
+    pve1's: LXC names a container's group by its vmid under its host's."""
     own = _own_cgroup_paths()
     dirs = []
     for mnt, fstype, sopts in _cgroup_mounts():
@@ -202,13 +226,18 @@ def lab_cgroup_dirs() -> list[Path]:
             if not key:
                 key = next((o for o in opts if o in own), "")
         base = own.get(key, "/")
-        dirs.append(Path(mnt) / base.lstrip("/") / plan.CGROUP_NAME)
+        dirs.append(Path(mnt) / base.lstrip("/") / name)
     return dirs
 
 
-def make_cgroups() -> list[Path]:
+def _every_cgroup_dir() -> list[Path]:
+    names = [h.cgroup_name for h in plan.LabConfig(hosts=plan.MAX_HOSTS).lab_hosts]
+    return [d for name in names for d in lab_cgroup_dirs(name)]
+
+
+def make_cgroups(name: str = plan.CGROUP_NAME) -> list[Path]:
     made = []
-    for d in lab_cgroup_dirs():
+    for d in lab_cgroup_dirs(name):
         d.mkdir(exist_ok=True)
         # cgroup v1 cpuset: a new group starts with no CPUs and no memory nodes, and refuses tasks.
         for knob in ("cpuset.cpus", "cpuset.mems"):
@@ -228,7 +257,7 @@ def _walk_down(d: Path) -> Iterator[Path]:
 
 def cgroup_pids() -> set[int]:
     pids: set[int] = set()
-    for d in lab_cgroup_dirs():
+    for d in _every_cgroup_dir():
         if d.is_dir():
             for sub in _walk_down(d):
                 procs = sub / "cgroup.procs"
@@ -238,7 +267,7 @@ def cgroup_pids() -> set[int]:
 
 
 def remove_cgroups() -> None:
-    for d in lab_cgroup_dirs():
+    for d in _every_cgroup_dir():
         if d.is_dir():
             for sub in _walk_down(d):
                 try:
@@ -313,8 +342,9 @@ def ensure_ssh_key() -> Path:
     return key
 
 
-def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -> str:
-    """Write pve1's own files into its overlay's upper layer; return the known_hosts line."""
+def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path, host: str = plan.HOSTNAME) -> str:
+    """Write a host's own files into its overlay's upper layer; return the known_hosts line."""
+    me = config.lab_host(host)
     def put(rel: str, content: str | bytes, mode: int = 0o644) -> None:
         write_atomic(upper / rel.lstrip("/"), content, mode=mode)
 
@@ -325,11 +355,15 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     # A fresh host key per `up` (a new host each time), pinned in the lab's known_hosts.
     hk = upper / "etc/ssh/ssh_host_ed25519_key"
     hk.parent.mkdir(parents=True, exist_ok=True)
-    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "root@pve1", "-f", str(hk)])
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host}", "-f", str(hk)])
     put("/etc/ssh/sshd_config.d/lab.conf", standin_text("sshd-lab.conf"))
-    put("/etc/hostname", plan.HOSTNAME + "\n")
-    put("/etc/hosts", f"127.0.0.1 localhost\n{config.host_address} {plan.HOSTNAME}.lab {plan.HOSTNAME}\n"
-                      f"{config.ct_address} ct\n")
+    put("/etc/hostname", host + "\n")
+    # Every host and container of the lab by name, as a LAN's DNS would have them.
+    put("/etc/hosts", "127.0.0.1 localhost\n" + "".join(
+        f"{h.address} {h.name}.lab {h.name}\n{h.ct_address} {h.ct_name}\n" for h in config.lab_hosts))
+    if me.clock_skew_ms:
+        _skew_clock(upper, me.clock_skew_ms)
+
     put("/etc/lab-standin/lab.json", plan.standin_config(config))
     put("/usr/lib/lab-standin/labstandin.py", standin_bytes("labstandin.py"))
     put("/usr/lib/lab-standin/proc-devices.kernel", Path("/proc/devices").read_text())
@@ -346,7 +380,7 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     put("/usr/local/bin/lspci-lab-standin", standin_bytes("lspci-lab-standin"), 0o755)
     if not config.flavour_spec.stock:
         put(f"/opt/lab-standin/{installer.name}", installer.read_bytes(), 0o755)
-    (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)
+    (upper / "etc/pve/lxc").mkdir(parents=True, exist_ok=True)  # the link to nodes/ in a cluster
     put("/etc/pve/storage.cfg", plan.STORAGE_CFG[config.flavour_spec.storage])
     (upper / "etc/pve/qemu-server").mkdir(parents=True, exist_ok=True)
     if config.vm_gpus:
@@ -364,8 +398,38 @@ def populate_upper(config: LabConfig, upper: Path, key: Path, installer: Path) -
     put("/etc/systemd/system/pve-guests.service", standin_bytes("pve-guests.service"))
     (upper / "etc/systemd/system/multi-user.target.wants/pve-guests.service").symlink_to(
         "/etc/systemd/system/pve-guests.service")
+    if config.cluster:
+        _join_cluster(upper, host)
     pub = (hk.parent / "ssh_host_ed25519_key.pub").read_text().split()
-    return f"{config.host_address} {pub[0]} {pub[1]}\n"
+    return f"{me.address} {pub[0]} {pub[1]}\n"
+
+
+def _join_cluster(upper: Path, host: str) -> None:
+    """pmxcfs's layout: a node's own guests under /etc/pve/nodes/<node>/, which is the same directory on every
+    node (stage1.sh binds the lab's one), and /etc/pve/lxc and qemu-server links to the node's own."""
+    (upper / "etc/pve/nodes").mkdir(parents=True, exist_ok=True)
+    for sub in ("lxc", "qemu-server"):
+        shared = CLUSTER_DIR / host / sub
+        shared.mkdir(parents=True, exist_ok=True)
+        local = upper / "etc/pve" / sub
+        for conf in sorted(local.iterdir()):
+            shutil.move(conf, shared / conf.name)
+        local.rmdir()
+        local.symlink_to(f"nodes/{host}/{sub}")
+
+
+def _skew_clock(upper: Path, skew_ms: int) -> None:
+    """A host whose wall clock is `skew_ms` apart from the controller's. The hosts share this machine's kernel
+    and its CLOCK_REALTIME (a time namespace offsets only the monotonic and boot clocks), so a shim preloaded into
+    every process of the host (its /etc/ld.so.preload) adds the offset to the wall-clock calls; the monotonic
+    clock, sleeps and timed waits stay the kernel's (standins/clockskew.c says why not libfaketime). Compiled
+    here, as the libcuda stand-in is."""
+    library = upper / plan.CLOCK_SKEW_LIBRARY.lstrip("/")
+    library.parent.mkdir(parents=True, exist_ok=True)
+    run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library),
+         str(resources.files("toolkit.lab.standins").joinpath("clockskew.c")), "-ldl"])
+    for rel, text in plan.clock_skew_files(skew_ms).items():
+        write_atomic(upper / rel.lstrip("/"), text)
 
 
 def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -> None:
@@ -523,81 +587,108 @@ def populate_flavour(config: LabConfig, upper: Path, lower: Path, mirror: Any) -
 
 
 def make_network(config: LabConfig, state: LabState) -> None:
+    """One host: a veth from the controller straight into pve1's namespace. Several: the LAN is a bridge in a
+    namespace of its own (a switch) that the controller and every host plug a veth into; each host routes the
+    others' container networks, so containers reach each other (a multi-node server's ranks) through their
+    hosts, as on a routed LAN."""
     def step(record: str, cmd: list[str]) -> None:
         run(cmd)
         if record and record not in state.made:
             state.made.append(record)
             save_state(state)
 
-    step(f"netns:{plan.NETNS}", ["ip", "netns", "add", plan.NETNS])
-    step(f"link:{plan.HOST_VETH}", ["ip", "link", "add", plan.HOST_VETH, "type", "veth", "peer", "name",
-                                    plan.PEER_VETH, "netns", plan.NETNS])
-    ns = ["ip", "-n", plan.NETNS]
-    run([*ns, "link", "set", plan.PEER_VETH, "name", "eth0"])
-    run([*ns, "addr", "add", f"{config.host_address}/{config.prefixlen}", "dev", "eth0"])
-    run([*ns, "link", "set", "lo", "up"])
-    run([*ns, "link", "set", "eth0", "up"])
-    # vmbr0 as on a Proxmox host; containers' veths join it. No default route in pve1: nothing
-    # in the lab can reach beyond the controller.
-    run([*ns, "link", "add", plan.BRIDGE, "type", "bridge"])
-    run([*ns, "addr", "add", f"{config.bridge_address}/{config.ct_prefixlen}", "dev", plan.BRIDGE])
-    run([*ns, "link", "set", plan.BRIDGE, "up"])
-    run(["ip", "netns", "exec", plan.NETNS, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+    hosts = config.lab_hosts
+    if len(hosts) == 1:
+        step(f"netns:{plan.NETNS}", ["ip", "netns", "add", plan.NETNS])
+        step(f"link:{plan.HOST_VETH}", ["ip", "link", "add", plan.HOST_VETH, "type", "veth", "peer", "name",
+                                        plan.PEER_VETH, "netns", plan.NETNS])
+        run(["ip", "-n", plan.NETNS, "link", "set", plan.PEER_VETH, "name", "eth0"])
+    else:
+        lan = ["ip", "-n", plan.LAN_NETNS]
+        step(f"netns:{plan.LAN_NETNS}", ["ip", "netns", "add", plan.LAN_NETNS])
+        run([*lan, "link", "add", plan.LAN_BRIDGE, "type", "bridge"])
+        run([*lan, "link", "set", plan.LAN_BRIDGE, "up"])
+        step(f"link:{plan.HOST_VETH}", ["ip", "link", "add", plan.HOST_VETH, "type", "veth", "peer", "name",
+                                        plan.PEER_VETH, "netns", plan.LAN_NETNS])
+        run([*lan, "link", "set", plan.PEER_VETH, "master", plan.LAN_BRIDGE, "up"])
+        for h in hosts:
+            step(f"netns:{h.netns}", ["ip", "netns", "add", h.netns])
+            # The switch's port is named after the host; its peer is the host's eth0.
+            run([*lan, "link", "add", h.name, "type", "veth", "peer", "name", "eth0", "netns", h.netns])
+            run([*lan, "link", "set", h.name, "master", plan.LAN_BRIDGE, "up"])
+    for h in hosts:
+        ns = ["ip", "-n", h.netns]
+        run([*ns, "addr", "add", f"{h.address}/{config.prefixlen}", "dev", "eth0"])
+        run([*ns, "link", "set", "lo", "up"])
+        run([*ns, "link", "set", "eth0", "up"])
+        # vmbr0 as on a Proxmox host; containers' veths join it. No default route in a host: nothing
+        # in the lab can reach beyond the controller.
+        run([*ns, "link", "add", plan.BRIDGE, "type", "bridge"])
+        run([*ns, "addr", "add", f"{h.bridge_address}/{h.ct_prefixlen}", "dev", plan.BRIDGE])
+        run([*ns, "link", "set", plan.BRIDGE, "up"])
+        run(["ip", "netns", "exec", h.netns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"])
+        for other in hosts:
+            if other != h:
+                run([*ns, "route", "add", other.ct_subnet, "via", other.address, "dev", "eth0"])
     run(["ip", "addr", "add", f"{config.controller_address}/{config.prefixlen}", "dev", plan.HOST_VETH])
     run(["ip", "link", "set", plan.HOST_VETH, "up"])
-    # The container network is routed through pve1, so Ansible reaches `ct` directly; the route
-    # goes away with the veth.
-    run(["ip", "route", "add", config.ct_subnet, "via", config.host_address, "dev", plan.HOST_VETH])
+    # The container networks are routed through their hosts, so Ansible reaches each container directly; the
+    # routes go away with the veth.
+    for h in hosts:
+        run(["ip", "route", "add", h.ct_subnet, "via", h.address, "dev", plan.HOST_VETH])
 
 
-def start_dhcp(config: LabConfig) -> None:
-    """The LAN's DHCP server on vmbr0, for containers whose netN says ip=dhcp (the role's default):
-    dnsmasq in pve1's network namespace, not in pve1 (a Proxmox host is no DHCP server; its LAN has
+def start_dhcp(config: LabConfig, host: str = plan.HOSTNAME) -> None:
+    """The LAN's DHCP server on a host's vmbr0, for containers whose netN says ip=dhcp (the role's default):
+    dnsmasq in the host's network namespace, not in the host (a Proxmox host is no DHCP server; its LAN has
     one). DHCP only (--port=0), as root (dnsmasq-base makes no user of its own). An address is reserved
     by the hostname the container's DHCP client sends (reserve_dhcp_address); others get one from the
-    subnet's top 50. It runs in the namespace, so `down` stops it with pve1's leftovers."""
+    subnet's top 50. It runs in the namespace, so `down` stops it with the host's leftovers."""
     import ipaddress
 
-    net = ipaddress.IPv4Network(config.ct_subnet)
+    me = config.lab_host(host)
+    net = ipaddress.IPv4Network(me.ct_subnet)
     hosts = list(net.hosts())
     pool = hosts[-50:] if len(hosts) > 100 else hosts[len(hosts) // 2:]
-    write_atomic(DHCP_HOSTS, "")  # a new lab: no reservations yet
-    DHCP_PID.unlink(missing_ok=True)
-    run(["ip", "netns", "exec", plan.NETNS, "dnsmasq", "--conf-file=/dev/null", "--port=0", "--user=root",
+    dhcp_hosts, dhcp_pid = _dhcp_file("dhcp-hosts", host), _dhcp_file("dnsmasq.pid", host)
+    write_atomic(dhcp_hosts, "")  # a new lab: no reservations yet
+    dhcp_pid.unlink(missing_ok=True)
+    run(["ip", "netns", "exec", me.netns, "dnsmasq", "--conf-file=/dev/null", "--port=0", "--user=root",
          f"--interface={plan.BRIDGE}", "--bind-interfaces", "--dhcp-authoritative",
-         f"--dhcp-range={pool[0]},{pool[-1]},{net.netmask},1h", f"--dhcp-option=option:router,{config.bridge_address}",
-         f"--dhcp-hostsfile={DHCP_HOSTS}", f"--dhcp-leasefile={STATE_DIR / 'dhcp.leases'}",
-         f"--pid-file={DHCP_PID}", "--log-dhcp", f"--log-facility={STATE_DIR / 'dnsmasq.log'}"])
+         f"--dhcp-range={pool[0]},{pool[-1]},{net.netmask},1h", f"--dhcp-option=option:router,{me.bridge_address}",
+         f"--dhcp-hostsfile={dhcp_hosts}", f"--dhcp-leasefile={_dhcp_file('dhcp.leases', host)}",
+         f"--pid-file={dhcp_pid}", "--log-dhcp", f"--log-facility={_dhcp_file('dnsmasq.log', host)}"])
 
 
-def reserve_dhcp_address(hostname: str, address: str) -> None:
-    """The lab's DHCP server gives `address` to the container that asks as `hostname` (a reservation,
-    as a LAN's DHCP server keeps one per host); dnsmasq rereads its hosts file on SIGHUP."""
-    kept = [line for line in (DHCP_HOSTS.read_text().splitlines() if DHCP_HOSTS.exists() else [])
+def reserve_dhcp_address(hostname: str, address: str, host: str = plan.HOSTNAME) -> None:
+    """The DHCP server of `host`'s vmbr0 gives `address` to the container that asks as `hostname` (a
+    reservation, as a LAN's DHCP server keeps one per host); dnsmasq rereads its hosts file on SIGHUP."""
+    dhcp_hosts, dhcp_pid = _dhcp_file("dhcp-hosts", host), _dhcp_file("dnsmasq.pid", host)
+    kept = [line for line in (dhcp_hosts.read_text().splitlines() if dhcp_hosts.exists() else [])
             if line.split(",")[0] != hostname]
-    write_atomic(DHCP_HOSTS, "".join(f"{line}\n" for line in [*kept, f"{hostname},{address}"]))
-    if DHCP_PID.exists():
-        os.kill(int(DHCP_PID.read_text().split()[0]), signal.SIGHUP)
+    write_atomic(dhcp_hosts, "".join(f"{line}\n" for line in [*kept, f"{hostname},{address}"]))
+    if dhcp_pid.exists():
+        os.kill(int(dhcp_pid.read_text().split()[0]), signal.SIGHUP)
 
 
-def netns_inode() -> int:
+def netns_inode(name: str = plan.NETNS) -> int:
     try:
-        return NETNS_PATH.stat().st_ino
+        return netns_path(name).stat().st_ino
     except OSError:
         return 0
 
 
 def netns_pids() -> set[int]:
-    """Processes in the lab's network namespace: found by the namespace's name, for a `down`
-    after a crash that lost the state file."""
-    ino = netns_inode()
+    """Processes in the lab's network namespaces (every host's and the LAN's): found by the namespaces' names,
+    for a `down` after a crash that lost the state file."""
+    inodes = {netns_inode(name) for name in _lab_netns_names()} - {0}
     pids: set[int] = set()
-    if not ino:
+    if not inodes:
         return pids
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
             try:
-                if os.stat(p / "ns/net").st_ino == ino:
+                if os.stat(p / "ns/net").st_ino in inodes:
                     pids.add(int(p.name))
             except OSError:
                 continue
@@ -607,61 +698,65 @@ def netns_pids() -> set[int]:
 # ---------------------------------------------------------------- pve1 process tree
 
 
-ROOT_DISK = PVE1_DIR / "disk"
-
-
-def make_root_disk(config: LabConfig, state: LabState) -> None:
-    """pve1's root filesystem as an LVM install has it: ext4 of the installer's root size (at most 96 GiB: too
+def make_root_disk(config: LabConfig, state: LabState, host: str = plan.HOSTNAME) -> None:
+    """A host's root filesystem as an LVM install has it: ext4 of the installer's root size (at most 96 GiB: too
     small for a model's weights), so what pve1 writes and what statvfs (df, pvesm's `local`) reports are a real
     filesystem's. A sparse image, loop-mounted here: its blocks cost the controller only what pve1 writes. The
     overlay's upper and work directories live on it (overlayfs reports the upper filesystem's space)."""
     size_gib = plan.storage_layout(config)["root_gib"]
-    image = PVE1_DIR / "root.img"
+    hdir = host_dir(host)
+    disk = hdir / "disk"
+    image = hdir / "root.img"
     with open(image, "wb") as fh:
         fh.truncate(int(size_gib * 1024 ** 3))
     run(["mkfs.ext4", "-q", "-F", "-L", "pve-root", "-E", "lazy_itable_init=1,lazy_journal_init=1", str(image)])
-    ROOT_DISK.mkdir()
-    run(["mount", "-o", "loop", str(image), str(ROOT_DISK)])
-    state.made.append(f"mount:{ROOT_DISK}")
+    disk.mkdir()
+    run(["mount", "-o", "loop", str(image), str(disk)])
+    state.made.append(f"mount:{disk}")
     save_state(state)
     for name in ("upper", "work"):
-        (ROOT_DISK / name).mkdir()
-        (PVE1_DIR / name).symlink_to(ROOT_DISK / name)
+        (disk / name).mkdir()
+        (hdir / name).symlink_to(disk / name)
 
 
-def unmount_root_disk() -> None:
+def unmount_root_disk(host: str = plan.HOSTNAME) -> None:
     """The root disk's loop mount (down): unmounted, and the loop device with it (`mount -o loop` set autoclear)."""
-    mounted = any(line.split()[4] == str(ROOT_DISK) for line in Path("/proc/self/mountinfo").read_text().splitlines())
-    if mounted and run(["umount", str(ROOT_DISK)], check=False).returncode != 0:
-        run(["umount", "-l", str(ROOT_DISK)])
+    disk = str(host_dir(host) / "disk")
+    mounted = any(line.split()[4] == disk for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    if mounted and run(["umount", disk], check=False).returncode != 0:
+        run(["umount", "-l", disk])
 
 
-def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
-    upper, work, root = PVE1_DIR / "upper", PVE1_DIR / "work", PVE1_DIR / "root"
+def start_pve1(config: LabConfig, state: LabState, lower: Path, host: str = plan.HOSTNAME) -> None:
+    """Start a host's process tree (pve1's by default); returns once its init runs."""
+    me = config.lab_host(host)
+    hdir = host_dir(host)
+    upper, work, root = hdir / "upper", hdir / "work", hdir / "root"
     for d in (work, root):
         d.mkdir(parents=True, exist_ok=True)
-    stage1 = PVE1_DIR / "stage1.sh"
+    stage1 = hdir / "stage1.sh"
     write_atomic(stage1, standin_text("stage1.sh"), mode=0o755)
-    cgroups = make_cgroups()
-    state.made.append(f"cgroup:{plan.CGROUP_NAME}")
+    cgroups = make_cgroups(me.cgroup_name)
+    state.made.append(f"cgroup:{me.cgroup_name}")
     save_state(state)
     join = " ".join(f"echo $$ > {d}/cgroup.procs;" for d in cgroups)
     env = {
         "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         "LAB_ROOT": str(root), "LAB_LOWER": str(lower), "LAB_UPPER": str(upper), "LAB_WORK": str(work),
-        "LAB_GPUS": str(config.gpus), "LAB_HOSTNAME": plan.HOSTNAME,
+        "LAB_GPUS": str(config.gpus), "LAB_HOSTNAME": host,
         "LAB_PREMADE_NODES": "0" if config.flavour_spec.stock else "1",
         "LAB_MIRROR": state.mirror_dir,
+        "LAB_CLUSTER_NODES": str(CLUSTER_DIR) if config.cluster else "",
     }
-    console = (PVE1_DIR / "console.log").open("ab")
+    console = (hdir / "console.log").open("ab")
     # --kill-child: if the launcher dies, PID 1 of pve1 is killed, and with it everything in it.
     # The loop is pve1's power button: a reboot inside pve1 (systemd's reboot(2) in a PID namespace
     # ends its init with SIGHUP, which unshare passes on: status 129) boots it again, as a real
     # host's firmware would; a halt (SIGINT) or a kill ends the loop.
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", f"{join} while :; do nsenter --net={NETNS_PATH} unshare --mount --uts --ipc --pid "
+        ["/bin/sh", "-c", f"{join} while :; do nsenter --net={netns_path(me.netns)} unshare --mount --uts --ipc --pid "
                           f"--cgroup --fork --kill-child --propagation private {stage1}; rc=$?; "
-                          "[ $rc -eq 129 ] || exit $rc; echo 'pve1: rebooting (lab)'; done"],
+                          f"[ $rc -eq 129 ] || exit $rc; echo '{host}: rebooting (lab)'; done"],
         stdin=subprocess.DEVNULL, stdout=console, stderr=console, env=env, start_new_session=True)
     console.close()
     state.made.append(f"process:{proc.pid}")
@@ -673,13 +768,16 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path) -> None:
             break
         init_pid = pve1_init_pid(proc.pid)
         time.sleep(0.02)
-    state.holder_pid = proc.pid
-    state.holder_start_ticks = start_ticks(proc.pid)
-    state.sshd_pid = 0
+    if host == plan.HOSTNAME:
+        state.holder_pid = proc.pid
+        state.holder_start_ticks = start_ticks(proc.pid)
+        state.sshd_pid = 0
+    else:
+        state.holders[host] = [proc.pid, start_ticks(proc.pid)]
     save_state(state)
     if not init_pid:
-        tail = (PVE1_DIR / "console.log").read_text(errors="replace")[-2000:]
-        raise ToolkitError.of(f"pve1 did not start; its console says:\n{tail}", exit_code=EXIT_FAILED,
+        tail = (hdir / "console.log").read_text(errors="replace")[-2000:]
+        raise ToolkitError.of(f"{host} did not start; its console says:\n{tail}", exit_code=EXIT_FAILED,
                               fix="`toolkit lab down`, then look at the console above")
 
 
@@ -702,33 +800,34 @@ def pve1_init_pid(holder_pid: int) -> int:
     return 0
 
 
-def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True, allow_failed_units: bool = False) -> str:
-    """Until pve1 answers over SSH and (`boot`) its systemd has finished booting with no failed
+def wait_for_ssh(state: LabState, timeout_s: float = 30, boot: bool = True, allow_failed_units: bool = False,
+                 host: str = plan.HOSTNAME) -> str:
+    """Until a host (pve1 by default) answers over SSH and (`boot`) its systemd has finished booting with no failed
     unit. An already running lab is only asked to answer: a unit a role broke is the role's.
     `allow_failed_units` (a reboot, where the roles' units run): return the failed ones instead."""
     deadline = time.monotonic() + timeout_s
     last = ""
     while time.monotonic() < deadline:
-        if not alive(state.holder_pid, state.holder_start_ticks):
+        if not alive(*state.holder(host)):
             break
         if not boot:
-            if state.ssh("pve1", "true", timeout_s=10).returncode == 0:
+            if state.ssh(host, "true", timeout_s=10).returncode == 0:
                 return ""
             time.sleep(0.2)
             continue
-        proc = state.ssh("pve1", "systemctl is-system-running --wait", timeout_s=max(timeout_s, 30))
+        proc = state.ssh(host, "systemctl is-system-running --wait", timeout_s=max(timeout_s, 30))
         if proc.stdout.strip() in ("running", "degraded"):
             if proc.stdout.strip() == "degraded":
-                failed = state.ssh("pve1", "systemctl --failed --no-legend --plain", timeout_s=10).stdout
+                failed = state.ssh(host, "systemctl --failed --no-legend --plain", timeout_s=10).stdout
                 if allow_failed_units:
                     return failed
-                raise ToolkitError.of(f"pve1 booted with failed units:\n{failed}", exit_code=EXIT_FAILED,
-                                      fix="`toolkit lab ssh pve1 journalctl -b` shows why; then `toolkit lab down`")
+                raise ToolkitError.of(f"{host} booted with failed units:\n{failed}", exit_code=EXIT_FAILED,
+                                      fix=f"`toolkit lab ssh {host} journalctl -b` shows why; then `toolkit lab down`")
             return ""
         last = proc.stderr.strip()
         time.sleep(0.1)
-    tail = (PVE1_DIR / "console.log").read_text(errors="replace")[-2000:]
-    raise ToolkitError.of(f"pve1 did not answer over SSH within {timeout_s:.0f} s ({last}); its console:\n{tail}",
+    tail = (host_dir(host) / "console.log").read_text(errors="replace")[-2000:]
+    raise ToolkitError.of(f"{host} did not answer over SSH within {timeout_s:.0f} s ({last}); its console:\n{tail}",
                           exit_code=EXIT_FAILED, fix="`toolkit lab down`, then look at the console above")
 
 
@@ -739,18 +838,19 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     plan.validate(config)
     require_root()
     preflight_existing = load_state()
-    if preflight_existing and preflight_existing.running and alive(
-            preflight_existing.holder_pid, preflight_existing.holder_start_ticks):
+    if preflight_existing and preflight_existing.running and all(
+            alive(*preflight_existing.holder(h)) for h in plan.host_names(preflight_existing.config)):
         if preflight_existing.config != config:
             raise ToolkitError.of(
                 f"the lab is up with {preflight_existing.config}, not {config}", field="options",
                 fix="`toolkit lab down` first, or run `up` with the options it was made with")
-        progress("lab already up: checking pve1 answers")
-        wait_for_ssh(preflight_existing, timeout_s=10, boot=False)
+        progress("lab already up: checking " + " and ".join(plan.host_names(config)) + " answer")
+        for name in plan.host_names(config):
+            wait_for_ssh(preflight_existing, timeout_s=10, boot=False, host=name)
         # The inventory follows this toolkit's roles: a lab made by an older checkout gets today's variables.
         write_atomic(Path(preflight_existing.inventory_path), plan.render_inventory(preflight_existing))
         return preflight_existing
-    if preflight_existing or netns_inode():
+    if preflight_existing or any(netns_inode(name) for name in _lab_netns_names()):
         progress("removing what an earlier, unfinished up left")
         down(progress=progress)
     preflight(config)
@@ -774,36 +874,47 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
                      known_hosts_path=str(SSH_DIR / "known_hosts"))
     save_state(state)
     try:
-        progress("pve1 files")
-        if PVE1_DIR.exists():
-            shutil.rmtree(PVE1_DIR)
-        state.made.append(f"dir:{PVE1_DIR}")
-        save_state(state)
-        PVE1_DIR.mkdir(parents=True)
-        if plan.storage_layout(config)["kind"] == "lvm":
-            progress(f"pve1's root filesystem: {plan.storage_layout(config)['root_gib']} GiB of ext4, as the installer "
-                     "makes it on an LVM install")
-            make_root_disk(config, state)
-        upper = PVE1_DIR / "upper"
-        upper.mkdir(parents=True, exist_ok=True)
-        known = populate_upper(config, upper, key, installer)
-        place_templates(upper, lower, template_files)
+        known = ""
+        if config.cluster:
+            shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
+            state.made.append(f"dir:{CLUSTER_DIR}")
+        for h in config.lab_hosts:
+            hdir = host_dir(h.name)
+            progress(f"{h.name} files")
+            if hdir.exists():
+                shutil.rmtree(hdir)
+            state.made.append(f"dir:{hdir}")
+            save_state(state)
+            hdir.mkdir(parents=True)
+            if plan.storage_layout(config)["kind"] == "lvm":
+                progress(f"{h.name}'s root filesystem: {plan.storage_layout(config)['root_gib']} GiB of ext4, as the "
+                         "installer makes it on an LVM install")
+                make_root_disk(config, state, h.name)
+            upper = hdir / "upper"
+            upper.mkdir(parents=True, exist_ok=True)
+            known += populate_upper(config, upper, key, installer, h.name)
+            place_templates(upper, lower, template_files)
+            if mirror is not None:
+                populate_flavour(config, upper, lower, mirror)
         # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
         # real host's does (staged on pve1 in the flavour lab, downloaded from the mirror in the stock ones).
         state.installer_sha256 = {p.name.split("-")[-1].removesuffix(".run"):
                                   hashlib.sha256(p.read_bytes()).hexdigest() for p in installers}
         if mirror is not None:
-            populate_flavour(config, upper, lower, mirror)
             state.mirror_dir = str(mirror.path)
             state.fm_archive_sha256 = {v: hashlib.sha256(p.read_bytes()).hexdigest()
                                        for v, p in mirror.fabricmanager_archives().items()}
         write_atomic(Path(state.known_hosts_path), known, mode=0o600)
-        progress(f"network: netns {plan.NETNS}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
+        netns = plan.NETNS if config.hosts == 1 else f"{plan.LAN_NETNS} and one a host"
+        progress(f"network: netns {netns}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
         make_network(config, state)
-        start_dhcp(config)
-        progress("pve1: namespaces, pivot_root, sshd")
-        start_pve1(config, state, lower)
-        wait_for_ssh(state)
+        for h in config.lab_hosts:
+            start_dhcp(config, h.name)
+        for h in config.lab_hosts:
+            progress(f"{h.name}: namespaces, pivot_root, sshd")
+            start_pve1(config, state, lower, h.name)
+        for h in config.lab_hosts:
+            wait_for_ssh(state, host=h.name)
         state.running = True
         write_atomic(Path(state.inventory_path), plan.render_inventory(state))
         state.made.append(f"file:{state.inventory_path}")
@@ -827,6 +938,32 @@ def _kill_tree(pids: set[int], ticks: dict[int, int], timeout_s: float, first: i
             time.sleep(0.05)
 
 
+def _stop_host(state: LabState, name: str, progress: Progress) -> None:
+    holder_pid, holder_ticks = state.holder(name)
+    if not holder_pid:
+        return
+    progress(f"stopping {name} (pid {holder_pid}): containers, sshd, init")
+    init_pids = set()
+    if alive(holder_pid, holder_ticks):
+        init_pids = {pve1_init_pid(holder_pid)} - {0}
+    # A host's systemd halts on SIGRTMIN+3 (what lxc-stop sends a systemd container): units stop,
+    # the PID namespace ends. Then SIGKILL, and the launcher by pid.
+    ticks = {p: start_ticks(p) for p in init_pids}
+    _kill_tree(init_pids, ticks, timeout_s=15, first=signal.SIGRTMIN + 3)
+    _kill_tree({holder_pid}, {holder_pid: holder_ticks}, timeout_s=5)
+
+
+def power_off(host: str, progress: Progress = _quiet) -> None:
+    """`toolkit lab down pve2`: one host halted as its power button would (its units stop, its containers with
+    them); its network and files stay until the lab's `down`, and an `up` builds the whole lab again."""
+    require_root()
+    state = load_state()
+    if state is None:
+        raise ToolkitError.of("the lab is not up", field="host", fix="`toolkit lab up`")
+    state.config.lab_host(host)
+    _stop_host(state, host, progress)
+
+
 def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     """Remove what `up` made: its processes (by pid, then anything left in its namespace or its
     cgroup), cgroups, veth (and the route with it), network namespace, pve1's files, the
@@ -834,17 +971,10 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     if os.geteuid() != 0:
         raise ToolkitError.of("taking the lab down needs root", field="user", fix="`sudo toolkit lab down`")
     state = load_state()
-    if state and state.holder_pid:
-        progress(f"stopping pve1 (pid {state.holder_pid}): containers, sshd, init")
-        init_pids = set()
-        if alive(state.holder_pid, state.holder_start_ticks):
-            init_pids = {pve1_init_pid(state.holder_pid)} - {0}
-        # pve1's systemd halts on SIGRTMIN+3 (what lxc-stop sends a systemd container): units stop,
-        # the PID namespace ends. Then SIGKILL, and the launcher by pid.
-        ticks = {p: start_ticks(p) for p in init_pids}
-        _kill_tree(init_pids, ticks, timeout_s=15, first=signal.SIGRTMIN + 3)
-        _kill_tree({state.holder_pid}, {state.holder_pid: state.holder_start_ticks}, timeout_s=5)
-    # By name: whatever is still in the lab's network namespace or cgroup is the lab's.
+    if state is not None:
+        for name in plan.host_names(state.config):
+            _stop_host(state, name, progress)
+    # By name: whatever is still in the lab's network namespaces or cgroups is the lab's.
     leftover = (netns_pids() | cgroup_pids()) - {os.getpid()}
     if leftover:
         progress(f"killing {len(leftover)} leftover lab processes")
@@ -852,20 +982,24 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
     remove_cgroups()
     if run(["ip", "link", "show", plan.HOST_VETH], check=False).returncode == 0:
         run(["ip", "link", "del", plan.HOST_VETH])
-    if netns_inode():
-        run(["ip", "netns", "del", plan.NETNS])
-    root = str(PVE1_DIR / "root")
-    if any(root in line for line in Path("/proc/self/mountinfo").read_text().splitlines()):
-        raise ToolkitError.of(f"{root} is still mounted here; not removing pve1's files", exit_code=EXIT_FAILED,
-                              fix=f"umount {root}, then `toolkit lab down`")
-    unmount_root_disk()
-    if PVE1_DIR.exists():
-        shutil.rmtree(PVE1_DIR)
+    for name in _lab_netns_names():
+        if netns_inode(name):
+            run(["ip", "netns", "del", name])
+    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
+    for name in _every_host():
+        root = str(host_dir(name) / "root")
+        if any(root in line for line in mountinfo):
+            raise ToolkitError.of(f"{root} is still mounted here; not removing {name}'s files", exit_code=EXIT_FAILED,
+                                  fix=f"umount {root}, then `toolkit lab down`")
+        unmount_root_disk(name)
+        if host_dir(name).exists():
+            shutil.rmtree(host_dir(name))
+        for dhcp in ("dhcp-hosts", "dhcp.leases", "dnsmasq.pid", "dnsmasq.log"):
+            _dhcp_file(dhcp, name).unlink(missing_ok=True)
+    shutil.rmtree(CLUSTER_DIR, ignore_errors=True)
     inventory = Path(state.inventory_path) if state else default_inventory_path()
     if inventory.exists() and inventory.read_text().startswith("# Generated by `toolkit lab up`"):
         inventory.unlink()
-    for name in ("dhcp-hosts", "dhcp.leases", "dnsmasq.pid", "dnsmasq.log"):
-        (STATE_DIR / name).unlink(missing_ok=True)
     STATE_FILE.unlink(missing_ok=True)
     if purge_cache:
         others = other_running_labs()
@@ -878,8 +1012,10 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         shutil.rmtree(SSH_DIR, ignore_errors=True)
 
 
-def reboot(progress: Progress = _quiet, timeout_s: float = 90) -> tuple[LabState, float, str]:
-    """Reboot pve1 as a real host reboots (`toolkit lab reboot pve1`): `systemctl reboot` in it, so its
+def reboot(progress: Progress = _quiet, timeout_s: float = 90,
+           host: str = plan.HOSTNAME) -> tuple[LabState, float, str]:
+    """Reboot a host (pve1 by default) as a real host reboots (`toolkit lab reboot pve1`): `systemctl reboot` in it,
+    so its
     systemd stops the units (pve-guests.service shuts the containers down), the PID namespace ends,
     and with it everything volatile (/run, /dev, the stand-in modules and their parameters, every
     process); the disk (the overlay's upper layer) stays. Then it boots again: lab-init's coldplug loads modules with
@@ -887,26 +1023,29 @@ def reboot(progress: Progress = _quiet, timeout_s: float = 90) -> tuple[LabState
     containers. Returns the state, the seconds it took, and the failed units ('' when none)."""
     require_root()
     state = load_state()
-    if state is None or not state.running or not alive(state.holder_pid, state.holder_start_ticks):
-        raise ToolkitError.of("the lab is not up", field="pve1", fix="`toolkit lab up`")
+    if state is None or not state.running or not alive(*state.holder(plan.HOSTNAME)):
+        raise ToolkitError.of("the lab is not up", field=host, fix="`toolkit lab up`")
+    state.config.lab_host(host)
+    holder_pid, holder_ticks = state.holder(host)
+    console = host_dir(host) / "console.log"
     t0 = time.monotonic()
-    old_init = pve1_init_pid(state.holder_pid)
-    progress(f"pve1: systemctl reboot (init pid {old_init})")
-    state.ssh("pve1", "systemctl reboot", timeout_s=30)
+    old_init = pve1_init_pid(holder_pid)
+    progress(f"{host}: systemctl reboot (init pid {old_init})")
+    state.ssh(host, "systemctl reboot", timeout_s=30)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        new_init = pve1_init_pid(state.holder_pid)
+        new_init = pve1_init_pid(holder_pid)
         if new_init and new_init != old_init:
             break
-        if not alive(state.holder_pid, state.holder_start_ticks):
-            raise ToolkitError.of("pve1 did not come back from the reboot", exit_code=EXIT_FAILED,
-                                  fix=f"see {PVE1_DIR / 'console.log'}, then `toolkit lab down` and `up`")
+        if not alive(holder_pid, holder_ticks):
+            raise ToolkitError.of(f"{host} did not come back from the reboot", exit_code=EXIT_FAILED,
+                                  fix=f"see {console}, then `toolkit lab down` and `up`")
         time.sleep(0.05)
     else:
-        raise ToolkitError.of(f"pve1 did not reboot within {timeout_s:.0f} s", exit_code=EXIT_FAILED,
-                              fix=f"see {PVE1_DIR / 'console.log'}")
-    progress("pve1: booting")
-    failed = wait_for_ssh(state, timeout_s=timeout_s, allow_failed_units=True)
+        raise ToolkitError.of(f"{host} did not reboot within {timeout_s:.0f} s", exit_code=EXIT_FAILED,
+                              fix=f"see {console}")
+    progress(f"{host}: booting")
+    failed = wait_for_ssh(state, timeout_s=timeout_s, allow_failed_units=True, host=host)
     state.running = True
     save_state(state)
     return state, time.monotonic() - t0, failed
@@ -931,21 +1070,20 @@ def status() -> LabState | None:
     state = load_state()
     if state is None:
         return None
-    state.running = state.running and alive(state.holder_pid, state.holder_start_ticks)
+    # The lab is up while pve1 runs; another host may be powered off on purpose (`toolkit lab down pve2`).
+    state.running = state.running and alive(*state.holder(plan.HOSTNAME))
     return state
 
 
 def leftovers() -> list[str]:
     """What of the lab is still on this machine (for tests and `status`): empty after `down`."""
-    found = []
-    if netns_inode():
-        found.append(f"network namespace {plan.NETNS}")
+    found = [f"network namespace {name}" for name in _lab_netns_names() if netns_inode(name)]
     if run(["ip", "link", "show", plan.HOST_VETH], check=False).returncode == 0:
         found.append(f"link {plan.HOST_VETH}")
-    found += [f"cgroup {d}" for d in lab_cgroup_dirs() if d.exists()]
+    found += [f"cgroup {d}" for d in _every_cgroup_dir() if d.exists()]
     found += [f"process {p}" for p in sorted(netns_pids() | cgroup_pids())]
+    netns_mounts = {str(netns_path(name)) for name in _lab_netns_names()}
     found += [f"mount {line.split()[4]}" for line in Path("/proc/self/mountinfo").read_text().splitlines()
-              if str(STATE_DIR) + "/" in line or line.split()[4] == str(NETNS_PATH)]
-    if PVE1_DIR.exists():
-        found.append(f"directory {PVE1_DIR}")
+              if str(STATE_DIR) + "/" in line or line.split()[4] in netns_mounts]
+    found += [f"directory {d}" for d in [*map(host_dir, _every_host()), CLUSTER_DIR] if d.exists()]
     return found

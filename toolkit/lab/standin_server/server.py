@@ -14,8 +14,12 @@ and the scheduler flags (the rest are reported in server_info), and answers what
 toolkit use:
   GET  /health, /health_generate          200, or 503 while "starting" or when told to fail
   GET  /get_server_info, /server_info     the parsed server args, `version`, `lab_standin`
-  GET  /v1/models                         the served model
+  GET  /v1/models                         the served model (owned_by "sglang", as SGLang's ModelCard: SGLang's
+                                          router tells an SGLang backend by it)
+  GET  /model_info, /get_model_info       the model path, is_generation (the router reads them as it registers a
+                                          backend)
   POST /v1/completions, /v1/chat/completions   OpenAI format, `stream: true` as server-sent events
+  POST /generate                          SGLang's native API, one prompt (cumulative text, SGLang's meta_info)
   POST /flush_cache                       200 (bench_serving calls it before a run)
   GET  /metrics                           with --enable-metrics: SGLang 0.5.9's names, types and update cadence
                                           (404 without it, as SGLang); no API key needed, as in SGLang
@@ -28,6 +32,12 @@ run, the rest queue; the KV pool follows --mem-fraction-static and the target GP
 retracts; every prefill batch and decode step takes the model's time for this --tp-size and batch. Everything
 it reports is SIMULATED and labelled so.
 
+Over several nodes (--nnodes N --node-rank r --dist-init-addr HOST:PORT, rendezvous.py beside this file): rank 0
+hosts torch.distributed's TCPStore at the init address and starts its HTTP server only once every node has joined;
+a node of rank >= 1 serves only SGLang's dummy health server; a node that never joins fails rank 0 after the
+timeout with TCPStore's message, and a node that leaves takes the others down with the scheduler's error, as
+SGLang's launch-phase SIGQUIT handler does.
+
 Behaviour switches, read from the environment (set by the role's lab drop-in, visible in the unit):
   SGLANG_STANDIN_FAIL_HEALTH=1   /health answers 503 forever (the deploy must fail, naming the service)
   SGLANG_STANDIN_NAN_LOG=1       after the first generation, log the line SGLang's sampler raises on
@@ -35,6 +45,8 @@ Behaviour switches, read from the environment (set by the role's lab drop-in, vi
   SGLANG_STANDIN_STARTUP_S       seconds /health answers 503 after start, as SGLang does while loading (default 1)
   SGLANG_STANDIN_SPEED           this release's speed against the engine model's (0.85: every forward takes
                                  1 / 0.85 as long), from the inventory's toolkit_lab_release_speed
+  SGLANG_STANDIN_DIST_TIMEOUT_S  seconds the rendezvous waits when --dist-timeout is not given, in place of
+                                 torch's 600 s NCCL default (so a test of a node that never joins is fast)
   SGLANG_STANDIN_FLAGS           a flag catalogue (JSON) to parse against instead of the installed release's
                                  (tests and benchmarks that run this file without SGLang installed)
   SGLANG_STANDIN_GPU_NAME, _GPU_MEMORY_GIB, _GPU_POWER_LIMIT_W, _GPU_IDLE_W, _P2P (0/1), _INTERCONNECT
@@ -57,22 +69,27 @@ toolkit installed there.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import signal
+import socket
 import sys
 import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NoReturn
 
 # engine_model.py is copied beside this file into the container, where no toolkit package exists; in the checkout
 # the same file is imported through the package.
 if __package__:
     from toolkit.lab.standin_server import engine_model as em
+    from toolkit.lab.standin_server import rendezvous
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import engine_model as em  # type: ignore[import-not-found,no-redef]
+    import rendezvous  # type: ignore[import-not-found,no-redef]
 
 STANDIN = "lab stand-in"
 STANDIN_VERSION = "1"
@@ -203,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-path", "--model", dest="model_path", default="standin-model")
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
+    parser.add_argument("--pp-size", "--pipeline-parallel-size", dest="pp_size", type=int, default=1)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=0)
+    parser.add_argument("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
+    parser.add_argument("--dist-timeout", type=int, default=None)
     parser.add_argument("--max-running-requests", type=int, default=None)
     parser.add_argument("--mem-fraction-static", type=float, default=None)
     parser.add_argument("--chunked-prefill-size", type=int, default=None)
@@ -287,6 +309,10 @@ class State:
             "model_path": self.args.model_path,
             "served_model_name": self.served_model,
             "tp_size": self.args.tp_size,
+            "pp_size": self.args.pp_size,
+            "nnodes": self.args.nnodes,
+            "node_rank": self.args.node_rank,
+            "dist_init_addr": self.args.dist_init_addr,
             "max_running_requests": self.args.max_running_requests,
             "api_key_set": self.args.api_key is not None,
             "enable_metrics": self.args.enable_metrics,
@@ -432,10 +458,12 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         "object": "list",
                         "data": [
                             {
+                                # SGLang's ModelCard: owned_by "sglang" is how its router tells an SGLang backend
                                 "id": state.served_model,
                                 "object": "model",
-                                "owned_by": STANDIN,
-                                "root": state.args.model_path,
+                                "owned_by": "sglang",
+                                "root": state.served_model,
+                                "max_model_len": int(state.extra.get("context_length") or 0) or None,
                                 "created": int(time.time()),
                             }
                         ],
@@ -446,8 +474,11 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                     loads = state.engine.loads()
                 self._send_json(200, {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                       "version": _sglang_version(), **loads})
-            elif path == "/get_model_info":
-                self._send_json(200, {"model_path": state.args.model_path, "is_generation": True})
+            elif path in ("/get_model_info", "/model_info"):
+                self._send_json(200, {"model_path": state.args.model_path, "tokenizer_path": state.args.model_path,
+                                      "is_generation": True, "has_image_understanding": False,
+                                      "has_audio_understanding": False, "model_type": None, "architectures": None,
+                                      "preferred_sampling_params": None, "weight_version": "default"})
             else:
                 self._send_json(404, {"error": f"not found: {path}"})
 
@@ -466,6 +497,8 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send_json(200, {"flushed": True})
             elif path in ("/v1/completions", "/v1/chat/completions"):
                 self._generate(body, chat=path.endswith("chat/completions"))
+            elif path == "/generate":
+                self._native_generate(body)
             else:
                 self._send_json(404, {"error": f"not found: {path}"})
 
@@ -482,6 +515,52 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 while req.generated <= sent and req.finished_s is None:
                     state.cond.wait(timeout=5.0)
                 return req.generated
+
+        def _native_generate(self, body: dict[str, Any]) -> None:
+            """SGLang's own /generate (what its router forwards for that path): one prompt as `text` or
+            `input_ids`, `sampling_params.max_new_tokens`; the answer's `text` is cumulative, also when streamed, and
+            `meta_info` carries SGLang's fields (finish_reason {"type": "length", "length": N} at the end)."""
+            text_in, ids_in = body.get("text"), body.get("input_ids")
+            if isinstance(text_in, list) or (isinstance(ids_in, list) and ids_in and isinstance(ids_in[0], list)):
+                self._send_json(400, {"error": {"message": "the lab stand-in takes one prompt per /generate"}})
+                return
+            params = body.get("sampling_params") or {}
+            max_tokens = max(1, int(params.get("max_new_tokens") or 128))
+            prompt_tokens = max(1, len(ids_in) if isinstance(ids_in, list) else len(str(text_in or "").split()))
+            rid = body.get("rid") or uuid.uuid4().hex
+            started = time.time()
+            req = self._submit(prompt_tokens, max_tokens)
+
+            def out(upto: int, done: bool) -> dict[str, Any]:
+                meta: dict[str, Any] = {"id": rid, "finish_reason": {"type": "length", "length": max_tokens}
+                                        if done else None, "prompt_tokens": prompt_tokens,
+                                        "weight_version": "default", "total_retractions": 0,
+                                        "completion_tokens": upto, "cached_tokens": 0}
+                if done:
+                    meta["e2e_latency"] = time.time() - started
+                return {"text": "".join(WORDS[i % len(WORDS)] + " " for i in range(upto)),
+                        "output_ids": [i % len(WORDS) for i in range(upto)], "meta_info": meta,
+                        "lab_standin": True}
+
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("X-Lab-Standin", STANDIN)
+                self.end_headers()
+                sent = 0
+                while sent < max_tokens:
+                    sent = min(max_tokens, self._wait_tokens(req, sent))
+                    self.wfile.write(b"data: " + json.dumps(out(sent, sent >= max_tokens)).encode() + b"\n\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            else:
+                sent = 0
+                while sent < max_tokens:
+                    sent = self._wait_tokens(req, sent)
+                self._send_json(200, out(max_tokens, True))
+            with state.lock:
+                state.requests_served += 1
 
         def _generate(self, body: dict[str, Any], *, chat: bool) -> None:
             max_tokens = max(1, int(body.get("max_tokens") or body.get("max_completion_tokens") or 16))
@@ -569,6 +648,107 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 2048
 
 
+# SGLang's launch-phase SIGQUIT handler (entrypoints/engine.py): a scheduler that raises SIGQUITs its parent, which
+# logs this and kills its whole process tree, itself included.
+SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
+
+
+def scheduler_failed(error: str) -> NoReturn:
+    """A scheduler's exception while starting or serving, as SGLang ends: the scheduler logs its traceback, the
+    parent its SIGQUIT line, and the tree dies by SIGKILL (kill_process_tree includes the parent)."""
+    print(f"[{STANDIN} (simulated)] Scheduler hit an exception: Traceback (most recent call last):\n"
+          f"  (the stand-in has no scheduler process; this is the error SGLang's scheduler raises here)\n{error}",
+          file=sys.stderr, flush=True)
+    print(f"[{STANDIN}] {SIGQUIT_LINE}", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(1)  # not reached
+
+
+def peer_closed(conn: socket.socket) -> str:
+    """The error SGLang's scheduler raises when a node of its group goes: its next broadcast_pyobj over the gloo
+    CPU group fails on the closed pair."""
+    try:
+        host, port = conn.getpeername()[:2]
+    except OSError:
+        host, port = "unknown", 0
+    return (f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            f"[{host}]:{port}")
+
+
+def distributed_plan(args: argparse.Namespace, env: dict[str, str]) -> rendezvous.Plan | None:
+    """The rendezvous of a multi-node start, None on one node. What the stand-in cannot model exits 2 and says so."""
+    if args.nnodes <= 1:
+        return None
+    if not 0 <= args.node_rank < args.nnodes:
+        print(f"[{STANDIN}] --node-rank {args.node_rank} is not a rank of --nnodes {args.nnodes}", file=sys.stderr,
+              flush=True)
+        raise SystemExit(2)
+    if not args.dist_init_addr:
+        # SGLang would rendezvous at 127.0.0.1 on every node and wait out its timeout; nothing to learn from that.
+        print(f"[{STANDIN}] --nnodes {args.nnodes} without --dist-init-addr: every node would wait at its own "
+              "127.0.0.1 until torch's timeout; the stand-in refuses at once", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    world = args.tp_size * args.pp_size
+    if world < args.nnodes or world % args.nnodes:
+        print(f"[{STANDIN}] tp_size * pp_size = {world} ranks do not spread evenly over {args.nnodes} nodes",
+              file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    host, port = rendezvous.split_addr(args.dist_init_addr)
+    return rendezvous.Plan(nnodes=args.nnodes, node_rank=args.node_rank, host=host, port=port, world=world,
+                           timeout_s=rendezvous.timeout_s(args.dist_timeout, env))
+
+
+def make_dummy_handler(enable_metrics: bool) -> type[BaseHTTPRequestHandler]:
+    """What a node of rank >= 1 serves: SGLang's launch_dummy_health_check_server (FastAPI): /health,
+    /health_generate and /ping answer an empty 200, /metrics only with --enable-metrics (this node's schedulers
+    export nothing: only the first attention-TP rank's do), anything else FastAPI's 404 or 405."""
+
+    class DummyHandler(BaseHTTPRequestHandler):
+        server_version = "sglang-lab-standin/" + STANDIN_VERSION
+        protocol_version = "HTTP/1.0"
+        routes = {"/health", "/health_generate", "/ping"} | ({"/metrics"} if enable_metrics else set())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
+            self.send_response(code)
+            if body:
+                self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Lab-Standin", STANDIN)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path not in self.routes:
+                self._send(404, b'{"detail":"Not Found"}')
+            elif path == "/metrics":
+                self._send(200, b"", "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                self._send(200, b"")
+
+        def do_POST(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path in self.routes:
+                self._send(405, b'{"detail":"Method Not Allowed"}')
+            else:
+                self._send(404, b'{"detail":"Not Found"}')
+
+    return DummyHandler
+
+
+def serve_follower(args: argparse.Namespace, conn: socket.socket) -> NoReturn:
+    """Node rank >= 1 once every node has joined: no API, SGLang's dummy health server, and the schedulers' wait
+    until the group breaks (rank 0 gone), which ends this node as SGLang's scheduler error does."""
+    server = _Server((args.host, args.port), make_dummy_handler(args.enable_metrics))
+    threading.Thread(target=server.serve_forever, name="health-check-server", daemon=True).start()
+    log(f"Dummy health check server started in background thread at {args.host}:{args.port}")
+    rendezvous.wait_closed(conn)
+    scheduler_failed(peer_closed(conn))
+
+
 # Written beside the venv by the deploy (roles/sglang_venv: the engine check and its inputs).
 ENGINE_CHECK_SCRIPT = "toolkit-engine-check.py"
 ENGINE_CHECK_INPUTS = "toolkit-engine-check.json"
@@ -605,6 +785,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{STANDIN}] told to exit at start (SGLANG_STANDIN_EXIT_AT_START=1): exiting with status 1",
               file=sys.stderr, flush=True)
         return 1
+    plan = distributed_plan(args, dict(os.environ))
+    store: rendezvous.Store | None = None
+    if plan is not None:
+        # SGLang's schedulers join the torch.distributed group before the model loads and before any HTTP server
+        # starts: until every node is in, nothing answers on --port.
+        try:
+            if plan.node_rank == 0:
+                store = rendezvous.serve(plan, log)
+            else:
+                serve_follower(args, rendezvous.join(plan, log))
+        except rendezvous.RendezvousError as err:
+            scheduler_failed(str(err))
+        except OSError as err:
+            scheduler_failed("torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+                             f"local network address. port: {plan.port}, useIpv6: false, code: -{err.errno}, "
+                             f"name: {errno.errorcode.get(err.errno or 0, '?')}, "
+                             f"message: {(err.strerror or '').lower()}")
     try:
         state = State(args, rest)
     except em.NotEnoughMemory as err:
@@ -616,6 +813,9 @@ def main(argv: list[str] | None = None) -> int:
     if limits_file:
         threading.Thread(target=power_limit_loop, args=(state, limits_file), name="power-limit", daemon=True).start()
     server = _Server((args.host, args.port), make_handler(state))
+    if store is not None:
+        # A node that leaves breaks the group: rank 0's next broadcast fails and takes the server down.
+        store.watch(lambda rank: scheduler_failed(peer_closed(store.peers[rank])))
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "
         f"on {args.host}:{args.port}; flags not interpreted: {sorted(state.extra)}"

@@ -5,12 +5,16 @@
 # (lab stand-in for a Proxmox host's boot; environment from toolkit/lab/system.py)
 set -eu
 R=$LAB_ROOT
-mount -t overlay toolkit-lab-pve1 -o "lowerdir=$LAB_LOWER,upperdir=$LAB_UPPER,workdir=$LAB_WORK" "$R"
+mount -t overlay "toolkit-lab-$LAB_HOSTNAME" -o "lowerdir=$LAB_LOWER,upperdir=$LAB_UPPER,workdir=$LAB_WORK" "$R"
 mount -t proc proc "$R/proc"
 # A stock flavour's package mirror (toolkit/lab/aptrepo.py), read-only.
 if [ -n "${LAB_MIRROR:-}" ]; then
   mount --bind "$LAB_MIRROR" "$R/srv/lab-standin-mirror"
   mount -o remount,bind,ro "$R/srv/lab-standin-mirror"
+fi
+# A cluster's /etc/pve/nodes: the same directory on every node, as pmxcfs shows it.
+if [ -n "${LAB_CLUSTER_NODES:-}" ]; then
+  mount --bind "$LAB_CLUSTER_NODES" "$R/etc/pve/nodes"
 fi
 # A fresh sysfs shows this network namespace's interfaces (LXC reads /sys/class/net).
 mount -t sysfs sysfs "$R/sys"
