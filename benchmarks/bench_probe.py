@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import contextlib
 
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.sampler import Row
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import dump_trace, parse_trace, trace_from_rows
@@ -73,7 +74,7 @@ def _replay_once(text: str, run: dict[str, object], *, stdlib: bool) -> tuple[fl
     with columnar.list_path() if stdlib else contextlib.nullcontext():
         t0 = time.perf_counter()
         trace = parse_trace(text, "synthetic.csv")
-        summary = summarize(trace, run, {})
+        summary = summarize(trace, RunRecord.from_dict(run), {})
         verdict = judge(summary, {}, {})
         return time.perf_counter() - t0, verdict.to_dict()
 

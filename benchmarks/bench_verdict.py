@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_probe import synthetic_trace_text
 
 from toolkit.core.probe.host_trace import read_host_trace
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.server_trace import read_server_trace
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import parse_trace
@@ -53,7 +54,7 @@ def main() -> int:
     server, host = read_server_trace(s_text), read_host_trace(h_text)
     run = {"idle_start_s": 0.0, "idle_end_s": 10.0, "bench_start_s": 10.0, "bench_end_s": SECONDS - 1.0,
            "exit_code": 0}
-    summary = summarize(trace, run, {})
+    summary = summarize(trace, RunRecord.from_dict(run), {})
     mean_s, over_s = [], []
     for _ in range(args.repeats):
         t0 = time.perf_counter()

@@ -112,13 +112,15 @@ def test_a_limit_to_containers_brings_their_proxmox_host_for_the_power_limit(tmp
 def test_the_recorded_line_reads_as_text_not_a_python_dict() -> None:
     from rich.console import Console
 
+    from toolkit.app.apply import ApplyOutcome
     from toolkit.cli.render import print_apply_summary
+    from toolkit.core.ansible_summary import PlaybookResult
 
     console = Console(record=True, width=200)
-    summary = {"profile": "glm5-tp8", "check": False, "hosts": {}, "failures": [], "unreachable": [],
-               "artifacts_dir": "/tmp/a", "record": {"recorded": {"sglang-ct": "added in profiles/glm5-tp8.yaml",
-                                                                  "ct-b": "skipped: the probe wrote no verdict"}}}
-    print_apply_summary(console, summary, as_json=False)
+    outcome = ApplyOutcome("glm5-tp8", False, PlaybookResult(0, "successful", {}, [], None), [], Path("/tmp/a"),
+                           record={"recorded": {"sglang-ct": "added in profiles/glm5-tp8.yaml",
+                                                "ct-b": "skipped: the probe wrote no verdict"}})
+    print_apply_summary(console, outcome, as_json=False)
     text = console.export_text()
     assert ("recorded: ct-b: skipped: the probe wrote no verdict; sglang-ct: added in profiles/glm5-tp8.yaml"
             in text)

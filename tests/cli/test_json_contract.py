@@ -230,3 +230,55 @@ def test_output_off_its_schema_is_refused() -> None:
     # own output is held to its schema closed, so a type and its schema never fall behind what is printed.
     extra = {**good, "data": {**good["data"], "ranked_by": "throughput"}}
     assert validator.is_valid(extra) and not jsonschema.Draft202012Validator(_closed(committed)).is_valid(extra)
+
+
+def _enveloped(kind: str, data: Any) -> str:
+    return json.dumps({"kind": kind, "schema_version": SCHEMA_VERSIONS[kind], "data": data})
+
+
+def test_apply_and_upgrade_data_validate_against_their_closed_schemas(tmp_path: Path) -> None:
+    """What `apply --json` and `upgrade --json` print, built from their outcomes (a deploy needs the lab, which
+    tests/apply and tests/upgrade run): every key typed, none left open."""
+    from toolkit.adapters.probe_store import read_verdict
+    from toolkit.app.apply import ApplyOutcome, HostProbe
+    from toolkit.app.upgrade import UpgradeOutcome
+    from toolkit.core.ansible_summary import HostStats, PlaybookResult, TaskFailure
+    from toolkit.core.provenance import Provenance
+    from toolkit.core.upgrade import Run
+
+    result = PlaybookResult(2, "failed", {"gpu1": HostStats(ok=9, changed=2), "gpu2": HostStats(failed=1)},
+                            [TaskFailure("gpu2", "sglang : health", "timed out")], None)
+    outcome = ApplyOutcome("glm5-tp8", False, result, ["a note"], tmp_path,
+                           probes={"gpu1": HostProbe(LAB_RUN, read_verdict(LAB_RUN)),
+                                   "gpu2": HostProbe(tmp_path / "none", None)},
+                           record={"recorded": {"gpu1": "added in glm5-tp8.yaml"}})
+    data = _validated(_enveloped("apply", outcome.summary), "apply")
+    assert data["probe"]["gpu1"]["verdict"]["provenance"]["kind"] == "stand-in"
+
+    lab = Provenance("stand-in", "lab")
+    up = UpgradeOutcome("refused", "glm5-tp8", "glm5-tp8-0.5.10", "0.5.9", "0.5.10", "slower",
+                        [Run("old", 1000.0, "runs/a", True, 10.0, provenance=lab),
+                         Run("new", float("nan"), None, None, 2.0, "the unit failed")],
+                        report="runs/u/report.md", wall_s=30.0,
+                        data={"decision": "refused", "profile": "glm5-tp8", "new_profile": "glm5-tp8-0.5.10",
+                              "from_version": "0.5.9", "to_version": "0.5.10", "objective": "throughput",
+                              "effect_pct": 3.0, "accept_equal": False, "text": "slower", "pairs": 1,
+                              "change": None, "change_99": None, "outcome": None, "rollback_s": 4.2, "slo": None,
+                              "slo_definition": None, "slo_text": None})
+    data = _validated(_enveloped("upgrade", up.to_dict()), "upgrade")
+    assert [r["mark"] for r in data["runs"]] == ["LAB STAND-IN", None]
+
+
+def test_tune_data_validates_against_its_closed_schema() -> None:
+    """What `tune --json` prints (and tune.json holds), of a tune over the lab's engine model: its steps, noise band
+    and stop typed by the tune's record (toolkit.core.tune.log), nothing left open."""
+    from tests.tune.conftest import BASE, fresh, tune
+    from toolkit.adapters.profile_store import ProfileStore
+    from toolkit.core.tune import report
+    from toolkit.lab.engine_runner import EngineModelRunner
+
+    profiles = ProfileStore(REPO / "profiles")
+    state, spec = fresh(profiles)
+    tune(profiles, state, spec, EngineModelRunner(base=BASE, profile_names=profiles.names()))
+    data = _validated(_enveloped("tune", report.to_json(state)), "tune")
+    assert data["stop"]["kind"] and len(data["steps"]) >= 2 and data["noise"]["band_pct"] >= 1.0

@@ -76,6 +76,33 @@ def test_up_refuses_a_network_already_in_use_and_makes_nothing() -> None:
         subprocess.run(["ip", "link", "del", "tktaken0"], check=True)
 
 
+def test_up_refuses_the_networks_of_another_lab_up_here_naming_it_and_makes_nothing() -> None:
+    # Another instance up on this machine (its state file and a live holder process, as `up` leaves them) whose
+    # networks are the ones asked: refused before anything is made, naming that lab, a free pair and its down.
+    other_dir = Path("/var/lib/toolkit-lab-zq9")
+    assert not other_dir.exists(), f"{other_dir} is someone's lab"
+    holder = subprocess.Popen(["sleep", "300"])
+    subnet, ct_subnet = "10.251.40.0/24", "10.251.41.0/24"
+    try:
+        other_dir.mkdir()
+        other = plan.LabState(config=plan.LabConfig(subnet=subnet, ct_subnet=ct_subnet),
+                              inventory_path=str(other_dir / "lab.yml"), ssh_key_path="", known_hosts_path="",
+                              holder_pid=holder.pid, holder_start_ticks=system.start_ticks(holder.pid),
+                              running=True)
+        (other_dir / "state.json").write_text(other.to_json())
+        proc = toolkit_cli("lab", "up", "--subnet", subnet, "--ct-subnet", ct_subnet)
+        assert proc.returncode == 2, proc.stderr
+        assert "lab instance zq9 (TOOLKIT_LAB_INSTANCE=zq9), which is up on this machine" in proc.stderr
+        assert "TOOLKIT_LAB_INSTANCE=zq9 toolkit lab down" in proc.stderr and "--subnet 10." in proc.stderr
+        assert "Traceback" not in proc.stderr
+        assert_nothing_made()
+    finally:
+        holder.kill()
+        holder.wait()
+        (other_dir / "state.json").unlink(missing_ok=True)
+        other_dir.rmdir()
+
+
 def test_down_removes_everything_up_made_and_a_warm_up_is_fast() -> None:
     t0 = time.monotonic()
     state = toolkit.lab.up(gpus=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,51 @@ def test_a_taken_network_is_refused_but_not_the_labs_own_veth() -> None:
     assert [(p.field, "docker0" in p.message) for p in problems] == [("--ct-subnet", True)]
     assert "--subnet" in (problems[0].fix or "")
     assert plan.address_conflicts(BASE, routes[:3], our_links={plan.HOST_VETH}) == []
+
+
+def test_instances_default_networks_are_spread_so_names_in_use_do_not_clash() -> None:
+    assert plan.instance_subnets("") == ("10.213.0.0/24", "10.213.1.0/24")
+    # The sum of the characters put t1 and ci3 (and ci2 with 2ci, ...) on one 10.229; CI's seven instances and
+    # the ones engineers name beside them must each get their own pair.
+    names = ["", "t1", "ci2", "ci3", "ci4", "ci5", "ci6", "ci7", "2ci", "e1", "x2", "x3", "d1", "c1"]
+    nets = [net for name in names for net in plan.instance_subnets(name)]
+    assert len(set(nets)) == len(nets)
+    for name in names[1:]:
+        subnet, ct_subnet = plan.instance_subnets(name)
+        plan.validate(LabConfig(subnet=subnet, ct_subnet=ct_subnet))  # private, /24, apart
+        assert subnet.startswith("10.") and int(subnet.split(".")[1]) in range(214, 244)
+    assert len({plan.pair_subnets(slot) for slot in range(plan.INSTANCE_NET_PAIRS)}) == plan.INSTANCE_NET_PAIRS
+
+
+def test_another_lab_up_on_the_same_networks_is_named_with_a_free_pair_and_how_to_take_it_down() -> None:
+    mine = LabConfig(subnet="10.229.0.0/24", ct_subnet="10.229.1.0/24")
+    others = {"t1": LabConfig(subnet="10.229.0.0/24", ct_subnet="10.229.1.0/24"),
+              "": BASE, "x9": LabConfig(subnet="10.230.0.0/24", ct_subnet="10.230.1.0/24")}
+    routes = [{"dst": "10.229.0.0/24", "dev": "tklabt1"}, {"dst": "10.229.1.0/24", "dev": "tklabt1"}]
+    problems = plan.other_lab_conflicts(mine, others, routes)
+    assert [p.field for p in problems] == ["--subnet", "--ct-subnet"]
+    assert "lab instance t1 (TOOLKIT_LAB_INSTANCE=t1), which is up on this machine" in problems[0].message
+    fix = problems[0].fix or ""
+    assert "`TOOLKIT_LAB_INSTANCE=t1 toolkit lab down`" in fix
+    subnet, ct_subnet = fix.split("--subnet ")[1].split(" --ct-subnet ")[0], fix.split("--ct-subnet ")[1].split("`")[0]
+    taken = plan.taken_networks(routes, others)
+    free = LabConfig(subnet=subnet, ct_subnet=ct_subnet)
+    assert plan.other_lab_conflicts(free, others, routes) == []
+    assert not any(ipaddress.IPv4Network(cidr).overlaps(t) for cidr in (subnet, ct_subnet) for t in taken)
+    # Several hosts: the second host's container network (the one after --ct-subnet) clashes too, and the pair
+    # suggested leaves room for all of them.
+    two = LabConfig(subnet="10.231.6.0/24", ct_subnet="10.231.7.0/24", hosts=2)
+    beside = {"y7": LabConfig(subnet="10.231.8.0/24", ct_subnet="10.231.9.0/24")}
+    clash = plan.other_lab_conflicts(two, beside, [])
+    assert [(p.field, p.message.split(" overlaps ")[0]) for p in clash] == [("--ct-subnet", "10.231.8.0/24")]
+    fix = clash[0].fix or ""
+    suggested = LabConfig(subnet=fix.split("--subnet ")[1].split(" ")[0],
+                          ct_subnet=fix.split("--ct-subnet ")[1].split("`")[0], hosts=2)
+    assert plan.other_lab_conflicts(suggested, beside, []) == []
+    # The default lab is named as such, with its own way down.
+    on_default = plan.other_lab_conflicts(BASE, {"": BASE}, [])
+    assert "the default lab (TOOLKIT_LAB_INSTANCE unset)" in on_default[0].message
+    assert "(`toolkit lab down`)" in (on_default[0].fix or "")
 
 
 def test_inventory_has_the_contract_groups_and_matches_the_committed_example() -> None:

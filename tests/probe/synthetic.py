@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.trace import trace_from_rows
 
@@ -27,7 +28,7 @@ def ramp(t: float, start: float, ramp_s: float, end: float, drain_s: float) -> f
     return max(0.0, min(1.0, (t - start) / ramp_s, (end - t) / drain_s))
 
 
-def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> tuple[Trace, dict[str, Any],
+def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> tuple[Trace, RunRecord,
                                                                                      dict[str, Any], dict[str, Any]]:
     """(trace, run manifest fields, raw bench result, topology) of the seed-shaped synthetic run."""
     rows = []
@@ -42,9 +43,7 @@ def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> t
             rows.append({"t_s": round(t, 3), "gpu": g, "power_w": round(power, 2),
                          "power_limit_w": SEED_LIMIT_W, "util_gpu_pct": round(100.0 * x)})
     trace = trace_from_rows(rows, {"sample_hz": str(hz), "source": "synthetic:seed-figures", "gpus": "0;1;2;3;4;5;6;7"})
-    run = {"idle_start_s": 0.0, "idle_end_s": b0, "bench_start_s": b0, "bench_end_s": b1, "exit_code": 0,
-           "data_source": "synthetic: shaped from the story's published figures, not measured",
-           "target": {"profile": "glm5-tp8", "gpu_count": 8, "interconnect": "pcie", "p2p": False, "tp_size": 8}}
+    run = RunRecord.from_dict(_seed_manifest(b0, b1))
     bench = {"duration": bench_s, "completed": 1024, "total_input_tokens": 1024 * 256,
              "total_output_tokens": round(3740 * bench_s), "request_throughput": 1024 / bench_s,
              "input_throughput": 1024 * 256 / bench_s, "output_throughput": 3740.0, "max_output_tokens_per_s": 3945.0}
@@ -56,6 +55,13 @@ def seed_run(hz: float = 10.0, idle_s: float = 10.0, bench_s: float = 35.0) -> t
                   for a in range(8) for b in range(a + 1, 8)],
     }
     return trace, run, bench, topology
+
+
+def _seed_manifest(b0: float, b1: float) -> dict[str, Any]:
+    """The seed run's run.json as committed (schema 1: its provenance from its sentence, read on load)."""
+    return {"idle_start_s": 0.0, "idle_end_s": b0, "bench_start_s": b0, "bench_end_s": b1, "exit_code": 0,
+            "data_source": "synthetic: shaped from the story's published figures, not measured",
+            "target": {"profile": "glm5-tp8", "gpu_count": 8, "interconnect": "pcie", "p2p": False, "tp_size": 8}}
 
 
 def write_seed_fixture(directory: Any) -> None:
@@ -74,7 +80,8 @@ def write_seed_fixture(directory: Any) -> None:
     trace, run, _bench, topology = seed_run()
     (d / "trace.csv").write_text(dump_trace(trace))
     # Its phases, so a replay follows the live run's idle and benchmark (RecordedSampler).
-    (d / "run.json").write_text(json.dumps({"schema_version": 1, **run}, indent=2, sort_keys=True) + "\n")
+    manifest = _seed_manifest(run.idle_end_s or 0.0, run.bench_end_s or 0.0)
+    (d / "run.json").write_text(json.dumps({"schema_version": 1, **manifest}, indent=2, sort_keys=True) + "\n")
     (d / "topology.json").write_text(json.dumps(topology, indent=2, sort_keys=True) + "\n")
 
 
@@ -99,7 +106,7 @@ TIMELINE_IDLE_S = 5.0
 
 
 def timeline_trace(shape_at: Any, seconds: float, *, gpus: int = 1, hz: float = 10.0,
-                   limit_w: float = 700.0) -> tuple[Trace, dict[str, Any]]:
+                   limit_w: float = 700.0) -> tuple[Trace, RunRecord]:
     """A GPU trace whose every tick after the idle baseline has the shape `shape_at(t)` names (t from the benchmark's
     start), with the manifest fields summarize() reads. Labelled synthetic."""
     rows = []
@@ -115,8 +122,9 @@ def timeline_trace(shape_at: Any, seconds: float, *, gpus: int = 1, hz: float = 
             rows.append({"t_s": t, "gpu": g, "power_limit_w": limit_w, "sm_clock_max_mhz": 1980.0,
                          "power_instant_w": m["power_w"], **m})
     trace = trace_from_rows(rows, {"sample_hz": str(hz), "source": "synthetic:timeline"})
-    run = {"idle_start_s": 0.0, "idle_end_s": b0, "bench_start_s": b0, "bench_end_s": b1, "exit_code": 0,
-           "data_source": "synthetic: timeline shapes from the H200 readings, not measured"}
+    run = RunRecord.from_dict({"idle_start_s": 0.0, "idle_end_s": b0, "bench_start_s": b0, "bench_end_s": b1,
+                               "exit_code": 0,
+                               "data_source": "synthetic: timeline shapes from the H200 readings, not measured"})
     return trace, run
 
 

@@ -59,7 +59,7 @@ def test_a_column_edited_as_a_list_is_what_the_numpy_path_judges() -> None:
     for i in range(len(power)):
         power[i] = 1.0
     summary, _ = judge_run(run)
-    assert summary["full"]["gpus"]["0"]["power_w"]["mean"] == 1.0
+    assert summary.full.gpus["0"]["power_w"]["mean"] == 1.0
 
 
 @pytest.mark.skipif(columnar.np is None, reason="numpy is not installed")

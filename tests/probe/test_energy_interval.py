@@ -39,11 +39,11 @@ def _thin(trace: Trace, interval_s: float) -> int:
 def test_five_second_counter_reads_keep_window_energy_within_1_percent(name: str) -> None:
     run = load_run(FIX / name)
     reads_before = sum(v is not None for v in run.trace.gpus[0].values["energy_j"])
-    ref = summarize(run.trace, run.manifest, {})["steady"]
-    assert ref["duration_s"] >= 10.0
+    ref = summarize(run.trace, run.manifest, {}).steady
+    assert ref.duration_s >= 10.0
     kept = _thin(run.trace, 5.0)
     assert kept < reads_before / 3  # the thinning did remove most reads
-    thin = summarize(run.trace, run.manifest, {})["steady"]
-    a, b = ref["gpus"]["0"]["energy_j"], thin["gpus"]["0"]["energy_j"]
-    assert thin["gpus"]["0"]["energy_source"] != "integrated power (counter unavailable)"
+    thin = summarize(run.trace, run.manifest, {}).steady
+    a, b = ref.gpus["0"]["energy_j"], thin.gpus["0"]["energy_j"]
+    assert thin.gpus["0"]["energy_source"] != "integrated power (counter unavailable)"
     assert abs(b / a - 1) < 0.01, (name, a, b)

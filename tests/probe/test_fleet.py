@@ -23,6 +23,7 @@ from toolkit.core.probe.fleet_verdict import (
 )
 from toolkit.core.probe.gpu_rules import FAILED, WAITING
 from toolkit.core.probe.net_trace import net_header, net_rows, parse_proc_net_dev, read_net_trace
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.trace import trace_from_rows
 
@@ -173,10 +174,10 @@ def test_energy_and_tokens_per_joule_add_up_per_host_and_for_the_fleet() -> None
 
 def test_each_node_is_also_judged_alone_by_the_single_host_code() -> None:
     waiting = HostRun("pve1", _gpu_trace("pve1", {g: FULL for g in range(4)}), idle_end_s=IDLE_S)
-    v = node_verdict(waiting, {"sample_hz": HZ}, {}, IDLE_S, IDLE_S + BENCH_S)
+    v = node_verdict(waiting, RunRecord(sample_hz=HZ), {}, IDLE_S, IDLE_S + BENCH_S)
     assert v["class"] == WAITING and "busy, not working" in v["headline"]
     idle = HostRun("pve2", _gpu_trace("pve2", {0: (0.0, IDLE_W, 345.0)}), idle_end_s=IDLE_S)
-    assert node_verdict(idle, {"sample_hz": HZ}, {}, IDLE_S, IDLE_S + BENCH_S)["class"] == "no-load"
+    assert node_verdict(idle, RunRecord(sample_hz=HZ), {}, IDLE_S, IDLE_S + BENCH_S)["class"] == "no-load"
 
 
 def _bursty(on_gb_s: float, host: str) -> HostRun:

@@ -5,18 +5,20 @@ single-GPU traces (labelled so), not measured on 8 GPUs."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from toolkit.adapters.probe_store import load_run
 from toolkit.core.probe.bench import normalize_bench_result
 from toolkit.core.probe.judge import ProbeRun, judge_run
+from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.verdict import Verdict, judge
+from toolkit.core.provenance import Provenance
 
 from .synthetic import seed_run
 
@@ -50,14 +52,14 @@ EXPECTED = {
 }
 
 
-def replayed(name: str, expected: str) -> tuple[ProbeRun, dict[str, Any], Verdict]:
+def replayed(name: str, expected: str) -> tuple[ProbeRun, Summary, Verdict]:
     """A recorded H200 run replayed through the summary and verdict code: measured, of the expected class, and
     the class the same code gave on the GPU machine."""
     run = load_run(FIX / name)
-    assert run.manifest["data_source"] == "measured (NVML)"
+    assert run.manifest.data_source == "measured (NVML)"
     summary, verdict = judge_run(run)
     assert verdict.cls == expected, verdict.headline
-    assert run.verdict is not None and run.verdict["class"] == verdict.cls
+    assert run.verdict is not None and run.verdict.cls == verdict.cls
     return run, summary, verdict
 
 
@@ -65,7 +67,7 @@ def replayed(name: str, expected: str) -> tuple[ProbeRun, dict[str, Any], Verdic
 def test_each_recorded_phase_gets_its_class(name: str) -> None:
     _run, summary, verdict = replayed(name, EXPECTED[name])
     if verdict.cls in ("compute-bound", "memory-bandwidth-bound", "busy-but-waiting", "launch-bound"):
-        assert summary["steady_state"]["found"]
+        assert summary.steady_state.found
         assert verdict.basis == "gpm" and verdict.confidence >= 0.75
     if "compute" in name:
         assert verdict.power_capped is True
@@ -75,7 +77,7 @@ def test_each_recorded_phase_gets_its_class(name: str) -> None:
 def test_recorded_energy_counter_matches_integrated_power_within_2_percent() -> None:
     for name in ("h200-compute", "h200-memory", "h200-spin", "h200-launch"):
         summary, _ = judge_run(load_run(FIX / name))
-        g = summary["steady"]["gpus"]["0"]
+        g = summary.steady.gpus["0"]
         assert g["energy_source"] == "counter"
         # instant power (NVML_FI_DEV_POWER_INSTANT) integrates to the counter; the 1 s averaged power lags
         assert abs(g["energy_integrated_instant_j"] / g["energy_j"] - 1) < 0.02, name
@@ -85,10 +87,10 @@ def test_recorded_energy_counter_matches_integrated_power_within_2_percent() -> 
 def test_benchmark_failure_keeps_artifacts_and_stderr_tail() -> None:
     run = load_run(FIX / "h200-failing")
     _, verdict = judge_run(run)
-    assert run.manifest["exit_code"] == 3
+    assert run.manifest.exit_code == 3
     assert "planted failure" in verdict.evidence["stderr_tail"]
     interrupted = load_run(FIX / "h200-interrupted")
-    assert interrupted.manifest["interrupted"] is True and interrupted.manifest["status"] == "interrupted"
+    assert interrupted.manifest.interrupted is True and interrupted.manifest.status == "interrupted"
     assert len(interrupted.trace.gpus[0]) > 50  # what it had was written
 
 
@@ -112,7 +114,7 @@ def test_without_gpm_the_class_holds_at_lower_confidence(name: str) -> None:
         assert v.confidence < 0.75
 
 
-def _compose(parts: dict[int, str]) -> tuple[Trace, dict]:
+def _compose(parts: dict[int, str]) -> tuple[Trace, RunRecord]:
     """An N-GPU trace whose GPU g is the recorded GPU 0 of fixture parts[g], cut to the shortest."""
     runs = {g: load_run(FIX / name) for g, name in parts.items()}
     n = min(len(r.trace.gpus[0]) for r in runs.values())
@@ -125,9 +127,9 @@ def _compose(parts: dict[int, str]) -> tuple[Trace, dict]:
         s.errors = s.errors[:n]
         gpus[g] = s
     first = runs[0].manifest
-    end = min(min(r.manifest["bench_end_s"] for r in runs.values()), gpus[0].t_s[-1])
-    manifest = {**first, "bench_end_s": end,
-                "data_source": "composed from single-GPU H200 recordings; not measured on 8 GPUs"}
+    end = min(min(r.manifest.bench_end_s for r in runs.values()), gpus[0].t_s[-1])
+    manifest = dataclasses.replace(first, bench_end_s=end, provenance=Provenance(
+        "stand-in", "composed from single-GPU H200 recordings; not measured on 8 GPUs"))
     return Trace({"sample_hz": "10", "source": "composed:h200"}, gpus), manifest
 
 
@@ -161,10 +163,10 @@ def test_energy_from_one_counter_read_a_second_matches_every_tick() -> None:
             s.values["energy_j"][i] = None
     summary = summarize(sparse, run.manifest, normalize_bench_result(run.bench_raw))
     for window in ("full", "steady"):
-        a = full[window]["gpus"]["0"]["energy_j"]
-        b = summary[window]["gpus"]["0"]["energy_j"]
+        a = getattr(full, window).gpus["0"]["energy_j"]
+        b = getattr(summary, window).gpus["0"]["energy_j"]
         assert abs(b / a - 1) < 0.01, (window, a, b)
-    assert summary["steady"]["gpus"]["0"]["energy_source"].startswith("counter (+ power")
+    assert summary.steady.gpus["0"]["energy_source"].startswith("counter (+ power")
 
 
 def test_tiered_traces_read_slow_metrics_at_most_twice_a_second_and_carry_the_limit() -> None:
@@ -178,7 +180,7 @@ def test_tiered_traces_read_slow_metrics_at_most_twice_a_second_and_carry_the_li
 
 def test_default_energy_interval_run_matches_integrated_instant_power() -> None:
     summary, _ = judge_run(load_run(FIX / "h200d-compute-20hz"))
-    g = summary["steady"]["gpus"]["0"]
+    g = summary.steady.gpus["0"]
     assert g["energy_source"].startswith("counter (+ power over the edges")
     assert abs(g["energy_integrated_instant_j"] / g["energy_j"] - 1) < 0.02
 
@@ -193,11 +195,11 @@ def test_driver_sample_traces_are_schema_2_at_50_hz_with_energy_at_the_edges(nam
     assert len(t) > 0.95 * len(s) and abs(gaps[len(gaps) // 2] - 0.02) < 0.002  # the driver's 20 ms period
     assert max(gaps) < 0.1  # no drain lost samples (the ring holds ~2.4 s)
     reads = [x for x, e in zip(s.t_s, s.values["energy_j"], strict=True) if e is not None]
-    bench = (run.manifest["bench_start_s"], run.manifest["bench_end_s"])
+    bench = (run.manifest.bench_start_s, run.manifest.bench_end_s)
     assert any(abs(x - bench[0]) < 0.2 for x in reads) and any(abs(x - bench[1]) < 0.3 for x in reads)
     summary, _ = judge_run(run)
-    full = summary["full"]["gpus"]["0"]
+    full = summary.full.gpus["0"]
     # over the benchmark window the counter pair is there: the 20 ms samples integrate to within 1 % of it
     assert full["energy_source"].startswith("counter")
     assert abs(full["energy_integrated_sample_j"] / full["energy_j"] - 1) < 0.01, full
-    assert run.manifest["sampler_cost"]["thread"] == "toolkit-nvml-sampler"
+    assert run.manifest.extra["sampler_cost"]["thread"] == "toolkit-nvml-sampler"

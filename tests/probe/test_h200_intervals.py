@@ -84,7 +84,7 @@ def test_drains_a_ring_depth_apart_lose_no_power_sample_on_the_h200(name: str) -
     # The drain every 1.53 s (0.65 of the 2.36 s ring the driver keeps) must not outrun the ring: every 20 ms
     # sample of the run is in the trace, and the sampler counted no overrun.
     run = load_run(FIX / name)
-    cost = run.manifest["sampler_cost"]
+    cost = run.manifest.extra["sampler_cost"]
     assert cost["power_ring_overruns"] == 0 and 2.3 < cost["power_ring_depth_s"] < 2.5
     assert 1.45 < cost["power_drain_interval_s"] < 1.65
     series = run.trace.gpus[0]

@@ -213,7 +213,7 @@ def test_the_seeds_synthetic_eight_gpus_stay_busy_but_waiting_over_time() -> Non
     trace, run, bench, topology = seed_run()
     from toolkit.core.probe.bench import normalize_bench_result
 
-    v = judge(summarize(trace, run, normalize_bench_result(bench)), topology, run["target"], trace=trace)
+    v = judge(summarize(trace, run, normalize_bench_result(bench)), topology, run.target, trace=trace)
     assert v.cls == "busy-but-waiting" and v.timeline is not None and v.timeline.mix[0]["share"] == 1.0
     assert "glm5-tp4-pp2" in v.next_steps[0] and "not more compute tuning" in v.next_steps[0]
     tp = v.knob_steps[0]

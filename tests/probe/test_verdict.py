@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from toolkit.core.probe.bench import normalize_bench_result
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.trace import trace_from_rows
 from toolkit.core.probe.verdict import judge
@@ -15,7 +17,7 @@ from .synthetic import H200_SHAPES, SEED_IDLE_W, SEED_POWER_W, seed_run
 def test_seed_case_is_busy_but_waiting_and_says_fewer_tp_ranks() -> None:
     trace, run, bench, topology = seed_run()
     summary = summarize(trace, run, normalize_bench_result(bench))
-    v = judge(summary, topology, run["target"])
+    v = judge(summary, topology, run.target)
     assert v.cls == "busy-but-waiting"
     assert v.basis == "power+util+clocks"  # nvidia-smi gave no GPM: lower confidence, said so
     assert v.confidence < 0.75 and "lower confidence" in v.evidence["note"]
@@ -26,24 +28,24 @@ def test_seed_case_is_busy_but_waiting_and_says_fewer_tp_ranks() -> None:
     assert "glm5-tp4-pp2" in steps and "glm5-ep8" in steps
     assert "not more compute tuning" in steps
     # idle baseline and steady window came from the trace, not from constants
-    assert abs(summary["idle"]["power_w"]["0"] - SEED_IDLE_W) < 1
-    st = summary["steady"]["gpus"]
+    assert abs(summary.idle.power_w["0"] - SEED_IDLE_W) < 1
+    st = summary.steady.gpus
     for g, p in enumerate(SEED_POWER_W):
         assert abs(st[str(g)]["power_w"]["mean"] - p) < 1.0
-    assert summary["steady_state"]["found"]
-    assert summary["steady"]["start_s"] > run["bench_start_s"] + 1  # ramp cut
+    assert summary.steady_state.found
+    assert summary.steady.start_s > run.bench_start_s + 1  # ramp cut
 
 
 def test_seed_figures_with_p2p_would_not_blame_the_link() -> None:
     trace, run, bench, topology = seed_run()
     for link in topology["links"]:
         link["p2p_read_ok"] = True
-    v = judge(summarize(trace, run, normalize_bench_result(bench)), topology, run["target"])
+    v = judge(summarize(trace, run, normalize_bench_result(bench)), topology, run.target)
     assert v.cls == "busy-but-waiting"
     assert "no P2P" not in " ".join(v.next_steps)
 
 
-def _flat(gpus: dict[int, dict[str, float]], seconds: float = 30.0, idle_w: float = 80.0) -> tuple[Any, dict]:
+def _flat(gpus: dict[int, dict[str, float]], seconds: float = 30.0, idle_w: float = 80.0) -> tuple[Any, RunRecord]:
     rows = []
     for i in range(int(seconds * 10)):
         t = i / 10
@@ -52,7 +54,7 @@ def _flat(gpus: dict[int, dict[str, float]], seconds: float = 30.0, idle_w: floa
             row = {"t_s": t, "gpu": g, "power_limit_w": 700.0, "sm_clock_max_mhz": 1980.0}
             row.update(m if busy else {"power_w": idle_w, "util_gpu_pct": 0.0, "sm_clock_mhz": 345.0})
             rows.append(row)
-    run = {"idle_end_s": 5.0, "bench_start_s": 5.0, "bench_end_s": seconds - 0.1, "exit_code": 0}
+    run = RunRecord(idle_end_s=5.0, bench_start_s=5.0, bench_end_s=seconds - 0.1, exit_code=0)
     return trace_from_rows(rows, {"sample_hz": "10", "source": "synthetic:flat"}), run
 
 
@@ -103,7 +105,7 @@ def test_no_load_and_benchmark_failed() -> None:
     trace, run = _flat({0: {"power_w": 80.0, "util_gpu_pct": 0.0}})
     assert judge(summarize(trace, run, {})).cls == "no-load"
     trace, run = _flat({0: H200_LIKE["compute"]})
-    run.update(exit_code=3, stderr_tail="Traceback ...\nConnectionRefusedError: [Errno 111]")
+    run = replace(run, exit_code=3, stderr_tail="Traceback ...\nConnectionRefusedError: [Errno 111]")
     v = judge(summarize(trace, run, {}))
     assert v.cls == "benchmark-failed"
     assert "ConnectionRefusedError" in v.evidence["stderr_tail"]
@@ -122,13 +124,13 @@ def test_requests_lost_with_exit_0_is_a_failed_benchmark_not_a_result() -> None:
     assert failed_requests(None, 160) is None and failed_requests(5.0, None) is None
 
     trace, run = _flat({0: H200_LIKE["compute"]})
-    run.update(requests_sent=160, failed_requests=37, server_log_tail="sglang.service: Main process exited, "
-               "code=killed, status=9/KILL")
+    run = replace(run, requests_sent=160, failed_requests=37, server_log_tail="sglang.service: Main process exited, "
+                  "code=killed, status=9/KILL")
     v = judge(summarize(trace, run, {"completed": 123.0}))
     assert v.cls == "benchmark-failed"
     assert v.headline.startswith("the benchmark lost 37 of 160 requests")
     assert "status=9/KILL" in v.evidence["server_log_tail"] and v.evidence["failed_requests"] == 37
-    run.update(failed_requests=0)
+    run = replace(run, failed_requests=0)
     assert judge(summarize(trace, run, {"completed": 160.0})).cls == "compute-bound"
 
 

@@ -17,12 +17,15 @@ import pytest
 from rich.console import Console
 
 from tests.results.conftest import REPO
+from toolkit.adapters.probe_store import read_verdict
 from toolkit.adapters.profile_store import ProfileStore
+from toolkit.app.apply import ApplyOutcome, HostProbe
 from toolkit.app.measure import measurement_from_probe_dir
 from toolkit.app.profiles import check
 from toolkit.app.record import load_results
 from toolkit.cli.main import main
 from toolkit.cli.render import print_apply_summary
+from toolkit.core.ansible_summary import PlaybookResult
 from toolkit.core.probe.sampler import RecordedSampler
 from toolkit.core.probe.series import Trace
 from toolkit.core.provenance import MARK, Provenance
@@ -53,10 +56,9 @@ def _run_dir(tmp_path: Path, name: str, provenance: Provenance) -> Path:
 
 def _apply_summary(run: Path) -> str:
     console = Console(record=True, width=200)
-    verdict = json.loads((run / "verdict.json").read_text())
-    print_apply_summary(console, {"left_out": [], "profile": "glm5-tp8", "check": False, "hosts": {}, "failures": [],
-                                  "unreachable": [], "probe": {"gpu-host": {"run_dir": str(run), "verdict": verdict}},
-                                  "artifacts_dir": str(run.parent)}, as_json=False)
+    outcome = ApplyOutcome("glm5-tp8", False, PlaybookResult(0, "successful", {}, [], None), [], run.parent,
+                           probes={"gpu-host": HostProbe(run, read_verdict(run))})
+    print_apply_summary(console, outcome, as_json=False)
     return console.export_text()
 
 

@@ -67,3 +67,26 @@ def test_a_driver_too_old_for_the_releases_cuda_is_refused_with_the_fix_before_a
     assert driver_refusal(matrix, "0.5.9", "570.172.08", "pve1") is None
     none = driver_refusal(matrix, "0.5.23", None, "pve1")
     assert none is not None and "no NVIDIA driver loaded" in none.message
+
+
+def test_the_upgrade_report_marks_where_each_figure_came_from() -> None:
+    """report.md and upgrade.json carry each run's provenance mark, as the apply summary and the reports do."""
+    import json
+    import math
+
+    from toolkit.core.provenance import Provenance
+    from toolkit.core.upgrade import Run, report_markdown
+
+    lab = Provenance("stand-in", "the lab's stand-in server")
+    runs = [Run("old", 1000.0, "runs/a", None, 12.0, provenance=lab), Run("new", 1100.0, "runs/b", None, 11.0,
+                                                                          provenance=lab),
+            Run("new", math.nan, None, None, 3.0, "the unit did not start")]
+    data = {"profile": "p", "from_version": "0.5.9", "to_version": "0.5.10", "decision": REFUSED, "text": "t",
+            "objective": "throughput", "effect_pct": 3.0, "new_profile": "p-0.5.10"}
+    md = report_markdown(data, runs)
+    assert "- figures: LAB STAND-IN (the lab's stand-in server)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[3] for row in rows] == ["LAB STAND-IN", "LAB STAND-IN", "-"]
+    row = json.loads(json.dumps(runs[0].to_dict()))
+    assert row["mark"] == "LAB STAND-IN" and row["provenance"] == {"kind": "stand-in",
+                                                                   "detail": "the lab's stand-in server"}

@@ -238,3 +238,28 @@ def test_a_bold_value_that_fails_climbs_down_its_ladder(profiles: ProfileStore) 
     # Kept for the later steps: no later verdict's proposal to raise the cap again is measured.
     assert log["failed_directions"] == [{"knob": MRR, "direction": "up", "reason": "server never up: out of memory",
                                          "variant": "v02"}]
+
+
+def test_a_tune_record_from_before_its_later_keys_loads_reports_and_resumes(profiles: ProfileStore) -> None:
+    """The record's types (toolkit.core.tune.log) change nothing on disk: a state written before the keys added
+    later (max_repeats, max_goodput_loss_pct, incumbent_rate) loads as it is, reports, and resumes to the end."""
+    import json
+
+    from toolkit.core.sweep.state import state_from_dict
+    from toolkit.core.tune.loop import check_log
+
+    whole, spec = fresh(profiles)
+    tune(profiles, whole, spec, engine(profiles))
+    state, spec = fresh(profiles, budget=5)
+    tune(profiles, state, spec, engine(profiles))
+    data = json.loads(json.dumps(state.to_dict()))
+    for key in ("max_repeats", "max_goodput_loss_pct", "incumbent_rate"):
+        data["tune"].pop(key, None)
+    old = state_from_dict(data, file="state.json")
+    old.tune = dict(check_log(old.tune, file="state.json"))
+    assert "max_repeats" not in old.tune and report.to_json(old)["steps"] == data["tune"]["steps"]
+    assert report.markdown(old).startswith(f"# Tune {old.run_id}")
+    raise_budget(old.tune, None)
+    tune(profiles, old, spec, engine(profiles))
+    assert old.tune["stop"]["kind"] == CONVERGED
+    assert old.variant(old.tune["incumbent"]).knobs == whole.variant(whole.tune["incumbent"]).knobs

@@ -1,5 +1,7 @@
-"""A probe run's directory: its records written (`write_record`, atomically) and read back (`load_run(dir)`,
-`read_judged`) here and nowhere else; the traces are written by the probe's sampling loop.
+"""A probe run's directory: its records written (`write_run_record`, `write_judged`, `write_topology`, atomically)
+and read back (`load_run(dir)`, `read_judged`, `read_run_record` ...) here and nowhere else, as their types
+(toolkit.core.probe.records: `RunRecord`, `Summary`; toolkit.core.probe.verdict.Verdict); the traces are written
+by the probe's sampling loop.
 
 Files (docs/probe.md has every field): run.json (manifest), trace.csv (per-GPU samples), bench.jsonl (the
 benchmark's raw result, when it wrote one), topology.json, summary.json, verdict.json. Each JSON file has a
@@ -7,14 +9,16 @@ schema_version; a newer one than this toolkit knows is refused, an older one is 
 
 Schema history of run.json: 1: where the GPU figures came from as a sentence (`data_source`); 2: also as the
 typed provenance (`provenance: {kind, detail}`, toolkit.core.provenance). summary.json and verdict.json gained the
-same field (their keys are only ever added). A record without it is given it on read, from its sentence.
+same field (their keys are only ever added). A record without it is given it on read, from its sentence (the
+types' `from_dict`: the one migration).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from toolkit.adapters.files import write_json
 from toolkit.core.errors import ToolkitError
@@ -23,21 +27,22 @@ from toolkit.core.probe.fleet_verdict import FLEET_VERDICT_SCHEMA_VERSION
 from toolkit.core.probe.host_trace import read_host_trace
 from toolkit.core.probe.judge import ProbeRun
 from toolkit.core.probe.net_trace import NetSeries, read_net_trace
+from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import read_server_trace
 from toolkit.core.probe.summary import SUMMARY_SCHEMA_VERSION
 from toolkit.core.probe.trace import parse_trace
-from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION
-from toolkit.core.provenance import of_record
+from toolkit.core.probe.verdict import VERDICT_SCHEMA_VERSION, Verdict
 
 RUN_SCHEMA_VERSION = 2
 TOPOLOGY_SCHEMA_VERSION = 1
+R = TypeVar("R")
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
                   "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION,
                   "fleet_verdict.json": FLEET_VERDICT_SCHEMA_VERSION}
 
 
-def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
+def _read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
     if not path.exists():
         if required:
             raise ToolkitError.of("missing", file=str(path), fix="give a directory written by `toolkit probe run`")
@@ -54,31 +59,57 @@ def read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
     if known is not None and isinstance(version, int) and version > known:
         raise ToolkitError.of(f"schema_version {version} is newer than this toolkit reads ({known})",
                               file=str(path), field="schema_version", fix="upgrade the toolkit")
-    return _migrated(path, data)
-
-
-# The records that carry where their figures came from.
-_WITH_PROVENANCE = ("run.json", "summary.json", "verdict.json")
-
-
-def _migrated(path: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """An older record in the shape this toolkit writes: a record from before the typed provenance gets it from its
-    `data_source` sentence (toolkit.core.provenance.of_record), so no reader looks at the sentence again."""
-    if path.name in _WITH_PROVENANCE:
-        try:
-            data = {**data, "provenance": of_record(data).to_dict()}
-        except ToolkitError as err:  # a hand-edited kind: name the file
-            for problem in err.problems:
-                problem.file = str(path)
-            raise
     return data
 
 
-def write_record(run_dir: Path, name: str, data: dict[str, Any]) -> None:
-    """One of a run's JSON records (run.json, topology.json, summary.json, verdict.json), atomically, stamped with
-    the schema version this toolkit writes (a record it rewrites was migrated on read)."""
-    if name not in KNOWN_VERSIONS:
-        raise ValueError(f"{name} is not a probe run's record (one of {', '.join(KNOWN_VERSIONS)})")
+def _typed(path: Path, make: Callable[[dict[str, Any]], R]) -> R:
+    """A record's type from its file (the migration on read is the type's `from_dict`); a bad value names the
+    file."""
+    data = _read_json(path)
+    assert data is not None
+    try:
+        return make(data)
+    except ToolkitError as err:  # a hand-edited provenance kind
+        for problem in err.problems:
+            problem.file = str(path)
+        raise
+
+
+def read_run_record(run_dir: Path) -> RunRecord:
+    return _typed(run_dir / "run.json", RunRecord.from_dict)
+
+
+def read_summary(run_dir: Path) -> Summary | None:
+    """summary.json; None when the run was cut before it was written."""
+    return _typed(run_dir / "summary.json", Summary.from_dict) if (run_dir / "summary.json").exists() else None
+
+
+def read_verdict(run_dir: Path) -> Verdict | None:
+    """verdict.json; None when the run was cut before it was written."""
+    return _typed(run_dir / "verdict.json", Verdict.from_dict) if (run_dir / "verdict.json").exists() else None
+
+
+def read_topology(run_dir: Path) -> dict[str, Any]:
+    return _read_json(run_dir / "topology.json", required=False) or {}
+
+
+def write_run_record(run_dir: Path, record: RunRecord) -> None:
+    _write(run_dir, "run.json", record.to_dict())
+
+
+def write_judged(run_dir: Path, summary: Summary, verdict: Verdict) -> None:
+    """summary.json and verdict.json of a judged run."""
+    _write(run_dir, "summary.json", summary.to_dict())
+    _write(run_dir, "verdict.json", verdict.to_dict())
+
+
+def write_topology(run_dir: Path, topology: dict[str, Any]) -> None:
+    _write(run_dir, "topology.json", topology)
+
+
+def _write(run_dir: Path, name: str, data: dict[str, Any]) -> None:
+    """One of a run's JSON records, atomically, stamped with the schema version this toolkit writes (a record it
+    rewrites was migrated on read)."""
     write_json(run_dir / name, {**data, "schema_version": KNOWN_VERSIONS[name]})
 
 
@@ -103,8 +134,7 @@ def load_run(run_dir: str | Path) -> ProbeRun:
         raise ToolkitError.of("not a directory", file=str(d), fix="give the --out directory of `toolkit probe run`")
     from toolkit.adapters.bench_process import read_bench_jsonl
 
-    manifest = read_json(d / "run.json")
-    assert manifest is not None
+    manifest = read_run_record(d)
     trace_path = d / "trace.csv"
     if not trace_path.exists() and (d / "trace.csv.partial").exists():
         trace_path = d / "trace.csv.partial"  # an interrupted run: judge what it has
@@ -113,16 +143,15 @@ def load_run(run_dir: str | Path) -> ProbeRun:
         manifest=manifest,
         trace=read_trace(trace_path),
         bench_raw=read_bench_jsonl(d / "bench.jsonl"),
-        topology=read_json(d / "topology.json", required=False) or {},
-        summary=read_json(d / "summary.json", required=False),
-        verdict=read_json(d / "verdict.json", required=False),
+        topology=read_topology(d),
+        summary=read_summary(d),
+        verdict=read_verdict(d),
         server=read_server_trace(t, str(d / "server_trace.csv")) if (t := _side(d, "server_trace.csv")) else None,
         host=read_host_trace(t, str(d / "host_trace.csv")) if (t := _side(d, "host_trace.csv")) else None,
     )
 
 
-def read_judged(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any],
-                                           dict[str, Any] | None]:
+def read_judged(run_dir: Path) -> tuple[RunRecord, Summary, Verdict, dict[str, Any], dict[str, Any] | None]:
     """(run.json, summary.json, verdict.json, topology.json, bench result) of a judged run directory: what a results
     entry is built from (the traces are not read). A run without its summary or verdict is refused."""
     from toolkit.adapters.bench_process import read_bench_jsonl
@@ -137,13 +166,29 @@ def read_judged(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str
                 fix=f"give a directory `toolkit probe run` finished; for one cut short, write it with "
                 f"`toolkit probe replay {run_dir} --write`" if name != "run.json" else
                 "give the --out directory of `toolkit probe run`")
-    run = read_json(run_dir / "run.json")
-    summary = read_json(run_dir / "summary.json")
-    verdict = read_json(run_dir / "verdict.json")
-    topology = read_json(run_dir / "topology.json", required=False) or {}
-    assert run is not None and summary is not None and verdict is not None
+    run = read_run_record(run_dir)
+    summary, verdict = read_summary(run_dir), read_verdict(run_dir)
+    topology = read_topology(run_dir)
+    assert summary is not None and verdict is not None
     bench_raw = read_bench_jsonl(run_dir / "bench.jsonl")
     return run, summary, verdict, topology, bench_raw
+
+
+def write_fleet_record(run_dir: Path, name: str, data: dict[str, Any]) -> None:
+    """A fleet run's run.json (`kind: fleet`: the controller's manifest, each host's clock) or fleet_verdict.json."""
+    if name not in ("run.json", "fleet_verdict.json"):
+        raise ValueError(f"{name} is not a fleet run's record")
+    _write(run_dir, name, data)
+
+
+def read_fleet_run(run_dir: Path) -> dict[str, Any]:
+    """A fleet run's run.json; refused when the directory holds a single-host run."""
+    data = _read_json(run_dir / "run.json")
+    assert data is not None
+    if data.get("kind") != "fleet":
+        raise ToolkitError.of("not a fleet run (run.json has no kind: fleet)", file=str(run_dir / "run.json"),
+                              fix="give the --out directory of `toolkit probe run --fleet`")
+    return data
 
 
 def clocks_record(clocks: list[HostClock]) -> dict[str, Any]:

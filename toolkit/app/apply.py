@@ -37,6 +37,7 @@ from toolkit.core import deploy
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, ToolkitError
+from toolkit.core.probe.verdict import Verdict
 from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.validate import SECRET_FILE_ROOTS, SYSTEM_PREFIXES
@@ -112,7 +113,7 @@ class HostProbe:
     records) and its verdict as the probe wrote it (None: the probe wrote none)."""
 
     run_dir: Path
-    verdict: dict[str, Any] | None
+    verdict: Verdict | None
 
 
 @dataclass
@@ -166,7 +167,8 @@ class ApplyOutcome:
             "ansible_artifacts_dir": str(result.artifacts_dir) if result.artifacts_dir else None,
         }
         if self.probes is not None:
-            out["probe"] = {h: {"run_dir": str(p.run_dir), "verdict": p.verdict} for h, p in self.probes.items()}
+            out["probe"] = {h: {"run_dir": str(p.run_dir), "verdict": p.verdict.to_dict() if p.verdict else None}
+                            for h, p in self.probes.items()}
         if self.record is not None:
             out["record"] = self.record
         return out
@@ -503,13 +505,12 @@ def _stop_remote_probe(deploy_plan: DeployPlan, limit: str | None, on_message: C
 
 
 def _probe_results(fetch_dir: Path) -> dict[str, HostProbe]:
-    from toolkit.adapters.probe_store import read_json
+    from toolkit.adapters.probe_store import read_verdict
 
     out: dict[str, HostProbe] = {}
     # <fetch_dir>/<host>/<run id>/: the directory's name is the run id the results entry records.
     for host_dir in sorted(p for p in fetch_dir.glob(f"*/{fetch_dir.name}") if p.is_dir()):
-        verdict = read_json(host_dir / "verdict.json", required=False)
-        out[host_dir.parent.name] = HostProbe(host_dir, verdict)
+        out[host_dir.parent.name] = HostProbe(host_dir, read_verdict(host_dir))
     return out
 
 
@@ -521,7 +522,7 @@ def _record(probes: dict[str, HostProbe], profile: str, checked: CheckedProfile)
         if not probe.verdict:
             recorded[host] = "skipped: the probe wrote no verdict"
             continue
-        if probe.verdict.get("class") == "benchmark-failed":
+        if probe.verdict.failed:
             recorded[host] = "skipped: the benchmark failed (a failure is not a result)"
             continue
         outcome = record_run(probe.run_dir, profile, checked.store.dir)

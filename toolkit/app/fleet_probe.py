@@ -25,12 +25,12 @@ from toolkit import __version__
 from toolkit.adapters.probe_store import (
     clocks_record,
     read_clocks,
-    read_json,
+    read_fleet_run,
     read_net,
     router_trace_text,
-    write_record,
+    write_fleet_record,
 )
-from toolkit.core.errors import ToolkitError
+from toolkit.core.errors import EXIT_FAILED, ToolkitError
 from toolkit.core.probe.clock import ClockOffset
 
 DEFAULT_PATTERN = "gpu_containers"
@@ -66,9 +66,9 @@ class FleetProbeOutcome:
 
     @property
     def exit_code(self) -> int:
-        from toolkit.app.probe import exit_code_of
-
-        return exit_code_of(self.interrupted, self.verdict)
+        if self.interrupted:
+            return 130
+        return EXIT_FAILED if self.verdict["class"] == "benchmark-failed" else 0
 
 
 @dataclass
@@ -200,7 +200,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         "idle_s": request.idle_s, "command": redact_argv(request.command), "network_gb_s": request.network_gb_s,
         "status": "running",
     }
-    write_record(out, "run.json", manifest)
+    write_fleet_record(out, "run.json", manifest)
     samplers = {h.name: RemoteSampler(h.name, h.ssh, h.sampler_argv, out / "hosts" / f"{h.name}.sampler.log")
                 for h in hosts}
     interrupted = False
@@ -240,7 +240,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
     except ToolkitError as err:
         # A sampler that never sampled, a host gone mid-run: what the hosts wrote stays on them, this run is marked.
         manifest.update({"status": "failed", "error": "; ".join(p.message for p in err.problems)})
-        write_record(out, "run.json", manifest)
+        write_fleet_record(out, "run.json", manifest)
         raise
     finally:
         if router is not None:
@@ -276,7 +276,7 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
                    "cost": router[0].cost()} if router is not None else None,
         "clocks": clocks_record(clocks),
     })
-    write_record(out, "run.json", manifest)
+    write_fleet_record(out, "run.json", manifest)
     verdict = judge_fleet_dir(out, write=True)
     return FleetProbeOutcome(out, verdict, interrupted)
 
@@ -298,20 +298,17 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
         node_verdict,
     )
     from toolkit.core.probe.fleet_verdict import judge_fleet
+    from toolkit.core.probe.records import RunRecord
     from toolkit.core.probe.router_trace import LOAD_IS, backend_load
     from toolkit.core.probe.server_trace import counter_delta
 
-    manifest = read_json(out / "run.json")
-    assert manifest is not None
-    if manifest.get("kind") != "fleet":
-        raise ToolkitError.of("not a fleet run (run.json has no kind: fleet)", file=str(out / "run.json"),
-                              fix="give the --out directory of `toolkit probe run --fleet`")
+    manifest = read_fleet_run(out)
     clocks = {c.host: c for c in read_clocks(manifest)}
     origin_ns = int(manifest["clock_origin_epoch_ns"])
     start_s, end_s = float(manifest["bench_start_s"]), float(manifest["bench_end_s"])
     nets = manifest.get("net_counters") or {}
     runs: list[HostRun] = []
-    manifests: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    manifests: dict[str, tuple[RunRecord, dict[str, Any]]] = {}
     for host, rel in sorted((manifest.get("host_runs") or {}).items()):
         loaded = load_run(out / rel)
         m = loaded.manifest
@@ -321,9 +318,8 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
             net = (NetCounters(float(a["t_s"]), {k: (int(v[0]), int(v[1])) for k, v in a["bytes"].items()}),
                    NetCounters(float(b["t_s"]), {k: (int(v[0]), int(v[1])) for k, v in b["bytes"].items()}))
         raw = HostRun(host, loaded.trace, loaded.server, loaded.host, clocks.get(host),
-                      float(m.get("idle_start_s") or 0.0), float(m.get("idle_end_s") or 0.0), net,
-                      read_net(out / rel))
-        runs.append(aligned(raw, int(m["clock_origin_epoch_ns"]), origin_ns))
+                      float(m.idle_start_s or 0.0), float(m.idle_end_s or 0.0), net, read_net(out / rel))
+        runs.append(aligned(raw, int(m.extra["clock_origin_epoch_ns"]), origin_ns))
         manifests[host] = (m, loaded.topology)
     per_host = {r.host: host_figures(r, start_s, end_s) for r in runs}
     for r in runs:
@@ -353,5 +349,5 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     verdict["judged_s"] = [round(t, 3) for t in judged_s] if judged is not None else [start_s, end_s]
     if write:
         write_atomic(out / "fleet_trace.csv", dump_fleet_trace(runs))
-        write_record(out, "fleet_verdict.json", verdict)
+        write_fleet_record(out, "fleet_verdict.json", verdict)
     return verdict

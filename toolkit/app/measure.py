@@ -29,6 +29,8 @@ from toolkit.app.apply import ApplyOutcome, ApplyRequest, apply
 from toolkit.app.profiles import check
 from toolkit.core.ansible_summary import PlaybookEvent
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.records import Summary
+from toolkit.core.probe.verdict import Verdict
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.sweep.measurement import measurement_from_entry
 from toolkit.core.sweep.promote import variant_profile_name, variant_profile_text
@@ -111,24 +113,22 @@ def measurement_from_probe_dir(run_dir: Path) -> Measurement:
     run = load_run(run_dir)
     summary, verdict = run.summary, run.verdict
     if summary is None or verdict is None:  # cut before it judged: judge it now, with the probe's own code
-        summary, judged = judge_run(run)
-        verdict = judged.to_dict()
-    exit_code = (summary.get("benchmark") or {}).get("exit_code")
-    if exit_code not in (0, None) or verdict.get("class") == "benchmark-failed":
-        tail = str((summary.get("benchmark") or {}).get("stderr_tail") or "").strip()[-300:]
+        summary, verdict = judge_run(run)
+    exit_code = summary.benchmark.exit_code
+    if exit_code not in (0, None) or verdict.failed:
+        tail = summary.benchmark.stderr_tail.strip()[-300:]
         raise PointFailed(f"benchmark failed (exit {exit_code}): {tail}", artifacts=str(run_dir))
     entry = build_entry(summary, verdict, run.manifest, run_id=run_dir.name, spec_hash=None, artifacts=str(run_dir),
                         topology=run.topology, bench_raw=run.bench_raw)
     m = measurement_from_entry(entry)
     # What `toolkit tune` reads next: the verdict's machine-readable next steps (docs/probe.md, "Next steps").
-    m.knob_steps = [dict(s) for s in verdict.get("knob_steps") or []]
-    m.verdict_headline = verdict.get("headline")
+    m.knob_steps = [s.to_dict() for s in verdict.knob_steps]
+    m.verdict_headline = verdict.headline or None
     add_run_details(m, summary, verdict, run.bench_raw, run.server)
     return m
 
 
-def add_run_details(m: Measurement, summary: dict[str, Any], verdict: dict[str, Any], bench_raw: Any,
-                    server: Any) -> None:
+def add_run_details(m: Measurement, summary: Summary, verdict: Verdict, bench_raw: Any, server: Any) -> None:
     """What a capacity search and the noise rules read of a probe run, beside the results entry's figures: the
     offered rate, latency percentiles from bench_serving's per-request results (--output-details; its own reported
     p99s otherwise), the steady window's throughput per interval from the server's counter, the power limit and the
@@ -149,18 +149,17 @@ def add_run_details(m: Measurement, summary: dict[str, Any], verdict: dict[str, 
         m.latency_ms = {k.removesuffix("_ms").replace("e2e_latency", "e2e"): {q: v for q, v in stats.items()
                         if q.startswith("p") or q == "median"} for k, stats in (norm.get("latency_ms") or {}).items()}
         m.latency_source = "bench_serving's reported percentiles (no per-request details)" if m.latency_ms else None
-    window = summary.get("steady") or {}
-    if server is not None and window.get("start_s") is not None:
+    window = summary.steady
+    if server is not None and window.start_s is not None and window.end_s is not None:
         m.interval_tok_per_s = [round(x, 2) for x in counter_intervals(
-            server, "realtime_decode_tokens_total", float(window["start_s"]), float(window["end_s"]), INTERVAL_S)]
+            server, "realtime_decode_tokens_total", float(window.start_s), float(window.end_s), INTERVAL_S)]
         m.interval_s = INTERVAL_S if m.interval_tok_per_s else None
-    limits = [g.get("power_limit_w") for g in (window.get("gpus") or {}).values() if g.get("power_limit_w")]
+    limits = [lim for g in window.gpus.values() if (lim := g["power_limit_w"])]
     m.power_limit_w = max(limits) if limits else None
-    ev = verdict.get("evidence") or {}
-    srv = ev.get("server") if isinstance(ev.get("server"), dict) else {}
-    steps_srv = next((s.get("evidence", {}).get("server") for s in verdict.get("knob_steps") or []
-                      if isinstance(s.get("evidence", {}).get("server"), dict)), None)
-    m.server = dict(steps_srv or srv or {})
+    srv = verdict.evidence.get("server")
+    steps_srv = next((s.evidence["server"] for s in verdict.knob_steps
+                      if isinstance(s.evidence.get("server"), dict)), None)
+    m.server = dict(steps_srv or (srv if isinstance(srv, dict) else {}))
 
 
 class ApplyProbeRunner:

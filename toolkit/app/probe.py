@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from toolkit import __version__
-from toolkit.adapters.probe_store import write_record
+from toolkit.adapters.probe_store import write_judged, write_run_record, write_topology
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
+from toolkit.core.probe.records import RunRecord, Summary
+from toolkit.core.probe.verdict import Verdict
 from toolkit.core.provenance import mark
 
 DEFAULT_STEADY = {"plateau_fraction": 0.8, "smooth_s": 2.0, "min_window_s": 5.0}
@@ -74,22 +76,17 @@ UNTIL_EOF_ARGV = ("-c", "import sys; sys.stdin.buffer.read()")
 @dataclass
 class ProbeOutcome:
     out: Path
-    summary: dict[str, Any]
-    verdict: dict[str, Any]
+    summary: Summary
+    verdict: Verdict
     interrupted: bool
     record: Any = None  # the recorder's outcome (toolkit.app.record.RecordOutcome) when recorded
     not_recorded: str | None = None  # why a requested record was not made
 
     @property
     def exit_code(self) -> int:
-        return exit_code_of(self.interrupted, self.verdict)
-
-
-def exit_code_of(interrupted: bool, verdict: dict[str, Any]) -> int:
-    """A probe's exit code (a fleet's too): 130 interrupted, 1 when the benchmark failed, else 0."""
-    if interrupted:
-        return 130
-    return EXIT_FAILED if verdict["class"] == "benchmark-failed" else 0
+        if self.interrupted:
+            return 130
+        return EXIT_FAILED if self.verdict.failed else 0
 
 
 @dataclass
@@ -140,13 +137,13 @@ def open_sampler(source: str, *, gpm: bool, energy_interval_s: float | None) -> 
         raise ToolkitError.of(f"{source!r} names no argument", field="--gpu-source",
                               fix="give nvml, replay:TRACE.csv, or NAME:ARG of an installed GPU source")
     if name == "replay":
-        from toolkit.adapters.probe_store import read_json, read_trace
+        from toolkit.adapters.probe_store import read_run_record, read_topology, read_trace
         from toolkit.core.probe.sampler import RecordedSampler
 
         path = Path(arg)
         # The recording's own run.json gives its phases, so the replay follows this run's idle and benchmark.
-        return RecordedSampler(read_trace(path), str(path), read_json(path.parent / "topology.json", required=False),
-                               read_json(path.parent / "run.json", required=False))
+        recorded = read_run_record(path.parent) if (path.parent / "run.json").exists() else None
+        return RecordedSampler(read_trace(path), str(path), read_topology(path.parent), recorded)
     from toolkit.app import plugins
 
     factory = plugins.load("gpu_sources", name, field="--gpu-source",
@@ -228,7 +225,7 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
         raise _disk_full(out, err) from None
     outcome = ProbeOutcome(out, summary, verdict, interrupted)
     if request.record and not interrupted:
-        if verdict["class"] == "benchmark-failed":
+        if verdict.failed:
             outcome.not_recorded = f"not recorded into {request.profile}: the benchmark failed"
         else:
             from toolkit.app.record import record_run
@@ -240,7 +237,7 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
 
 def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Plan, out: Path,
                  idle_s: float, hz: float, side_cfg: tuple[int | None, str | None, float],
-                 display: Display | None) -> tuple[bool, dict[str, Any], dict[str, Any]]:
+                 display: Display | None) -> tuple[bool, Summary, Verdict]:
     """The idle baseline, the benchmark under sampling and the artifacts: (interrupted, summary, verdict).
     side_cfg: (server pid, server URL, scrape Hz) for the host and server timelines."""
     from toolkit.adapters.bench_process import read_bench_jsonl, run_sampled, server_log_tail
@@ -251,29 +248,22 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     started_epoch_s = time.time()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        write_record(out, "topology.json", sampler.topology())
-        manifest: dict[str, Any] = {
-            "toolkit_version": __version__,
-            "provenance": sampler.provenance.to_dict(),
+        write_topology(out, sampler.topology())
+        manifest = RunRecord(
+            provenance=sampler.provenance,
             # The same in words, for a person reading the file (nothing reads it back).
-            "data_source": mark(sampler.provenance, detail=True),
-            "sampler_source": sampler.source,
-            "host": socket.gethostname(),
+            data_source=mark(sampler.provenance, detail=True),
+            host=socket.gethostname(),
             # "host" becomes the host timeline's facts when there is one (run.json `host`): the name stays here.
-            "hostname": socket.gethostname(),
-            "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "clock": "seconds since the run's start on time.monotonic() of the probe process",
-            "gpus": gpus,
-            "sample_hz": hz,
-            "idle_s": idle_s,
-            "energy_interval_s": getattr(sampler, "energy_interval_s", request.energy_interval_s),
-            "command": redact_argv(plan.argv),
-            "profile": request.profile,
-            "target": plan.target,
-            "steady_state": plan.steady_state or DEFAULT_STEADY,
-            "status": "running",
-        }
-        write_record(out, "run.json", manifest)
+            hostname=socket.gethostname(),
+            started_at_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            gpus=gpus, sample_hz=hz, idle_s=idle_s, command=redact_argv(plan.argv), profile=request.profile,
+            target=plan.target, steady_state=plan.steady_state or DEFAULT_STEADY, status="running",
+            extra={"toolkit_version": __version__, "sampler_source": sampler.source,
+                   "clock": "seconds since the run's start on time.monotonic() of the probe process",
+                   "energy_interval_s": getattr(sampler, "energy_interval_s", request.energy_interval_s)},
+        )
+        write_run_record(out, manifest)
         env = dict(os.environ, TOOLKIT_PROBE_BENCH_JSONL=str(bench_jsonl.resolve()),
                    TOOLKIT_PROBE_OUT=str(out.resolve()))
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
@@ -290,30 +280,30 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     os.replace(out / "trace.csv.partial", out / "trace.csv")
     sent = requests_sent(plan.argv, result.stderr_tail)
     lost = failed_requests(normalize_bench_result(read_bench_jsonl(bench_jsonl)).get("completed"), sent)
-    manifest.update({
-        "status": "interrupted" if result.interrupted else "finished",
-        "idle_start_s": round(result.idle_start_s, 4),
-        "idle_end_s": round(result.idle_end_s, 4),
-        "bench_start_s": round(result.bench_start_s, 4),
-        "bench_end_s": round(result.bench_end_s, 4),
-        "exit_code": result.exit_code,
-        "interrupted": result.interrupted,
-        "stderr_tail": result.stderr_tail,
-        "requests_sent": sent,
-        "failed_requests": lost,
-        "server_unit": request.server_unit,
+    manifest = replace(
+        manifest,
+        status="interrupted" if result.interrupted else "finished",
+        idle_start_s=round(result.idle_start_s, 4),
+        idle_end_s=round(result.idle_end_s, 4),
+        bench_start_s=round(result.bench_start_s, 4),
+        bench_end_s=round(result.bench_end_s, 4),
+        exit_code=result.exit_code,
+        interrupted=result.interrupted,
+        stderr_tail=result.stderr_tail,
+        requests_sent=sent,
+        failed_requests=lost,
         # The server's side of a failed benchmark (killed, crashed): its journal since this run started.
-        "server_log_tail": server_log_tail(request.server_unit, started_epoch_s)
+        server_log_tail=server_log_tail(request.server_unit, started_epoch_s)
         if request.server_unit and (result.exit_code != 0 or result.interrupted or lost) else "",
-        "sampler_cost": result.cost.to_dict(),
-        "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
-        **{k: f() for k, f in side_info.items()},
-    })
-    if request.until_eof:
-        manifest.update(sampler_origin(result.t0_epoch_ns))
-        write_record(out, "run.json", manifest)
-        return result.interrupted, {}, {"class": "sampled", "headline": f"sampled into {out} until stdin closed"}
-    write_record(out, "run.json", manifest)
+        extra={**manifest.extra, "server_unit": request.server_unit, "sampler_cost": result.cost.to_dict(),
+               "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
+               **({"net": side_info["net"]()} if "net" in side_info else {}),
+               **(sampler_origin(result.t0_epoch_ns) if request.until_eof else {})},
+        # the side timelines' facts: run.json `host` (the name stays in `hostname`), `server`
+        host=side_info["host"]() if "host" in side_info else manifest.host,
+        server=side_info["server"]() if "server" in side_info else None,
+    )
+    write_run_record(out, manifest)
     summary, verdict = judge_dir(out, write=True)
     return result.interrupted, summary, verdict
 
@@ -387,7 +377,7 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     absent; the streamed ones (trace.csv.partial, bench.*.log, the side timelines) may be cut mid-line, so they go,
     which also gives back the space to mark run.json as failed."""
     from toolkit.adapters.files import stale_temp_files
-    from toolkit.adapters.probe_store import read_json
+    from toolkit.adapters.probe_store import read_run_record
 
     removed = []
     for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
@@ -402,9 +392,8 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
             leftover.unlink()
     note = f"no space left on the device of {out} ({err.strerror}); removed the cut files: {', '.join(removed)}"
     try:
-        manifest = read_json(out / "run.json", required=False)
-        if manifest is not None:
-            write_record(out, "run.json", {**manifest, "status": "failed", "error": note})
+        if (out / "run.json").exists():
+            write_run_record(out, replace(read_run_record(out), status="failed", error=note))
     except (OSError, ToolkitError):
         pass  # still full: run.json stays as it was, complete (status running)
     return ToolkitError.of(
@@ -416,15 +405,13 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
     )
 
 
-def judge_dir(run_dir: Path, *, write: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A run directory through the probe's summary and verdict code: (summary, verdict as written); with
-    `write`, summary.json and verdict.json are (re)written in it. `probe replay` is this over a recorded run."""
+def judge_dir(run_dir: Path, *, write: bool) -> tuple[Summary, Verdict]:
+    """A run directory through the probe's summary and verdict code; with `write`, summary.json and verdict.json
+    are (re)written in it. `probe replay` is this over a recorded run."""
     from toolkit.adapters.probe_store import load_run
     from toolkit.core.probe.judge import judge_run
 
     summary, verdict = judge_run(load_run(run_dir))
-    vd = verdict.to_dict()
     if write:
-        write_record(run_dir, "summary.json", summary)
-        write_record(run_dir, "verdict.json", vd)
-    return summary, vd
+        write_judged(run_dir, summary, verdict)
+    return summary, verdict

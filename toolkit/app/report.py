@@ -13,7 +13,6 @@ from toolkit.adapters.files import write_atomic
 from toolkit.app.record import load_results
 from toolkit.core.errors import ToolkitError
 from toolkit.core.profile.diff import diff_profiles
-from toolkit.core.provenance import of_record
 from toolkit.core.results.compare import is_stale, latest
 from toolkit.core.results.report import ReportData, page_context, plot_data, render_markdown
 from toolkit.core.text import redact
@@ -93,18 +92,15 @@ def report(req: ReportRequest) -> ReportOutcome:
 
         run = load_run(run_dir)
         if run.verdict:
-            data.next_steps = [s for s in run.verdict.get("next_steps") or [] if isinstance(s, str)]
+            data.next_steps = list(run.verdict.next_steps)
         if run.summary is None:
             data.notes.append(f"`{shown_run}` has no summary.json: no plots (`toolkit probe replay DIR --write`)")
         else:
-            bench = run.summary.get("benchmark") or {}
-            manifest = run.manifest if isinstance(run.manifest, dict) else {}
-            data.run_facts = {"duration_s": bench.get("duration_s"),
-                              "bench_start_s": manifest.get("bench_start_s"),
-                              "bench_end_s": manifest.get("bench_end_s"),
-                              "request_per_s": ((run.summary.get("full") or {}).get("throughput") or {})
-                              .get("request_per_s")}
-            data.watermark = of_record(run.summary).watermark
+            data.run_facts = {"duration_s": run.summary.benchmark.duration_s,
+                              "bench_start_s": run.manifest.bench_start_s,
+                              "bench_end_s": run.manifest.bench_end_s,
+                              "request_per_s": run.summary.full.throughput.request_per_s}
+            data.watermark = run.summary.provenance.watermark
             if want_plots:
                 from toolkit.adapters.plots import report_plots
 

@@ -203,7 +203,8 @@ def plots(session: SweepSession) -> list[tuple[str, str]]:
         out.append(("Pareto front: throughput against energy per token", "pareto.png"))
     series = report.frontier_series(state) if state.capacity else []
     if series:
-        (d / "frontier.png").write_bytes(plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]),
+        slo = dict(state.capacity["slo"]) if state.capacity else {}
+        (d / "frontier.png").write_bytes(plotting.frontier_png(series, slo=slo,
                                                                title=f"sweep {state.run_id}: the SLO's frontier",
                                                                mark=mark))
         out.append(("throughput against p99 TTFT and ITL per variant, the SLO's bounds, J/token at each capacity",

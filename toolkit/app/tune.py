@@ -25,6 +25,7 @@ from toolkit.core.sweep.report import data_text, data_watermark
 from toolkit.core.sweep.run import Progress
 from toolkit.core.sweep.state import check_concurrency, check_resume, new_state
 from toolkit.core.tune import report
+from toolkit.core.tune.log import as_state, of_state
 from toolkit.core.tune.loop import (
     DEFAULT_MAX_GOODPUT_LOSS_PCT,
     DEFAULT_MAX_REPEATS,
@@ -65,12 +66,12 @@ def open_session(req: TuneRequest) -> TuneSession:
     session = sweep.existing_run(store, profiles, resume=req.resume, show=req.show, profile=req.profile)
     if session is not None:
         state, base, spec = session.state, session.base, session.spec
-        state.tune = check_log(state.tune, file=str(store.state_path(state.run_id)))
+        state.tune = as_state(check_log(state.tune, file=str(store.state_path(state.run_id))))
         lv = _levels(req, base) if req.concurrency else None
         if not req.show:  # showing a past tune reads only what it measured (sweep.existing_run says what changed)
             check_resume(state, file=str(store.state_path(state.run_id)), base_spec=spec, axes=None, concurrency=lv)
         if req.budget is not None and req.resume:
-            raise_budget(state.tune, req.budget)
+            raise_budget(of_state(state.tune), req.budget)
             store.save(state)
         if req.resume:
             req.runner = state.runner  # a resumed tune measures on as it began
@@ -98,9 +99,9 @@ def open_session(req: TuneRequest) -> TuneSession:
     state = new_state(run_id=run_id, profile=base.name, base_spec=spec, axes=[], planned=[], concurrency=lv,
                       created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), runner=req.runner)
     state.capacity = cap
-    state.tune = new_tune_log(objective=req.objective, repeats=req.repeats, min_gain_pct=req.min_gain_pct,
-                              budget_points=req.budget, max_repeats=req.max_repeats,
-                              max_goodput_loss_pct=req.max_goodput_loss_pct)
+    state.tune = as_state(new_tune_log(objective=req.objective, repeats=req.repeats, min_gain_pct=req.min_gain_pct,
+                                       budget_points=req.budget, max_repeats=req.max_repeats,
+                                       max_goodput_loss_pct=req.max_goodput_loss_pct))
     store.create(state)
     return TuneSession(store, profiles, base, spec, state)
 
@@ -156,7 +157,7 @@ def frontier_plot(session: TuneSession) -> str | None:
         return None
     title = f"{state.run_id}: the SLO's frontier ({data_text(state)})"
     session.store.run_dir(state.run_id).joinpath("frontier.png").write_bytes(
-        plotting.frontier_png(series, slo=dict((state.capacity or {})["slo"]), title=title,
+        plotting.frontier_png(series, slo=dict(state.capacity["slo"]) if state.capacity else {}, title=title,
                               mark=data_watermark(state)))
     return "frontier.png"
 
@@ -174,7 +175,7 @@ def promote_best(session: TuneSession, name: str | None) -> tuple[Promoted, Any]
     """The best that beat the noise band, as a profile whose whys cite the steps' verdicts; None when the best is
     the base itself."""
     state = session.state
-    log = state.tune or {}
+    log = of_state(state.tune)
     incumbent = log.get("incumbent")
     if not incumbent or int(incumbent) == 1:
         return None

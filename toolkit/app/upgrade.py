@@ -37,6 +37,7 @@ from toolkit.core import stats
 from toolkit.core.errors import EXIT_FAILED, Problem, ToolkitError
 from toolkit.core.results.model import Gate, GateChange
 from toolkit.core.sweep.slo import SLO_DEFINITIONS, check_slo, parse_slo, slo_definition
+from toolkit.core.sweep.state import Measurement
 from toolkit.core.upgrade import (
     DEFAULT_EFFECT,
     DEFAULT_MAX_PAIRS,
@@ -92,7 +93,7 @@ class UpgradeOutcome:
         return 0 if self.decision == PROMOTED else EXIT_FAILED
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.data, "runs": [r.__dict__ for r in self.runs], "report": self.report,
+        return {**self.data, "runs": [r.to_dict() for r in self.runs], "report": self.report,
                 "recorded": self.recorded, "wall_s": round(self.wall_s, 1)}
 
 
@@ -155,8 +156,7 @@ def _driver_check(req: UpgradeRequest, on_event: Callable[[PlaybookEvent], None]
     return lines
 
 
-def _value(run_dir: Path, objective: str) -> float:
-    m = measurement_from_probe_dir(run_dir)
+def _value(m: Measurement, objective: str) -> float:
     got = {"throughput": m.steady_output_tok_per_s, "tokens-per-joule": m.tokens_per_j,
            "j-per-token": m.energy_per_output_token_j}[objective]
     return math.nan if got is None else float(got)
@@ -192,20 +192,18 @@ def upgrade(req: UpgradeRequest, *, on_event: Callable[[PlaybookEvent], None], o
                                  profiles_dir=req.profiles_dir, runs_dir=req.runs_dir, num_prompts=req.num_prompts),
                     on_event=on_event, on_message=on_message)
         wall = clock() - start
-        s = out.summary
-        probes = s.get("probe") or {}
-        verdicts = [(p.get("verdict") or {}).get("class") for p in probes.values()]
-        if out.exit_code != 0 or not probes or "benchmark-failed" in verdicts:
-            why = "; ".join(f"{f['host']}: {f['task']}: {f['message']}" for f in s.get("failures") or [])
-            return Run(side, math.nan, None, None, wall, why or f"no result (verdict {verdicts})")
-        run_dirs = [Path(p["run_dir"]) for p in probes.values()]
-        values = [_value(d, req.objective) for d in run_dirs]
-        met = None
-        if slo is not None:
-            met = all(check_slo(slo, measurement_from_probe_dir(d).latency_ms).met for d in run_dirs)
+        probes = list((out.probes or {}).values())
+        if out.exit_code != 0 or not probes or any(p.verdict is None or p.verdict.failed for p in probes):
+            why = "; ".join(f"{f.host}: {f.task}: {f.message}" for f in out.playbook.failures)
+            said = [p.verdict.cls if p.verdict else "none written" for p in probes]
+            return Run(side, math.nan, None, None, wall, why or f"no result (verdict {said})")
+        measured = [measurement_from_probe_dir(p.run_dir) for p in probes]
+        values = [_value(m, req.objective) for m in measured]
+        met = all(check_slo(slo, m.latency_ms).met for m in measured) if slo is not None else None
         value = sum(values) / len(values)
-        return Run(side, value, str(run_dirs[0]), met, wall,
-                   None if math.isfinite(value) else f"no {OBJECTIVES[req.objective][0]} in the run")
+        return Run(side, value, str(probes[0].run_dir), met, wall,
+                   None if math.isfinite(value) else f"no {OBJECTIVES[req.objective][0]} in the run",
+                   provenance=measured[0].provenance)
 
     verdict: GateVerdict | None = None
     failed: Run | None = None
@@ -252,7 +250,7 @@ def upgrade(req: UpgradeRequest, *, on_event: Callable[[PlaybookEvent], None], o
                      on_message=on_message)
         rollback_s = clock() - start
         if back.exit_code != 0:
-            why = "; ".join(f"{f['host']}: {f['message']}" for f in back.summary.get("failures") or [])
+            why = "; ".join(f"{f.host}: {f.message}" for f in back.playbook.failures)
             raise ToolkitError.of(f"the rollback to {req.profile} failed: {why}", field=req.profile,
                                   fix=f"toolkit apply {req.profile} (its venv is still installed)",
                                   exit_code=EXIT_FAILED)
@@ -288,7 +286,7 @@ def upgrade(req: UpgradeRequest, *, on_event: Callable[[PlaybookEvent], None], o
     }
     report = Path(req.runs_dir) / f"upgrade-{req.profile}-{req.sglang_version}-{stamp}" / "report.md"
     write_atomic(report, report_markdown(data, runs))
-    write_atomic(report.with_name("upgrade.json"), json.dumps({**data, "runs": [r.__dict__ for r in runs]},
+    write_atomic(report.with_name("upgrade.json"), json.dumps({**data, "runs": [r.to_dict() for r in runs]},
                                                                indent=2, sort_keys=True) + "\n")
     return UpgradeOutcome(decision, req.profile, new_name, from_version, req.sglang_version, text, runs, verdict,
                           rollback_s, clock() - t0, str(report), recorded, data)

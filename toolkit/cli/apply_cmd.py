@@ -56,5 +56,5 @@ def run_apply_profile(args: argparse.Namespace) -> int:
     with PlaybookProgress(console, f"apply {args.name}") as progress:
         outcome = apply(req, on_event=progress.on_event, on_message=say(console),
                         on_status=lambda m: console.print(f"[dim]{m}[/]"))
-    print_apply_summary(console, outcome.summary, as_json=args.json)
+    print_apply_summary(console, outcome, as_json=args.json)
     return outcome.exit_code

@@ -217,7 +217,7 @@ def run_reproduce(args: argparse.Namespace) -> int:
         with PlaybookProgress(console, f"apply {args.profile}") as progress:
             applied = apply(apply_req, on_event=progress.on_event, on_message=say(console))
         if not args.json:
-            print_apply_summary(console, applied.summary, as_json=False)
+            print_apply_summary(console, applied, as_json=False)
         return applied
 
     outcome = reproduce(req, plan, args.profile, _runner(console, args.json), deploy,

@@ -10,11 +10,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolkit.cli.envelope import emit
 from toolkit.cli.options import inventory_option
 from toolkit.core.errors import ToolkitError
+
+if TYPE_CHECKING:
+    from toolkit.core.probe.records import Summary
+    from toolkit.core.probe.verdict import Verdict
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -179,7 +183,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         server_unit=args.server_unit, record=args.record, until_eof=args.until_eof)
     if args.until_eof:
         outcome = probe.run(request, _ReadyLine())
-        print(outcome.verdict["headline"], file=sys.stderr)
+        # The host's own view, judged here too (hosts/HOST/verdict.json on the controller); the fleet's is there.
+        print(f"sampled into {outcome.out} until stdin closed; alone: {outcome.verdict.headline}", file=sys.stderr)
         return outcome.exit_code
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
     outcome = probe.run(request, _LiveView() if live else None)
@@ -286,48 +291,48 @@ def _fmt(v: Any, nd: int = 0) -> str:
     return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, int | float) else str(v)
 
 
-def _print(summary: dict[str, Any], verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
+def _print(summary: Summary, verdict: Verdict, out: Path, *, as_json: bool, replay: bool = False) -> None:
     if as_json:
         emit("probe.replay" if replay else "probe.run",
-             {"dir": str(out), "data_source": summary["data_source"], "verdict": verdict})
+             {"dir": str(out), "data_source": summary.data_source, "verdict": verdict.to_dict()})
         return
     from rich.console import Console
     from rich.table import Table
 
-    from toolkit.core.provenance import mark, of_record
+    from toolkit.core.provenance import mark
 
     con = Console()
-    prov = of_record(summary)
+    prov = summary.provenance
     if prov.kind != "measured" or replay:
         con.print(f"[yellow]data: {mark(prov, detail=True)}"
                   f"{' (judged again from ' + str(out) + ')' if replay else ''}[/yellow]")
-    tb = Table(title=f"probe {out}  ({'steady window ' if summary['steady_state']['found'] else 'no steady window: '}"
-               f"{summary['steady']['start_s']}-{summary['steady']['end_s']} s)")
+    f, s = summary.full, summary.steady
+    tb = Table(title=f"probe {out}  ({'steady window ' if summary.steady_state.found else 'no steady window: '}"
+               f"{s.start_s}-{s.end_s} s)")
     for col in ("GPU", "idle W", "full W", "steady W", "p95 W", "limit W", "util %", "SM MHz", "GPM SM %",
                 "tensor %", "DRAM %", "energy J"):
         tb.add_column(col, justify="right")
-    for g, st in summary["steady"]["gpus"].items():
-        full = summary["full"]["gpus"][g]
+    for g, st in s.gpus.items():
+        full = f.gpus[g]
         gpm = st["gpm"] or {}
         tb.add_row(g, _fmt(st["idle_power_w"]), _fmt(full["power_w"]["mean"]), _fmt(st["power_w"]["mean"]),
                    _fmt(st["power_w"]["p95"]), _fmt(st["power_limit_w"]), _fmt(st["util_gpu_pct"]),
                    _fmt(st["sm_clock_mhz"]), _fmt(gpm.get("sm_util_pct"), 1), _fmt(gpm.get("tensor_util_pct"), 1),
                    _fmt(gpm.get("dram_bw_util_pct"), 1), _fmt(full["energy_j"]))
     con.print(tb)
-    f, s = summary["full"], summary["steady"]
-    con.print(f"throughput out tok/s: full {_fmt(f['throughput']['output_tok_per_s'], 1)}, steady "
-              f"{_fmt(s['throughput']['output_tok_per_s'], 1)}; "
-              f"J/output token: full {_fmt(f['j_per_output_token'], 3)}")
-    con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']} "
-              f"{verdict['confidence_label']}, basis {verdict['basis']})")
-    for d in verdict.get("disagreements") or []:
+    con.print(f"throughput out tok/s: full {_fmt(f.throughput.output_tok_per_s, 1)}, steady "
+              f"{_fmt(s.throughput.output_tok_per_s, 1)}; "
+              f"J/output token: full {_fmt(f.j_per_output_token, 3)}")
+    con.print(f"[bold]verdict: {verdict.headline}[/bold]  (confidence {round(verdict.confidence, 2)} "
+              f"{verdict.confidence_label}, basis {verdict.basis})")
+    for d in verdict.disagreements:
         con.print(f"  signals disagree: {d}", markup=False)
-    phases = verdict.get("phases") or []
+    phases = verdict.timeline.phases if verdict.timeline is not None else []
     if len(phases) > 1:
         con.print("  phases: " + "; ".join(f"{p['state']} {p['start_s']:.1f}-{p['end_s']:.1f} s" for p in phases[:8])
                   + (f"; {len(phases) - 8} more" if len(phases) > 8 else ""), markup=False)
-    for step in verdict["next_steps"]:
+    for step in verdict.next_steps:
         con.print(f"  next: {step}", markup=False)
-    if summary["benchmark"]["exit_code"] not in (0, None):
-        con.print(f"[red]benchmark exit code {summary['benchmark']['exit_code']}; stderr tail:[/red]")
-        con.print(summary["benchmark"]["stderr_tail"][-1500:], markup=False, highlight=False)
+    if summary.benchmark.exit_code not in (0, None):
+        con.print(f"[red]benchmark exit code {summary.benchmark.exit_code}; stderr tail:[/red]")
+        con.print(summary.benchmark.stderr_tail[-1500:], markup=False, highlight=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -14,8 +14,12 @@ from rich.table import Table
 
 from toolkit.cli.envelope import emit
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult, diff_text
-from toolkit.core.provenance import mark, of_record
+from toolkit.core.provenance import mark
 from toolkit.core.text import safe
+
+if TYPE_CHECKING:
+    from toolkit.app.apply import ApplyOutcome
+    from toolkit.core.probe.verdict import Verdict
 
 
 def shown(text: str, *, keep_newlines: bool = False) -> str:
@@ -147,41 +151,40 @@ def print_promoted(con: Console, promoted: Any, best: Any, base: str) -> None:
               f"`toolkit profile diff {base} {promoted.path.stem}`.")
 
 
-def _verdict_line(verdict: dict[str, Any] | None) -> str:
-    if not verdict:
+def _verdict_line(verdict: Verdict | None) -> str:
+    if verdict is None:
         return "no verdict (the probe wrote none)"
-    text = str(verdict.get("headline") or verdict.get("class") or "?")
-    conf = verdict.get("confidence_label") or verdict.get("confidence")
-    return text + (f" (confidence {conf})" if conf is not None else "") + f" ({mark(of_record(verdict))})"
+    return (f"{verdict.headline or verdict.cls or '?'} (confidence {verdict.confidence_label}) "
+            f"({mark(verdict.provenance)})")
 
 
-def print_apply_summary(console: Any, summary: dict[str, Any], *, as_json: bool) -> None:
+def print_apply_summary(console: Any, outcome: ApplyOutcome, *, as_json: bool) -> None:
     if as_json:
-        emit("apply", summary)
+        emit("apply", outcome.summary)
         return
-    table = Table(title=f"toolkit apply profile {summary['profile']}" + (" (check mode)" if summary["check"] else ""))
+    result = outcome.playbook
+    table = Table(title=f"toolkit apply profile {outcome.profile}" + (" (check mode)" if outcome.check else ""))
     for col in ("host", "ok", "changed", "failed", "unreachable"):
         table.add_column(col)
-    for host, s in summary["hosts"].items():
-        table.add_row(host, str(s["ok"]), str(s["changed"]), str(s["failed"]), str(s["unreachable"]))
+    for host, s in sorted(result.hosts.items()):
+        table.add_row(host, str(s.ok), str(s.changed), str(s.failed), str(s.unreachable))
     console.print(table)
-    for f in summary["failures"]:
+    for f in result.failures:
         # Log lines hold brackets ("[lab stand-in] ..."): print them as text, never as rich markup.
-        console.print(f"[red]{shown(f['host'])}: {shown(f['task'])}[/]\n{shown(f['message'], keep_newlines=True)}")
-    if summary["unreachable"]:
-        console.print(f"[red]unreachable: {', '.join(summary['unreachable'])}[/] (the other hosts were deployed)")
-    for host, info in (summary.get("probe") or {}).items():
-        verdict = escape(_verdict_line(info["verdict"]))
-        console.print(f"[bold]{escape(host)}[/]: verdict {verdict}; run {info['run_dir']}")
-        server_log = ((info["verdict"] or {}).get("evidence") or {}).get("server_log_tail")
+        console.print(f"[red]{shown(f.host)}: {shown(f.task)}[/]\n{shown(f.message, keep_newlines=True)}")
+    if outcome.unreachable:
+        console.print(f"[red]unreachable: {', '.join(outcome.unreachable)}[/] (the other hosts were deployed)")
+    for host, probe in (outcome.probes or {}).items():
+        console.print(f"[bold]{escape(host)}[/]: verdict {escape(_verdict_line(probe.verdict))}; run {probe.run_dir}")
+        server_log = probe.verdict.evidence.get("server_log_tail") if probe.verdict else None
         if server_log:
-            tail = "\n".join(server_log.strip().splitlines()[-12:])
+            tail = "\n".join(str(server_log).strip().splitlines()[-12:])
             console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
-    rec = summary.get("record")
+    rec = outcome.record
     if rec:
         console.print(rec.get("skipped") or "recorded: " + "; ".join(
             f"{host}: {what}" for host, what in sorted((rec.get("recorded") or {}).items())), highlight=False)
-    console.print(f"artifacts: {summary['artifacts_dir']}")
+    console.print(f"artifacts: {outcome.artifacts_dir}")
 
 
 def figure_column(table: Table, name: str, cells: list[str]) -> None:

@@ -30,6 +30,9 @@ from toolkit.core.provenance import ProvenanceKind
 from toolkit.core.results.comparable import Workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.sweep import ranking
+from toolkit.core.sweep.state import KnobStepRecord
+from toolkit.core.sweep.variants import Scalar
+from toolkit.core.tune import log as tune_log
 
 Open = dict[str, Any]  # data not typed yet: the envelope is the promise
 
@@ -152,14 +155,14 @@ VerdictData = TypedDict("VerdictData", {
     "slow_gpu": int | None,
     "evidence": dict[str, Any],
     "next_steps": list[str],
-    "knob_steps": list[dict[str, Any]],
+    "knob_steps": list[KnobStepRecord],
     "mix": Any,
     "phases": list[dict[str, Any]] | None,
     "timeline": dict[str, Any] | None,
     "window_mean": dict[str, Any] | None,
     "per_gpu": dict[str, dict[str, Any]],
     "data_source": str,
-    "provenance": NotRequired[dict[str, Any]],  # where the figures came from, as a record (kind, detail)
+    "provenance": "ProvenanceData",  # where the figures came from, as a record (kind, detail)
 })
 
 
@@ -173,6 +176,99 @@ class ProbeData(TypedDict):
     dir: str  # the run directory
     data_source: str
     verdict: VerdictData
+
+
+class HostRecapData(TypedDict):
+    ok: int
+    changed: int
+    failed: int
+    unreachable: int
+    skipped: int
+
+
+class FailureData(TypedDict):
+    host: str
+    task: str
+    message: str
+
+
+class HostProbeData(TypedDict):
+    """toolkit.app.apply.HostProbe: the host's probe run fetched here, its verdict as verdict.json holds it."""
+
+    run_dir: str
+    verdict: VerdictData | None
+
+
+class ApplyData(TypedDict):
+    """toolkit.app.apply.ApplyOutcome.summary."""
+
+    profile: str
+    rc: int
+    status: str
+    check: bool
+    hosts: dict[str, HostRecapData]
+    changed: int
+    unreachable: list[str]
+    failed_hosts: list[str]
+    failures: list[FailureData]
+    notes: list[str]
+    artifacts_dir: str
+    ansible_artifacts_dir: str | None
+    probe: NotRequired[dict[str, HostProbeData]]  # with --probe
+    record: NotRequired[dict[str, Any]]  # with --record: what was recorded per host
+
+
+class ProvenanceData(TypedDict):
+    kind: ProvenanceKind
+    detail: str | None
+
+
+class UpgradeRunData(TypedDict):
+    """toolkit.core.upgrade.Run.to_dict."""
+
+    side: Literal["old", "new"]
+    value: float  # NaN where the run gave no figure (its failure says why)
+    run_dir: str | None
+    slo_met: bool | None
+    wall_s: float
+    failure: str | None
+    provenance: ProvenanceData | None  # None: the run gave no figure
+    mark: str | None  # toolkit.core.provenance.mark of `provenance`
+
+
+class DifferenceData(TypedDict):
+    """toolkit.core.stats.Difference.to_dict: the new release against the old, higher better."""
+
+    value: float
+    low: float
+    high: float
+    method: str
+
+
+class UpgradeData(TypedDict):
+    """toolkit.app.upgrade.UpgradeOutcome.to_dict."""
+
+    decision: Literal["promoted", "refused", "rolled-back"]
+    profile: str
+    new_profile: str
+    from_version: str
+    to_version: str
+    objective: str
+    effect_pct: float
+    accept_equal: bool
+    text: str
+    pairs: int
+    change: DifferenceData | None
+    change_99: DifferenceData | None
+    outcome: str | None
+    rollback_s: float | None
+    slo: str | None
+    slo_definition: str | None
+    slo_text: str | None
+    runs: list[UpgradeRunData]
+    report: str | None
+    recorded: dict[str, str]  # run id -> what was recorded where
+    wall_s: float
 
 
 def typed_dict(name: str, fields: dict[str, Any]) -> Any:
@@ -212,6 +308,47 @@ SweepData = typed_dict("SweepData", {
 })
 
 
+class TuneBestData(TypedDict):
+    variant: str
+    knobs: dict[str, Scalar]
+    value: float  # in the objective's unit
+    concurrency: int
+    request_rate: float | None
+    goodput: float | None
+
+
+class CapacityOfVariant(TypedDict):
+    status: str
+    lo: float | None  # the highest rate that met the SLO
+    hi: float | None  # the lowest that missed it
+    goodput: float | None
+    rates: list[tuple[float, bool]]  # [rate, met] in the order tried
+
+
+class TuneCapacityData(TypedDict):
+    slo: dict[str, float]  # the SLO's bounds (ms), by latency and percentile
+    variants: dict[str, CapacityOfVariant]
+
+
+# toolkit.core.tune.report.to_json: what tune.json holds too; the steps, noise band and stop are the tune's record
+# (toolkit.core.tune.log). Made at run time: its ranking is the sweep's computed type.
+TuneData = typed_dict("TuneData", {
+    "schema_version": int,
+    "run_id": str,
+    "profile": str,
+    "runner": str,
+    "objective": str | None,
+    "best": TuneBestData | None,
+    "points_run": int,
+    "noise": tune_log.NoiseBand | None,
+    "capacity": TuneCapacityData | None,
+    "stop": tune_log.Stop | None,
+    "steps": list[tune_log.Step],
+    "failed_directions": list[tune_log.FailedDirection],
+    "ranking": SweepData,
+})
+
+
 class HostPlanData(TypedDict):
     """toolkit.core.hostplan.plan.Plan.to_json."""
 
@@ -235,7 +372,7 @@ class RebootData(TypedDict):
 
 # kind -> the type of its data. Every kind of toolkit.cli.envelope.SCHEMA_VERSIONS, no other.
 DATA_TYPES: dict[str, Any] = {
-    "apply": Open,
+    "apply": ApplyData,
     "doctor": list[Check],
     "error": ErrorData,
     "host.facts": HostFacts,
@@ -260,8 +397,8 @@ DATA_TYPES: dict[str, Any] = {
     "results.compare": CompareData,
     "results.record": RecordData,
     "sweep": SweepData,
-    "tune": Open,
-    "upgrade": Open,
+    "tune": TuneData,
+    "upgrade": UpgradeData,
 }
 
 

@@ -56,6 +56,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
     from toolkit.app.tune import TuneRequest
     from toolkit.cli.render import MeasureProgress, print_promoted, say, stderr_console
     from toolkit.core.tune import report
+    from toolkit.core.tune.log import of_state
 
     con = stderr_console()
     req = TuneRequest(**measure_fields(args), objective=args.objective, repeats=args.repeats,
@@ -63,7 +64,7 @@ def run_tune_cmd(args: argparse.Namespace) -> int:
                       max_goodput_loss_pct=args.max_goodput_loss_pct)
     session = tune.open_session(req)
     state = session.state
-    log = state.tune or {}
+    log = of_state(state.tune)
     con.print(f"[bold]tune {state.run_id}[/] of {state.profile} ({log['objective']}): "
               f"{session.store.run_dir(state.run_id)}")
     for note in session.notes:

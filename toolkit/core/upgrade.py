@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from toolkit.core import stats
 from toolkit.core.errors import Problem
 from toolkit.core.hostplan.facts import version_key
 from toolkit.core.hostplan.matrix import Matrix
+from toolkit.core.provenance import Provenance, mark
 
 PROMOTED, REFUSED, ROLLED_BACK = "promoted", "refused", "rolled-back"
 OBJECTIVES = {
@@ -105,6 +107,14 @@ class Run:
     slo_met: bool | None
     wall_s: float
     failure: str | None = None
+    provenance: Provenance | None = None  # where its figure came from (the probe run's records); None: no figure
+
+    def to_dict(self) -> dict[str, Any]:
+        """upgrade.json's and `--json`'s row: the provenance as its record, and as the mark every surface shows."""
+        return {"side": self.side, "value": self.value, "run_dir": self.run_dir, "slo_met": self.slo_met,
+                "wall_s": self.wall_s, "failure": self.failure,
+                "provenance": self.provenance.to_dict() if self.provenance else None,
+                "mark": mark(self.provenance) if self.provenance else None}
 
 
 def slo_rates(runs: Sequence[Run]) -> tuple[stats.PassRate, stats.PassRate] | None:
@@ -135,9 +145,15 @@ def report_markdown(data: Mapping[str, object], runs: Sequence[Run]) -> str:
     if data.get("rollback_s") is not None:
         lines.append(f"- rolled back in {float(str(data['rollback_s'])):.1f} s: the unit on the old venv again, "
                      "health 200, the smoke generation answered")
-    lines += ["", "| # | side | figure | SLO met | wall s | run | failure |", "|---|---|---|---|---|---|---|"]
+    marks = sorted({mark(r.provenance, detail=True) for r in runs if r.provenance is not None})
+    if marks:
+        lines.append("- figures: " + ", ".join(marks))
+    lines += ["", "| # | side | figure | data | SLO met | wall s | run | failure |",
+              "|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs, start=1):
         fig = "-" if not math.isfinite(r.value) else f"{r.value:,.4g}"
         met = "-" if r.slo_met is None else ("yes" if r.slo_met else "no")
-        lines.append(f"| {i} | {r.side} | {fig} | {met} | {r.wall_s:.1f} | {r.run_dir or '-'} | {r.failure or ''} |")
+        data_mark = mark(r.provenance) if r.provenance is not None else "-"
+        lines.append(f"| {i} | {r.side} | {fig} | {data_mark} | {met} | {r.wall_s:.1f} | {r.run_dir or '-'} "
+                     f"| {r.failure or ''} |")
     return "\n".join(lines) + "\n"

@@ -5,6 +5,7 @@ inventory it writes for the roles. Pure: no I/O here, so every decision is testa
 from __future__ import annotations
 
 import copy
+import hashlib
 import ipaddress
 import json
 import os
@@ -102,10 +103,32 @@ MAX_CLOCK_SKEW_MS = 60_000
 # A skewed host's clock shim (standins/clockskew.c), preloaded into every process there, and the offset it reads.
 CLOCK_SKEW_LIBRARY = "/usr/lib/lab-standin/libclockskew.so"
 CLOCK_SKEW_FILE = "/etc/lab-standin/clock-skew-ns"
+# Where the instances' default networks go: pairs of /24s (pve1's, then its containers') in 10.214.0.0 to
+# 10.243.255.0, 30 x 128 = 3840 pairs; the default lab keeps 10.213.0.0/24 and 10.213.1.0/24.
+INSTANCE_NET_FIRST_OCTET = 214
+INSTANCE_NET_OCTETS = 30
+INSTANCE_NET_PAIRS = INSTANCE_NET_OCTETS * 128
+
+
+def instance_subnets(instance: str) -> tuple[str, str]:
+    """An instance's default (subnet, ct_subnet): a pair picked by the sha256 of its name. The sum of the name's
+    characters picked among 30 and put t1 and ci3 on the same 10.229; a hash over 3840 pairs makes a clash of two
+    names rare, and `up` refuses one naming the other lab (other_lab_conflicts)."""
+    if not instance:
+        return "10.213.0.0/24", "10.213.1.0/24"
+    slot = int.from_bytes(hashlib.sha256(instance.encode()).digest()[:8], "big") % INSTANCE_NET_PAIRS
+    return pair_subnets(slot)
+
+
+def pair_subnets(slot: int) -> tuple[str, str]:
+    """The pair of /24s numbered `slot` (0 to INSTANCE_NET_PAIRS - 1)."""
+    second = INSTANCE_NET_FIRST_OCTET + slot % INSTANCE_NET_OCTETS
+    third = 2 * (slot // INSTANCE_NET_OCTETS)
+    return f"10.{second}.{third}.0/24", f"10.{second}.{third + 1}.0/24"
+
+
 # A second instance gets its own default networks, so both can run at once.
-_NET = 213 if not INSTANCE else 214 + sum(map(ord, INSTANCE)) % 30
-DEFAULT_SUBNET = f"10.{_NET}.0.0/24"
-DEFAULT_CT_SUBNET = f"10.{_NET}.1.0/24"
+DEFAULT_SUBNET, DEFAULT_CT_SUBNET = instance_subnets(INSTANCE)
 
 
 # ---------------------------------------------------------------- flavours
@@ -458,6 +481,65 @@ def _flavour_problems(config: LabConfig) -> list[Problem]:
     return problems
 
 
+def _route_net(dst: str) -> ipaddress.IPv4Network | None:
+    try:
+        return ipaddress.IPv4Network(dst if "/" in dst else dst + "/32", strict=False)
+    except ValueError:
+        return None
+
+
+def lab_networks(config: LabConfig) -> list[str]:
+    """Every network a lab uses: its LAN (--subnet), then each host's container network (--ct-subnet and, with
+    --hosts N, the N - 1 after it)."""
+    return [config.subnet, *(h.ct_subnet for h in config.lab_hosts)]
+
+
+def taken_networks(routes: list[dict[str, Any]], others: dict[str, LabConfig]) -> list[ipaddress.IPv4Network]:
+    """Every network the controller's routes and the other labs up here use."""
+    nets = [n for r in routes if r.get("dst", "") not in ("default", "") and (n := _route_net(r["dst"]))]
+    return nets + [_net(cidr) for other in others.values() for cidr in lab_networks(other)]
+
+
+def free_subnets(taken: list[ipaddress.IPv4Network], hosts: int = 1) -> tuple[str, str]:
+    """The first instance pair, from this instance's own, whose networks (the container networks of `hosts`
+    hosts included) overlap nothing taken: what a fix suggests."""
+    start = int.from_bytes(hashlib.sha256(INSTANCE.encode()).digest()[:8], "big") % INSTANCE_NET_PAIRS
+    for n in range(INSTANCE_NET_PAIRS):
+        pair = pair_subnets((start + n) % INSTANCE_NET_PAIRS)
+        nets = lab_networks(LabConfig(subnet=pair[0], ct_subnet=pair[1], hosts=hosts))
+        if not any(_net(cidr).overlaps(t) for cidr in nets for t in taken):
+            return pair
+    return pair_subnets(start)  # all 3840 taken: the fix names a pair anyway
+
+
+def _subnet_fix(taken: list[ipaddress.IPv4Network], hosts: int = 1) -> str:
+    subnet, ct_subnet = free_subnets(taken, hosts)
+    return f"`toolkit lab up --subnet {subnet} --ct-subnet {ct_subnet}` (free here)"
+
+
+def instance_label(instance: str) -> str:
+    return f"lab instance {instance} (TOOLKIT_LAB_INSTANCE={instance})" if instance else \
+        "the default lab (TOOLKIT_LAB_INSTANCE unset)"
+
+
+def other_lab_conflicts(config: LabConfig, others: dict[str, LabConfig],
+                        routes: list[dict[str, Any]]) -> list[Problem]:
+    """The other labs up on this machine (instance name -> config) whose networks overlap this one's: each named,
+    with a free pair to pass instead and how to take that lab down."""
+    problems = []
+    taken = taken_networks(routes, others)
+    for name, other in sorted(others.items()):
+        for index, mine in enumerate(lab_networks(config)):
+            clash = [theirs for theirs in lab_networks(other) if _net(theirs).overlaps(_net(mine))]
+            if clash:
+                down = f"TOOLKIT_LAB_INSTANCE={name} toolkit lab down" if name else "toolkit lab down"
+                problems.append(Problem(
+                    f"{mine} overlaps {clash[0]} of {instance_label(name)}, which is up on this machine",
+                    field="--subnet" if index == 0 else "--ct-subnet",
+                    fix=f"{_subnet_fix(taken, config.hosts)}, or take that lab down first (`{down}`)"))
+    return problems
+
+
 def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links: set[str]) -> list[Problem]:
     """Networks in `ip -j route` output (of the controller) that overlap the lab's, except on the
     lab's own links (a second `up` must not refuse its own veth)."""
@@ -467,17 +549,16 @@ def address_conflicts(config: LabConfig, routes: list[dict[str, Any]], our_links
         dst = route.get("dst", "")
         if dst in ("default", "") or route.get("dev") in our_links:
             continue
-        try:
-            net = ipaddress.IPv4Network(dst if "/" in dst else dst + "/32", strict=False)
-        except ValueError:
+        net = _route_net(dst)
+        if net is None:
             continue
         for mine in ours:
             if net.overlaps(mine):
                 problems.append(Problem(
                     f"{mine} is already in use here: route {dst} dev {route.get('dev', '?')}",
                     field="--subnet" if mine == ours[0] else "--ct-subnet",
-                    fix=f"pick a free network, e.g. `toolkit lab up --subnet 10.214.0.0/24 --ct-subnet "
-                        f"10.214.1.0/24`, or remove the route to {dst}"))
+                    fix=f"pick a free network, e.g. {_subnet_fix(taken_networks(routes, {}), config.hosts)}, "
+                        f"or remove the route to {dst}"))
     return problems
 
 
@@ -626,6 +707,12 @@ def inventory_notes(config: LabConfig) -> list[str]:
     return [*host, _NOTE_STANDINS, _NOTE_CONTAINER, _NOTE_DEPLOY]
 
 
+# Ansible's own ssh_args less its -C: SSH's zlib over a veth on this machine only burns CPU, on both ends, and the
+# wheelhouses it carries are zip archives already. Copying the lab lock's 301 MB wheelhouse tar into pve1 took
+# 16.4 s of the client's CPU with -C and 1.1 s without (and 269 s against 17 s of wall at load 25).
+LAB_SSH_ARGS = "-o ControlMaster=auto -o ControlPersist=60s"
+
+
 def render_inventory(state: LabState) -> str:
     """`inventory/lab.yml`: the groups and variables the roles read, and `toolkit_overlay: lab`, the one
     answer to "is this the lab?". Production roles never ask it: every difference is a role variable set here.
@@ -658,6 +745,7 @@ def render_inventory(state: LabState) -> str:
                 "ansible_user": "root",
                 "ansible_ssh_private_key_file": state.ssh_key_path,
                 "ansible_python_interpreter": "/usr/bin/python3",
+                "ansible_ssh_args": LAB_SSH_ARGS,
                 "toolkit_overlay": "lab",
                 "toolkit_notes": inventory_notes(c),
                 # pve1's network namespace: gone when the lab is down or the machine rebooted, and with it the

@@ -182,7 +182,13 @@ def preflight(config: LabConfig) -> None:
         for link in addrs:
             for a in link.get("addr_info", []):
                 routes.append({"dst": f"{a['local']}/32", "dev": link.get("ifname", "?")})
-        problems += plan.address_conflicts(config, routes, our_links={plan.HOST_VETH})
+        # Another lab up here on the same networks is named, with a free pair; its veth's routes are then not
+        # reported a second time as anonymous routes.
+        others = {name: other.config for name, other in other_running_labs().items()}
+        clashing = plan.other_lab_conflicts(config, others, routes)
+        problems += clashing
+        their_links = {f"tklab{name or '0'}" for name in others} if clashing else set()
+        problems += plan.address_conflicts(config, routes, our_links={plan.HOST_VETH} | their_links)
     if problems:
         raise ToolkitError(problems)
 
@@ -1005,7 +1011,8 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         others = other_running_labs()
         if others:
             raise ToolkitError.of(
-                f"this lab is down, but the cache stays: {', '.join(others)} still run on it",
+                f"this lab is down, but the cache stays: {', '.join(map(plan.instance_label, others))} still "
+                "run on it",
                 field="--purge-cache", fix="take those labs down first (TOOLKIT_LAB_INSTANCE=... toolkit lab down)")
         progress("removing the cache and the lab's SSH key")
         rootfs.purge()
@@ -1051,10 +1058,11 @@ def reboot(progress: Progress = _quiet, timeout_s: float = 90,
     return state, time.monotonic() - t0, failed
 
 
-def other_running_labs() -> list[str]:
-    """Other lab instances on this machine whose pve1 still runs (they share the cache)."""
-    found = []
-    for state_file in Path("/var/lib").glob("toolkit-lab*/state.json"):
+def other_running_labs() -> dict[str, LabState]:
+    """Other lab instances on this machine whose pve1 still runs (they share the cache), by instance name
+    ('' the default lab)."""
+    found = {}
+    for state_file in sorted(Path("/var/lib").glob("toolkit-lab*/state.json")):
         if state_file == STATE_FILE:
             continue
         try:
@@ -1062,7 +1070,7 @@ def other_running_labs() -> list[str]:
         except (OSError, ToolkitError):
             continue
         if alive(other.holder_pid, other.holder_start_ticks):
-            found.append(str(state_file.parent))
+            found[state_file.parent.name.removeprefix("toolkit-lab").removeprefix("-")] = other
     return found
 
 

@@ -18,9 +18,9 @@ from toolkit.core.probe.clock import NS_PER_S, HostClock
 from toolkit.core.probe.host_trace import HostTrace
 from toolkit.core.probe.net_trace import NetSeries, interval_rates_gb_s, rate_figures, shifted
 from toolkit.core.probe.numbers import rounded as _r
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.series import COLUMNS, NUMERIC_COLUMNS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_delta
-from toolkit.core.probe.steady import SteadyParams
 from toolkit.core.probe.summary import gpu_window_stats, idle_power, summarize
 from toolkit.core.probe.trace import format_row
 from toolkit.core.probe.verdict import judge
@@ -134,20 +134,19 @@ def host_figures(run: HostRun, start_s: float, end_s: float) -> dict[str, Any]:
     }
 
 
-def node_verdict(run: HostRun, host_manifest: dict[str, Any], topology: dict[str, Any], start_s: float,
+def node_verdict(run: HostRun, host_manifest: RunRecord, topology: dict[str, Any], start_s: float,
                  end_s: float) -> dict[str, Any]:
     """One host judged alone over the fleet's benchmark window (controller clock) by the single-host summary and
     verdict code, its own server and host timelines included: what that node shows beside the fleet's verdict
     (a replica kv-bound while the other idles)."""
-    manifest = {**host_manifest, "idle_start_s": run.idle_start_s, "idle_end_s": run.idle_end_s,
-                "bench_start_s": start_s, "bench_end_s": end_s, "exit_code": 0}
-    summary = summarize(run.trace, manifest, normalize_bench_result(None), SteadyParams.of_manifest(manifest),
-                        server=run.server, host=run.host_trace)
-    verdict = judge(summary, topology, manifest.get("target") or {}, trace=run.trace, server=run.server,
-                    host=run.host_trace)
-    steady = summary["steady"]
+    manifest = replace(host_manifest, idle_start_s=run.idle_start_s, idle_end_s=run.idle_end_s,
+                       bench_start_s=start_s, bench_end_s=end_s, exit_code=0, interrupted=False,
+                       requests_sent=None, failed_requests=None)
+    summary = summarize(run.trace, manifest, normalize_bench_result(None), server=run.server, host=run.host_trace)
+    verdict = judge(summary, topology, manifest.target, trace=run.trace, server=run.server, host=run.host_trace)
     return {"class": verdict.cls, "confidence": round(verdict.confidence, 2), "headline": verdict.headline,
-            "judged_s": [steady["start_s"], steady["end_s"]]}
+            "judged_s": [summary.steady.start_s if summary.steady.start_s is not None else start_s,
+                         summary.steady.end_s if summary.steady.end_s is not None else end_s]}
 
 
 def fleet_figures(per_host: dict[str, dict[str, Any]], output_tokens: float | None) -> dict[str, Any]:

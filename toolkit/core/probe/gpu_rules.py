@@ -7,8 +7,13 @@ at 100 % util, ~250 W of 600 W, no P2P). Pure: dicts in, a judgement out.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+# One GPU's figures over a window (a summary's GpuWindowStats, toolkit.core.probe.records) or over one interval of
+# the timeline (toolkit.core.probe.intervals): the keys the rules read, util_gpu_pct ... gpm.
+GpuFigures = Mapping[str, Any]
 
 COMPUTE = "compute-bound"
 MEMORY = "memory-bandwidth-bound"
@@ -59,15 +64,15 @@ class GpuJudgement:
     note: str = ""
 
 
-def above_idle(g: dict[str, Any]) -> float | None:
+def above_idle(g: GpuFigures) -> float | None:
     p, lim, idle = g["power_w"]["mean"], g["power_limit_w"], g["idle_power_w"]
     if p is None or lim is None or idle is None or lim <= idle:
         return None
     return max(0.0, (p - idle) / (lim - idle))
 
 
-def judge_gpu(g: dict[str, Any]) -> GpuJudgement:
-    """One GPU's steady-window statistics (summary['steady']['gpus'][i]) -> its class."""
+def judge_gpu(g: GpuFigures) -> GpuJudgement:
+    """One GPU's steady-window statistics (Summary.steady.gpus[i]) -> its class."""
     util = g["util_gpu_pct"]
     pol = g["power_of_limit"]
     above = above_idle(g)
@@ -129,7 +134,7 @@ def judge_gpu(g: dict[str, Any]) -> GpuJudgement:
     return GpuJudgement(MIXED, basis, 0.3, ev)
 
 
-def work_of(g: dict[str, Any]) -> float | None:
+def work_of(g: GpuFigures) -> float | None:
     gpm = g["gpm"]
     if gpm and gpm.get("sm_util_pct") is not None:
         return float(gpm["sm_util_pct"]) / 100.0

@@ -12,9 +12,9 @@ from typing import Any
 
 from toolkit.core.probe.bench import normalize_bench_result
 from toolkit.core.probe.host_trace import HostTrace
+from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace
-from toolkit.core.probe.steady import SteadyParams
 from toolkit.core.probe.summary import summarize
 from toolkit.core.probe.verdict import Verdict, judge
 
@@ -22,20 +22,19 @@ from toolkit.core.probe.verdict import Verdict, judge
 @dataclass
 class ProbeRun:
     dir: Path
-    manifest: dict[str, Any]
+    manifest: RunRecord
     trace: Trace
     bench_raw: dict[str, Any] | None
     topology: dict[str, Any]
-    summary: dict[str, Any] | None
-    verdict: dict[str, Any] | None
+    summary: Summary | None
+    verdict: Verdict | None
     server: ServerTrace | None = None  # server_trace.csv; None for runs without one (old, or no server)
     host: HostTrace | None = None  # host_trace.csv
 
 
-def judge_run(run: ProbeRun) -> tuple[dict[str, Any], Verdict]:
+def judge_run(run: ProbeRun) -> tuple[Summary, Verdict]:
     """The same summary and verdict code `probe run` uses, over a recorded directory."""
-    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw),
-                        SteadyParams.of_manifest(run.manifest), server=run.server, host=run.host)
-    verdict = judge(summary, run.topology, run.manifest.get("target") or {}, trace=run.trace,
-                    server=run.server, host=run.host)
-    return summary, verdict
+    summary = summarize(run.trace, run.manifest, normalize_bench_result(run.bench_raw), server=run.server,
+                        host=run.host)
+    return summary, judge(summary, run.topology, run.manifest.target, trace=run.trace, server=run.server,
+                          host=run.host)

@@ -28,6 +28,7 @@ from toolkit.core.probe.gpu_rules import (
     SCHEDULER_CAPPED,
     WAITING,
 )
+from toolkit.core.sweep.state import KnobStepRecord
 from toolkit.core.sweep.variants import VARIABLE_SECTIONS, Scalar, format_value
 
 POWER_LIMIT_STEPS = 4  # rungs of a lower power limit, from the current limit down to the floor
@@ -75,11 +76,20 @@ class KnobStep:
         pinned = f" [the profile pins it: {self.profile_why}]" if self.profile_why else ""
         return f"`{self.knob}: {cur} -> {new}{extra}`{named}: {self.why}{pinned}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> KnobStepRecord:
         return {"knob": self.knob, "current": self.current, "current_source": self.current_source,
                 "proposed": list(self.proposed), "why": self.why, "evidence": self.evidence,
                 "together": dict(self.together), "profiles": list(self.profiles), "profile_why": self.profile_why,
                 "sweep_args": self.sweep_args}
+
+    @classmethod
+    def from_dict(cls, data: KnobStepRecord) -> KnobStep:
+        """A step as verdict.json holds it (`sweep_args` is derived, not read)."""
+        return cls(knob=str(data.get("knob", "")), current=data.get("current"),
+                   current_source=str(data.get("current_source", "")), proposed=tuple(data.get("proposed") or ()),
+                   why=str(data.get("why", "")), evidence=dict(data.get("evidence") or {}),
+                   together=dict(data.get("together") or {}), profiles=tuple(data.get("profiles") or ()),
+                   profile_why=data.get("profile_why"))
 
 
 def _num(v: Scalar) -> float | None:

@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any, Protocol
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.records import RunRecord
 from toolkit.core.probe.series import NUMERIC_COLUMNS, Trace
 from toolkit.core.provenance import Provenance
 
@@ -52,7 +53,7 @@ class RecordedSampler:
     otherwise run past the recording's end and be judged on a held idle row."""
 
     def __init__(self, trace: Trace, file: str, topology: dict[str, Any] | None = None,
-                 run: dict[str, Any] | None = None) -> None:
+                 run: RunRecord | None = None) -> None:
         self.trace = trace
         self.file = file
         self.source = f"recorded:{file}"
@@ -120,18 +121,17 @@ class RecordedSampler:
         return None
 
 
-def _recorded_phases(trace: Trace, run: dict[str, Any], t0: float) -> tuple[float, float, float] | None:
+def _recorded_phases(trace: Trace, run: RunRecord, t0: float) -> tuple[float, float, float] | None:
     """(bench start, loop start, loop end) on the recording's clock: the loop is its steady window, or its
     whole benchmark window when it had none (an idle or failed recording). None without a benchmark window."""
     from toolkit.core.probe.steady import SteadyParams, find_steady_window
     from toolkit.core.probe.summary import idle_power
 
-    try:
-        b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
-    except (KeyError, TypeError, ValueError):
+    if run.bench_start_s is None or run.bench_end_s is None:
         return None
+    b0, b1 = float(run.bench_start_s), float(run.bench_end_s)
     if b1 <= b0:
         return None
-    idle = idle_power(trace, float(run.get("idle_start_s", t0)), float(run.get("idle_end_s", b0)))
-    steady = find_steady_window(trace, b0, b1, idle, SteadyParams.of_manifest(run))
+    idle = idle_power(trace, float(run.idle_start_s), float(b0 if run.idle_end_s is None else run.idle_end_s))
+    steady = find_steady_window(trace, b0, b1, idle, SteadyParams.of_record(run.steady_state))
     return (b0, steady.start_s, steady.end_s) if steady.found else (b0, b0, b1)

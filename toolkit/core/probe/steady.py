@@ -36,6 +36,7 @@ The three parameters are the profile's `probe.steady_state` (defaults 0.8, 2.0 s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,8 @@ class SteadyParams:
     min_window_s: float = 5.0
 
     @classmethod
-    def of_manifest(cls, manifest: dict[str, Any]) -> SteadyParams:
+    def of_record(cls, p: Mapping[str, Any]) -> SteadyParams:
         """The rule a run was judged with: its run.json's `steady_state`, the defaults for what it lacks."""
-        p = manifest.get("steady_state") or {}
         return cls(plateau_fraction=float(p.get("plateau_fraction", cls.plateau_fraction)),
                    smooth_s=float(p.get("smooth_s", cls.smooth_s)),
                    min_window_s=float(p.get("min_window_s", cls.min_window_s)))

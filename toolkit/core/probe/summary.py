@@ -10,15 +10,16 @@ import bisect
 from collections import Counter
 from typing import Any
 
+from toolkit.core.errors import ToolkitError
 from toolkit.core.probe import columnar
 from toolkit.core.probe.energy import window_energy
 from toolkit.core.probe.host_trace import HostTrace, host_window
 from toolkit.core.probe.numbers import percentile
 from toolkit.core.probe.numbers import rounded as _r
+from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import REASON_BITS, GpuSeries, Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series, server_window
 from toolkit.core.probe.steady import SteadyParams, SteadyWindow, find_counter_window, find_steady_window
-from toolkit.core.provenance import of_record
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -202,14 +203,19 @@ def window_summary(
 
 
 def summarize(
-    trace: Trace, run: dict[str, Any], bench: dict[str, Any], params: SteadyParams | None = None,
+    trace: Trace, run: RunRecord, bench: dict[str, Any], params: SteadyParams | None = None,
     server: ServerTrace | None = None, host: HostTrace | None = None,
-) -> dict[str, Any]:
-    """run: the manifest's clock fields (idle_start_s, idle_end_s, bench_start_s, bench_end_s), exit code, tail.
-    server, host: the run's server_trace.csv and host_trace.csv when it has them (summary `server`, `host`)."""
-    params = params or SteadyParams()
-    idle = idle_power(trace, float(run.get("idle_start_s", 0.0)), float(run["idle_end_s"]))
-    b0, b1 = float(run["bench_start_s"]), float(run["bench_end_s"])
+) -> Summary:
+    """run: its clock fields (idle_start_s, idle_end_s, bench_start_s, bench_end_s), exit code, tail; the rule
+    is `params`, else the run's own. server, host: the run's server_trace.csv and host_trace.csv when it has them
+    (summary `server`, `host`)."""
+    params = params or SteadyParams.of_record(run.steady_state)
+    if run.idle_end_s is None or run.bench_start_s is None or run.bench_end_s is None:
+        raise ToolkitError.of("run.json has no benchmark window: the run was cut before its benchmark ended",
+                              file="run.json", field="bench_end_s",
+                              fix="give a run directory whose run.json says status finished or interrupted")
+    idle = idle_power(trace, float(run.idle_start_s), float(run.idle_end_s))
+    b0, b1 = float(run.bench_start_s), float(run.bench_end_s)
     gpu_rule: SteadyWindow = find_steady_window(trace, b0, b1, idle, params)
     # The server's token counter sees a drain that GPU utilisation (100 % while GPUs spin in communication
     # kernels) cannot: where the run has it, it decides.
@@ -230,27 +236,26 @@ def summarize(
     ]
     srv_full = server_window(server, b0, b1) if server is not None else None
     srv_steady = server_window(server, judged.start_s, judged.end_s) if server is not None else None
-    run_server: dict[str, Any] = run["server"] if isinstance(run.get("server"), dict) else {}
-    return {
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "provenance": of_record(run).to_dict(),
-        "data_source": run.get("data_source", "measured"),
+    run_server: dict[str, Any] = run.server or {}
+    return Summary.from_dict({
+        "provenance": run.provenance.to_dict(),
+        "data_source": run.data_source,
         "gpus": sorted(trace.gpus),
-        "sample_hz": float(trace.meta.get("sample_hz", run.get("sample_hz", 0)) or 0),
+        "sample_hz": float(trace.meta.get("sample_hz", run.sample_hz or 0) or 0),
         "benchmark": {
-            "exit_code": run.get("exit_code"),
-            "interrupted": bool(run.get("interrupted", False)),
-            "stderr_tail": run.get("stderr_tail", ""),
-            "server_log_tail": run.get("server_log_tail", ""),
+            "exit_code": run.exit_code,
+            "interrupted": run.interrupted,
+            "stderr_tail": run.stderr_tail,
+            "server_log_tail": run.server_log_tail,
             "duration_s": bench.get("duration_s"),
             "completed": bench.get("completed"),
-            "requests_sent": run.get("requests_sent"),
-            "failed_requests": run.get("failed_requests"),
+            "requests_sent": run.requests_sent,
+            "failed_requests": run.failed_requests,
             "total_output_tokens": bench.get("total_output_tokens"),
             "peak_output_tok_per_s": bench.get("peak_output_tok_per_s"),
             "keys_present": bench.get("keys_present", []),
         },
-        "idle": {"start_s": run.get("idle_start_s", 0.0), "end_s": run["idle_end_s"],
+        "idle": {"start_s": run.idle_start_s, "end_s": run.idle_end_s,
                  "power_w": {str(g): _r(w) for g, w in idle.items()}},
         "steady_state": {
             "found": steady.found,
@@ -278,7 +283,7 @@ def summarize(
         "gpu_errors": errors[:200],
         "gpu_error_count": len(errors),
         "gaps": reading_gaps(trace, b0, b1),
-    }
+    })
 
 
 def reading_gaps(trace: Trace, start_s: float, end_s: float) -> list[dict[str, Any]]:

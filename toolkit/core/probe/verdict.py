@@ -10,6 +10,7 @@ also kept beside the timeline's verdict (`window_mean`). The per-GPU rules are g
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from toolkit.core.probe.gpu_rules import (
 )
 from toolkit.core.probe.intervals import HostTimeline, ServerTimeline, build_intervals, load_segments, thread_name
 from toolkit.core.probe.knobs import KnobStep, fewer_tp_variants, propose
+from toolkit.core.probe.records import Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.timeline import TimelineJudgement, judge_timeline
 from toolkit.core.provenance import MEASURED, Provenance, mark, of_record
@@ -75,7 +77,7 @@ class Verdict:
             "power_capped": self.power_capped,
             "slow_gpu": self.slow_gpu,
             "confidence": round(self.confidence, 2),
-            "confidence_label": "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low",
+            "confidence_label": self.confidence_label,
             "disagreements": self.disagreements,
             "basis": self.basis,
             "signals": self.signals,
@@ -96,6 +98,43 @@ class Verdict:
             "data_source": mark(self.provenance, detail=True),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """verdict.json read back (migrated: a verdict from before a key was added has it at its default). The
+        timeline comes back without its intervals (verdict.json keeps them as figures, not as the GPU judgements
+        they were made from): a read verdict is for reading; `probe replay --write` judges the traces again."""
+        tl = data.get("timeline")
+        timeline = None if not isinstance(tl, Mapping) else TimelineJudgement(
+            cls=str(tl.get("class", "")), share=float(tl.get("share") or 0.0),
+            confidence=float(data.get("confidence") or 0.0), headline=str(data.get("headline", "")),
+            mix=list(tl.get("mix") or []), phases=list(tl.get("phases") or []), evidence={},
+            disagreements=list(tl.get("disagreements") or []))
+        per_gpu = {str(g): GpuJudgement(cls=str(j.get("class", "")), basis=str(j.get("basis", "")),
+                                        confidence=float(j.get("confidence") or 0.0),
+                                        evidence=dict(j.get("evidence") or {}),
+                                        power_capped=bool(j.get("power_capped")), note=str(j.get("note") or ""))
+                   for g, j in (data.get("per_gpu") or {}).items()}
+        raw = data.get("evidence") or {}
+        # a verdict of the first releases kept its evidence as a list of notes
+        evidence = dict(raw) if isinstance(raw, Mapping) else {f"note{i + 1}": v for i, v in enumerate(raw)}
+        return cls(cls=str(data.get("class", "")), confidence=float(data.get("confidence") or 0.0),
+                   basis=str(data.get("basis") or ""), evidence=evidence,
+                   next_steps=[str(s) for s in data.get("next_steps") or []], per_gpu=per_gpu,
+                   power_capped=data.get("power_capped"), slow_gpu=data.get("slow_gpu"),
+                   headline=str(data.get("headline") or data.get("summary") or ""), provenance=of_record(data),
+                   knob_steps=[KnobStep.from_dict(k) for k in data.get("knob_steps") or []],
+                   timeline=timeline, window_mean=data.get("window_mean"),
+                   signals=list(data.get("signals") or ["gpu"]))
+
+    @property
+    def confidence_label(self) -> str:
+        return "high" if self.confidence >= 0.75 else "medium" if self.confidence >= 0.5 else "low"
+
+    @property
+    def failed(self) -> bool:
+        """The benchmark failed: nothing the run measured may be recorded or ranked."""
+        return self.cls == FAILED
+
 
 def _no_p2p(topology: dict[str, Any]) -> bool | None:
     links = topology.get("links") or []
@@ -105,8 +144,8 @@ def _no_p2p(topology: dict[str, Any]) -> bool | None:
 
 
 def next_steps(cls: str, power_capped: bool | None, topology: dict[str, Any], target: dict[str, Any],
-               slow_gpu: int | None, summary: dict[str, Any], evidence: dict[str, Any] | None = None) -> list[str]:
-    ngpu = len(topology.get("gpus") or summary.get("gpus") or [])
+               slow_gpu: int | None, summary: Summary, evidence: dict[str, Any] | None = None) -> list[str]:
+    ngpu = len(topology.get("gpus") or summary.gpus)
     tp = int(target.get("tp_size") or ngpu or 1)
     ev = evidence or {}
     if cls in TIMELINE_ONLY:
@@ -207,33 +246,33 @@ def _timeline_steps(cls: str, ev: dict[str, Any]) -> list[str]:
             "or add capacity."]
 
 
-def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None = None,
+def judge_window_mean(summary: Summary, topology: dict[str, Any] | None = None,
                       target: dict[str, Any] | None = None) -> Verdict:
     """The steady window's means, per GPU then across GPUs: the verdict when only those exist."""
     topology = topology or {}
     target = target or {}
-    source = of_record(summary)
-    bench = summary["benchmark"]
-    # summary["steady"] is the window to judge: the steady window, or without one the GPUs' busy span (or the whole
+    source = summary.provenance
+    bench = summary.benchmark
+    # summary.steady is the window to judge: the steady window, or without one the GPUs' busy span (or the whole
     # benchmark window where there is none), with steady_state.found false.
-    window = summary["steady"]
-    per_gpu = {g: judge_gpu(s) for g, s in window["gpus"].items()}
+    window = summary.steady
+    per_gpu = {g: judge_gpu(s) for g, s in window.gpus.items()}
     basis = "gpm" if per_gpu and all(j.basis == "gpm" for j in per_gpu.values()) else "power+util+clocks"
-    window_ev = {"window": "steady" if summary["steady_state"]["found"] else "no steady state",
-                 "start_s": window["start_s"], "end_s": window["end_s"]}
-    lost = bench.get("failed_requests") or 0
-    if bench.get("exit_code") not in (0, None) or bench.get("interrupted") or lost:
-        if bench.get("interrupted"):
+    window_ev = {"window": "steady" if summary.steady_state.found else "no steady state",
+                 "start_s": window.start_s, "end_s": window.end_s}
+    lost = bench.failed_requests or 0
+    if bench.exit_code not in (0, None) or bench.interrupted or lost:
+        if bench.interrupted:
             what = "was interrupted"
-        elif bench.get("exit_code") not in (0, None):
-            what = f"exited {bench.get('exit_code')}"
+        elif bench.exit_code not in (0, None):
+            what = f"exited {bench.exit_code}"
         else:  # exit 0, yet requests failed: its throughput counts only the survivors, so it is no result
-            what = f"lost {lost} of {bench.get('requests_sent')} requests"
-        failed: dict[str, Any] = {**window_ev, "exit_code": bench.get("exit_code"),
-                                  "failed_requests": bench.get("failed_requests"),
-                                  "requests_sent": bench.get("requests_sent"),
-                                  "stderr_tail": bench.get("stderr_tail", "")[-800:]}
-        server_log = str(bench.get("server_log_tail") or "")
+            what = f"lost {lost} of {bench.requests_sent} requests"
+        failed: dict[str, Any] = {**window_ev, "exit_code": bench.exit_code,
+                                  "failed_requests": bench.failed_requests,
+                                  "requests_sent": bench.requests_sent,
+                                  "stderr_tail": bench.stderr_tail[-800:]}
+        server_log = bench.server_log_tail
         if server_log:
             failed["server_log_tail"] = server_log[-1500:]
             what += "; the server's log tail is in evidence.server_log_tail"
@@ -247,7 +286,7 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     slow_gpu: int | None = None
     cls = classes.most_common(1)[0][0]
     throttled = [g for g, j in per_gpu.items() if j.cls == THROTTLED]
-    works = {g: w for g, s in window["gpus"].items() if (w := work_of(s)) is not None}
+    works = {g: w for g, s in window.gpus.items() if (w := work_of(s)) is not None}
     evidence: dict[str, Any] = dict(window_ev)
     if throttled:
         cls = THROTTLED
@@ -265,7 +304,7 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     confidence = min(j.confidence for j in members)
     if cls == IMBALANCED:
         confidence = 0.7 if basis == "gpm" else 0.5
-    if not summary["steady_state"]["found"] and cls not in (NO_LOAD,):
+    if not summary.steady_state.found and cls not in (NO_LOAD,):
         confidence *= 0.8  # judged over ramp and drain too
     power_capped = any(j.power_capped for j in members) if cls == COMPUTE else None
     # The numbers that decided, as the mean over GPUs of the deciding class.
@@ -295,7 +334,7 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     if not_seen:
         # Part of the run was not read: the class stands on the rest, and says so.
         evidence["not_seen"] = not_seen
-        missing = sum(g["samples"] for g in summary["gaps"]) / max(1, sum(g["of_samples"] for g in summary["gaps"]))
+        missing = sum(g["samples"] for g in summary.gaps) / max(1, sum(g["of_samples"] for g in summary.gaps))
         confidence *= max(0.5, 1.0 - missing)
         headline += f" (not seen: {'; '.join(not_seen)})"
     v = Verdict(cls, confidence, basis, evidence, [], per_gpu, power_capped, slow_gpu, headline, source)
@@ -303,12 +342,12 @@ def judge_window_mean(summary: dict[str, Any], topology: dict[str, Any] | None =
     return v
 
 
-def _not_seen(summary: dict[str, Any]) -> list[str]:
+def _not_seen(summary: Summary) -> list[str]:
     """One line per GPU and gap in the readings (summary.gaps): when, how much, and NVML's error."""
     return [
         f"GPU {g['gpu']} {g['start_s']:.1f}-{g['end_s']:.1f} s, {g['samples']} of {g['of_samples']} samples "
         f"({str(g['error']).split(';')[0][:80]})"
-        for g in summary.get("gaps") or []
+        for g in summary.gaps
     ]
 
 
@@ -332,20 +371,19 @@ def _server_not_seen(server: ServerTimeline | None) -> list[str]:
     return out
 
 
-def _power_seen(summary: dict[str, Any], target: dict[str, Any]) -> dict[str, Any] | None:
+def _power_seen(summary: Summary, target: dict[str, Any]) -> dict[str, Any] | None:
     """Each GPU's mean draw and limit over the judged window (the steady one when found), for the power-limit step:
     the mean over GPUs of their means, the highest limit, and the board's range from the profile's target."""
-    found = (summary.get("steady_state") or {}).get("found")
-    gpus = (summary.get("steady" if found else "full") or {}).get("gpus") or {}
-    means = [g["power_w"]["mean"] for g in gpus.values() if (g.get("power_w") or {}).get("mean") is not None]
-    limits = [g["power_limit_w"] for g in gpus.values() if g.get("power_limit_w") is not None]
+    gpus = summary.judged.gpus
+    means = [m for g in gpus.values() if (m := g["power_w"]["mean"]) is not None]
+    limits = [lim for g in gpus.values() if (lim := g["power_limit_w"]) is not None]
     if not means or not limits:
         return None
     return {"mean_w": round(sum(means) / len(means), 1), "limit_w": max(limits),
             "default_w": target.get("gpu_power_limit_w"), "min_w": target.get("gpu_power_limit_min_w")}
 
 
-def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, target: dict[str, Any] | None = None,
+def judge(summary: Summary, topology: dict[str, Any] | None = None, target: dict[str, Any] | None = None,
           *, trace: Trace | None = None, server: ServerTimeline | None = None,
           host: HostTimeline | None = None) -> Verdict:
     """The run's verdict. With `trace` (and the server and host timelines where they were recorded), judged over
@@ -353,7 +391,7 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
     topology = topology or {}
     target = target or {}
     base = judge_window_mean(summary, topology, target)
-    ngpu = len(topology.get("gpus") or summary.get("gpus") or [])
+    ngpu = len(topology.get("gpus") or summary.gpus)
     no_p2p = _no_p2p(topology)
     variants = fewer_tp_variants(target)
 
@@ -371,10 +409,10 @@ def judge(summary: dict[str, Any], topology: dict[str, Any] | None = None, targe
 
     if trace is None or base.cls == FAILED or not base.per_gpu:
         return knobs(base, base.evidence)
-    found = summary["steady_state"]["found"]
-    window = summary["steady"]
-    start_s, end_s = float(window["start_s"]), float(window["end_s"])
-    idle = {int(g): w for g, w in (summary.get("idle", {}).get("power_w") or {}).items()}
+    found = summary.steady_state.found
+    window = summary.steady
+    start_s, end_s = float(window.start_s or 0.0), float(window.end_s or 0.0)
+    idle = {int(g): w for g, w in summary.idle.power_w.items()}
     ivs = build_intervals(trace, idle, start_s, end_s, server=server, host=host)
     if len(ivs) < MIN_INTERVALS:
         base.evidence["over_time"] = f"not judged: {len(ivs)} intervals in the window (fewer than {MIN_INTERVALS})"

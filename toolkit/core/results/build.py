@@ -1,8 +1,8 @@
-"""Build one results entry from a probe run's artifacts (pure: parsed JSON in, an entry out).
+"""Build one results entry from a probe run's artifacts (pure: its typed records in, an entry out).
 
-Inputs are the probe's summary.json, verdict.json and run.json (layouts in docs/probe.md), read by
-presence of keys so that a newer probe adding keys changes nothing here. Every figure is rounded
-once, here, so the rendered block is byte-stable: recording the same run twice is a no-op.
+Inputs are the probe's summary.json, verdict.json and run.json as the probe store reads them (`Summary`,
+`Verdict`, `RunRecord`; layouts in docs/probe.md). Every figure is rounded once, here, so the rendered block is
+byte-stable: recording the same run twice is a no-op.
 
 What is copied is an allow-list: the bench settings are taken field by field, never the benchmark's
 command line or the server's arguments (an `--api-key` would otherwise land in a versioned file).
@@ -15,7 +15,8 @@ import shlex
 from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.provenance import of_record
+from toolkit.core.probe.records import RunRecord, Summary, Window
+from toolkit.core.probe.verdict import Verdict
 from toolkit.core.results.model import (
     BenchSettings,
     Energy,
@@ -93,9 +94,9 @@ def _latency(raw: Any) -> Latency | None:
     return lat if any(v is not None for v in (lat.ttft, lat.itl, lat.tpot, lat.e2e)) else None
 
 
-def _power(window: dict[str, Any], name: str, idle: Any) -> Power | None:
-    gpus = window.get("gpus")
-    if not isinstance(gpus, dict) or not gpus:
+def _power(window: Window, name: str, idle: dict[str, float | None]) -> Power | None:
+    gpus = window.gpus
+    if not gpus:
         return None
     per_gpu: list[GpuPower] = []
     for key in sorted(gpus, key=lambda k: int(k)):
@@ -110,7 +111,7 @@ def _power(window: dict[str, Any], name: str, idle: Any) -> Power | None:
             mean_of_limit_pct=rnd(100.0 * mean_w / limit_w, PCT_DIGITS) if mean_w is not None and limit_w else None,
         ))
     means = [g.mean_w for g in per_gpu if g.mean_w is not None]
-    idles = [v for v in (idle or {}).values() if isinstance(v, int | float)] if isinstance(idle, dict) else []
+    idles = [v for v in idle.values() if isinstance(v, int | float)]
     return Power(
         window="steady" if name == "steady" else "full",
         per_gpu=per_gpu,
@@ -119,12 +120,12 @@ def _power(window: dict[str, Any], name: str, idle: Any) -> Power | None:
     )
 
 
-def _energy(window: dict[str, Any], name: str) -> Energy | None:
-    j_per_tok = window.get("j_per_output_token")
-    tok_per_j = window.get("output_tokens_per_j")
+def _energy(window: Window, name: str) -> Energy | None:
+    j_per_tok = window.j_per_output_token
+    tok_per_j = window.output_tokens_per_j
     if j_per_tok is None and tok_per_j is None:
         return None
-    sources = {g.get("energy_source") for g in (window.get("gpus") or {}).values() if isinstance(g, dict)}
+    sources = {g.get("energy_source") for g in window.gpus.values() if isinstance(g, dict)}
     sources.discard(None)
     method = None
     if sources == {"counter"}:
@@ -135,13 +136,13 @@ def _energy(window: dict[str, Any], name: str) -> Energy | None:
                   output_tok_per_j=sig(tok_per_j), method=method)
 
 
-def _lab(summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None) -> LabNote | None:
+def _lab(summary: Summary, bench_raw: dict[str, Any] | None) -> LabNote | None:
     """Stand-in or replayed data says so in the entry (the standard: every stand-in announces itself).
 
     A load that is not a served model (loads/gpu_phases.py on a real GPU) says so too: its "tokens" are
     whatever its `unit` names, so its tok/s and J per token must never be read as a model's.
     """
-    prov = of_record(summary, run)
+    prov = summary.provenance
     source = prov.detail or prov.label
     unit = (bench_raw or {}).get("unit")
     load_note = None
@@ -257,11 +258,11 @@ def _bench(bench_raw: dict[str, Any] | None, profile_bench: dict[str, Any] | Non
     )
 
 
-def _gpu_stamp(topology: dict[str, Any], summary: dict[str, Any]) -> GpuStamp:
+def _gpu_stamp(topology: dict[str, Any], summary: Summary) -> GpuStamp:
     raw = topology.get("gpus")
     gpus: list[Any] = raw if isinstance(raw, list) else []
     models = sorted({m for g in gpus if isinstance(g, dict) and (m := _str(g.get("name")))})
-    count = len(gpus) or len(summary.get("gpus") or []) or None
+    count = len(gpus) or len(summary.gpus) or None
     return GpuStamp(model="+".join(models) or None, count=count, driver=_str(topology.get("driver_version")))
 
 
@@ -279,22 +280,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
         out[prefix] = _evidence_value(value)
 
 
-def _verdict(verdict: dict[str, Any] | None) -> VerdictExcerpt | None:
-    if not verdict or not isinstance(verdict.get("class"), str):
+def _verdict(verdict: Verdict | None) -> VerdictExcerpt | None:
+    if verdict is None or not verdict.cls:
         return None
-    raw = verdict.get("evidence")
     evidence: dict[str, Any] = {}
-    if isinstance(raw, dict):
-        _flatten("", raw, evidence)
-    elif isinstance(raw, list):  # a list of notes
-        evidence = {f"note{i + 1}": _evidence_value(v) for i, v in enumerate(raw)}
-    headline = verdict.get("headline") or verdict.get("summary")
-    basis = verdict.get("basis")
+    _flatten("", verdict.evidence, evidence)
     return VerdictExcerpt.model_validate({
-        "class": verdict["class"],
-        "summary": headline if isinstance(headline, str) and headline else None,
-        "confidence": rnd(verdict.get("confidence"), 2),
-        "basis": basis if isinstance(basis, str) else None,
+        "class": verdict.cls,
+        "summary": verdict.headline or None,
+        "confidence": rnd(verdict.confidence, 2),
+        "basis": verdict.basis or None,
         "evidence": dict(sorted(evidence.items())),
     })
 
@@ -309,9 +304,9 @@ def _evidence_value(v: Any) -> str | int | float | bool | None:
 
 
 def build_entry(
-    summary: dict[str, Any],
-    verdict: dict[str, Any] | None,
-    run: dict[str, Any],
+    summary: Summary,
+    verdict: Verdict | None,
+    run: RunRecord,
     *,
     run_id: str,
     spec_hash: str | None,
@@ -323,14 +318,13 @@ def build_entry(
 ) -> ResultsEntry:
     """The entry for one probe run (run: run.json; run_id: the run directory's name).
 
-    Raises ToolkitError when the summary lacks what every entry needs."""
-    full = summary.get("full")
-    if not isinstance(full, dict):
+    Raises ToolkitError when the records lack what every entry needs."""
+    full, steady = summary.full, summary.steady
+    if full.duration_s is None:
         raise ToolkitError.of("the summary has no `full` window: it was not written by `toolkit probe run`",
                               file=source_file, field="full", fix="give the run directory `toolkit probe run` wrote")
-    steady = summary.get("steady") if isinstance(summary.get("steady"), dict) else None
-    steady_found = bool(_get(summary, "steady_state", "found")) and steady is not None
-    date = _str(run.get("started_at_utc"))
+    steady_found = summary.steady_state.found
+    date = _str(run.started_at_utc)
     if not date:
         raise ToolkitError.of("run.json has no start date", file="run.json", field="started_at_utc",
                               fix="give the run directory `toolkit probe run` wrote")
@@ -338,27 +332,27 @@ def build_entry(
     steady_rates: SteadyRates | None = None
     # Only a steady window that was found gives a steady rate: a rate over the whole benchmark window (none found)
     # is a full-run rate by another name, and would be compared with steady ones.
-    if steady is not None and steady_found:
+    if steady_found:
         steady_rates = SteadyRates(
-            output_tok_per_s=rnd(_get(steady, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS),
-            total_tok_per_s=rnd(_get(steady, "throughput", "total_tok_per_s"), TOK_PER_S_DIGITS),
-            window_s=[rnd(steady.get("start_s"), S_DIGITS) or 0.0, rnd(steady.get("end_s"), S_DIGITS) or 0.0],
-            source=_str(_get(steady, "throughput", "source")),
+            output_tok_per_s=rnd(steady.throughput.output_tok_per_s, TOK_PER_S_DIGITS),
+            total_tok_per_s=rnd(steady.throughput.total_tok_per_s, TOK_PER_S_DIGITS),
+            window_s=[rnd(steady.start_s, S_DIGITS) or 0.0, rnd(steady.end_s, S_DIGITS) or 0.0],
+            source=_str(steady.throughput.source),
         )
-    no_steady = None if steady_found else (_str(_get(summary, "steady_state", "reason")) or "no steady window")
+    no_steady = None if steady_found else (_str(summary.steady_state.reason) or "no steady window")
     throughput = Throughput(
         full_run=Rates(
-            output_tok_per_s=rnd(_get(full, "throughput", "output_tok_per_s"), TOK_PER_S_DIGITS),
-            total_tok_per_s=rnd(_get(full, "throughput", "total_tok_per_s"), TOK_PER_S_DIGITS),
-            request_per_s=rnd(_get(full, "throughput", "request_per_s"), 3),
+            output_tok_per_s=rnd(full.throughput.output_tok_per_s, TOK_PER_S_DIGITS),
+            total_tok_per_s=rnd(full.throughput.total_tok_per_s, TOK_PER_S_DIGITS),
+            request_per_s=rnd(full.throughput.request_per_s, 3),
         ),
         steady_state=steady_rates,
-        peak_output_tok_per_s=rnd(_get(summary, "benchmark", "peak_output_tok_per_s"), TOK_PER_S_DIGITS),
+        peak_output_tok_per_s=rnd(summary.benchmark.peak_output_tok_per_s, TOK_PER_S_DIGITS),
         no_steady_state=no_steady.removesuffix("; using the full benchmark window") if no_steady else None,
     )
     # Power and energy come from the window the verdict judges: the steady plateau when one was found.
-    window, name = (steady, "steady") if steady_found and steady is not None else (full, "full")
-    idle = _get(summary, "idle", "power_w")
+    window, name = (steady, "steady") if steady_found else (full, "full")
+    idle = summary.idle.power_w
     energy = _energy(window, name) if name == "steady" else None
     if energy is None or energy.j_per_output_tok is None:
         # Steady-state tokens need the benchmark's timeline; without it the full run's energy is what exists.
@@ -368,14 +362,13 @@ def build_entry(
         source="toolkit",
         date=date,
         spec_hash=spec_hash,
-        lab=_lab(summary, run, bench_raw),
+        lab=_lab(summary, bench_raw),
         sglang_version=_sglang_version(bench_raw),
-        host=_str(run.get("hostname")) or _str(run.get("host")),  # "host" holds the host timeline when it ran
+        host=_str(run.hostname) or _str(run.host),  # "host" holds the host timeline when it ran
         gpu=_gpu_stamp(topology or {}, summary),
-        bench=_bench(bench_raw, profile_bench, run.get("command") if isinstance(run.get("command"), list) else None,
-                     duration_s=_get(summary, "benchmark", "duration_s")),
+        bench=_bench(bench_raw, profile_bench, run.command or None, duration_s=summary.benchmark.duration_s),
         throughput=throughput,
-        latency_ms=_latency(full.get("latency_ms")),
+        latency_ms=_latency(full.latency_ms),
         power=_power(window, name, idle),
         energy=energy,
         verdict=_verdict(verdict),

@@ -18,9 +18,10 @@ from typing import Any
 
 from toolkit.core.probe.bench import request_latencies
 from toolkit.core.probe.host_trace import HostTrace
+from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import ServerTrace, counter_series
-from toolkit.core.provenance import Provenance, mark, of_record
+from toolkit.core.provenance import Provenance, mark
 from toolkit.core.results.comparable import KIND_LABEL, rate_of, workload
 from toolkit.core.results.model import ResultsEntry
 from toolkit.core.tables import figure, markdown_table
@@ -163,7 +164,7 @@ def throughput_series(timeline: Any, bench_start_s: float, bin_s: float = THROUG
     return ts, rates
 
 
-def server_series(server: ServerTrace | None, host: HostTrace | None, summary: dict[str, Any]
+def server_series(server: ServerTrace | None, host: HostTrace | None, summary: Summary
                   ) -> ServerSeries | None:
     if server is None and host is None:
         return None
@@ -176,7 +177,7 @@ def server_series(server: ServerTrace | None, host: HostTrace | None, summary: d
     ct, cr = counter_series(server, "realtime_decode_tokens_total") if server is not None else ([], [])
     st, sc = host.series("server", "busiest_thread") if host is not None else ([], [])
     bt, bc = host.series("bench", "busiest_thread") if host is not None else ([], [])
-    top = ((((summary.get("host") or {}).get("steady") or {}).get("server") or {}).get("busiest_thread") or {})
+    top = ((((summary.host or {}).get("steady") or {}).get("server") or {}).get("busiest_thread") or {})
     name = f"{top.get('process')}/{top.get('thread')} (pid {top.get('pid')})" if top else None
     return ServerSeries(
         t_s=[server.t_s[i] for i in ok] if server is not None else [],
@@ -187,7 +188,7 @@ def server_series(server: ServerTrace | None, host: HostTrace | None, summary: d
         counter_t_s=ct, counter_tok_per_s=cr, server_thread_t_s=st, server_thread_cpu_pct=sc,
         server_thread_name=name, bench_thread_t_s=bt, bench_thread_cpu_pct=bc,
         gaps_t_s=[server.t_s[i] for i in range(len(server)) if not server.ok[i]] if server is not None else [],
-        not_seen=list((summary.get("server") or {}).get("what_was_not_seen") or []),
+        not_seen=list((summary.server or {}).get("what_was_not_seen") or []),
     )
 
 
@@ -212,29 +213,27 @@ def _median(vs: list[float]) -> float | None:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_raw: dict[str, Any] | None,
+def plot_data(trace: Trace, summary: Summary, run: RunRecord, bench_raw: dict[str, Any] | None,
               server: ServerTrace | None = None, host: HostTrace | None = None,
               topology: dict[str, Any] | None = None) -> PlotData:
     models = {int(g["index"]): str(g.get("name") or "GPU") for g in (topology or {}).get("gpus") or []
               if isinstance(g, dict) and isinstance(g.get("index"), int)}
     limits = [v for s in trace.gpus.values() for v in s.values["power_limit_w"] if v is not None]
-    idle_map = (summary.get("idle") or {}).get("power_w") or {}
-    idles = [float(v) for v in idle_map.values() if isinstance(v, int | float)]
-    b0, b1 = run.get("bench_start_s"), run.get("bench_end_s")
-    bench = (float(b0), float(b1)) if isinstance(b0, int | float) and isinstance(b1, int | float) else None
-    i0, i1 = run.get("idle_start_s", 0.0), run.get("idle_end_s")
-    idle_w = (float(i0), float(i1)) if isinstance(i0, int | float) and isinstance(i1, int | float) and i1 > i0 \
-        else None
-    steady = summary.get("steady") or {}
-    state = summary.get("steady_state") or {}
-    found = bool(state.get("found"))
-    sw = (float(steady["start_s"]), float(steady["end_s"])) if found and "start_s" in steady else None
-    steady_note = (f"steady window {sw[0]:.1f}-{sw[1]:.1f} s, found from the {state.get('signal') or 'GPU activity'}"
-                   if sw else "no steady state: " + str(state.get("reason") or "not found")
+    idles = [float(v) for v in summary.idle.power_w.values() if isinstance(v, int | float)]
+    b0, b1 = run.bench_start_s, run.bench_end_s
+    bench = (float(b0), float(b1)) if b0 is not None and b1 is not None else None
+    i0, i1 = run.idle_start_s, run.idle_end_s
+    idle_w = (float(i0), float(i1)) if i1 is not None and i1 > i0 else None
+    steady, state = summary.steady, summary.steady_state
+    found = state.found
+    sw = (float(steady.start_s), float(steady.end_s)) if found and steady.start_s is not None \
+        and steady.end_s is not None else None
+    steady_note = (f"steady window {sw[0]:.1f}-{sw[1]:.1f} s, found from the {state.signal or 'GPU activity'}"
+                   if sw else "no steady state: " + (state.reason or "not found")
                    .removesuffix("; using the full benchmark window"))
     ts, rates = throughput_series((bench_raw or {}).get("timeline"), bench[0] if bench else 0.0)
-    full_avg = ((summary.get("full") or {}).get("throughput") or {}).get("output_tok_per_s")
-    steady_avg = (steady.get("throughput") or {}).get("output_tok_per_s") if found else None
+    full_avg = summary.full.throughput.output_tok_per_s
+    steady_avg = steady.throughput.output_tok_per_s if found else None
     srv = server_series(server, host, summary)
     if srv is not None and len(srv.counter_t_s) >= 2:
         ts, rates = srv.counter_t_s, srv.counter_tok_per_s
@@ -243,13 +242,13 @@ def plot_data(trace: Trace, summary: dict[str, Any], run: dict[str, Any], bench_
     elif ts:
         source = f"output tokens per {THROUGHPUT_BIN_S:g} s bin, from the benchmark's token timeline"
     else:
-        peak = (summary.get("benchmark") or {}).get("peak_output_tok_per_s")
+        peak = summary.benchmark.peak_output_tok_per_s
         if bench and isinstance(full_avg, int | float):
             ts, rates = [bench[0], bench[1]], [float(full_avg), float(full_avg)]
         source = ("the benchmark reports whole-run totals only (no token timeline): the line is its average over "
                   "the whole run" + (f"; its reported peak was {figure(peak)} tok/s" if isinstance(peak, int | float)
                                      else ""))
-    prov = of_record(summary, run)
+    prov = summary.provenance
     lat, lat_note = latencies_of(bench_raw)
     return PlotData(
         power=gpu_bands(trace, "power_w", models),

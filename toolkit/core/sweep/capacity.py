@@ -41,7 +41,17 @@ from typing import Any
 from toolkit.core.errors import ToolkitError
 from toolkit.core.sweep.run import Progress, RunVariant, run_sweep
 from toolkit.core.sweep.slo import SloCheck, check_slo, parse_slo, slo_of_spec
-from toolkit.core.sweep.state import DONE, FAILED, PENDING, Measurement, Point, SweepState, VariantState
+from toolkit.core.sweep.state import (
+    DONE,
+    FAILED,
+    PENDING,
+    CapacityOfVariant,
+    CapacityRecord,
+    Measurement,
+    Point,
+    SweepState,
+    VariantState,
+)
 
 CAPACITY_SCHEMA = 1
 MAX_JUMP = 8.0  # at most this factor per bracketing step, whatever the latency suggests
@@ -70,7 +80,7 @@ class CapacityParams:
     min_rate: float = 0.01
     confirm_runs: int = 2  # runs at the capacity rate before it counts: one lucky pass at the edge is not a capacity
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CapacityRecord:
         return {"schema": CAPACITY_SCHEMA, "slo": dict(self.slo), "rate_start": self.rate_start,
                 "start_fraction": self.start_fraction, "step": self.step, "known_step": self.known_step,
                 "tolerance_pct": self.tolerance_pct, "max_rounds": self.max_rounds, "min_rate": self.min_rate,
@@ -86,8 +96,13 @@ class CapacityParams:
                    min_rate=float(data.get("min_rate", 0.01)), confirm_runs=int(data.get("confirm_runs", 1)))
 
 
+def _search_of(record: CapacityRecord, v: VariantState) -> CapacityOfVariant:
+    """The variant's search as planned (where it starts, its floor, what it must beat); all None when unplanned."""
+    return record.get("variants", {}).get(v.id) or {"start": None, "floor": None, "beat": None}
+
+
 def new_capacity(slo: Mapping[str, float], *, rate_start: float | None = None, tolerance_pct: float = 4.0,
-                 max_rounds: int = 10, confirm_runs: int = 2) -> dict[str, Any]:
+                 max_rounds: int = 10, confirm_runs: int = 2) -> CapacityRecord:
     """The state's `capacity` record for a run whose objective needs the search."""
     if rate_start is not None and not rate_start > 0:
         raise ToolkitError.of(f"--rate-start {rate_start} is not a positive rate", field="--rate-start",
@@ -97,7 +112,7 @@ def new_capacity(slo: Mapping[str, float], *, rate_start: float | None = None, t
 
 
 def capacity_record(objective: str, slo_text: str | None, spec: dict[str, Any], *, profile: str,
-                    rate_start: float | None, tolerance_pct: float, max_rounds: int) -> dict[str, Any] | None:
+                    rate_start: float | None, tolerance_pct: float, max_rounds: int) -> CapacityRecord | None:
     """The capacity search a run needs: goodput always (an SLO required), tokens per joule when an SLO is given (on
     the command line or in the profile), throughput never."""
     slo = parse_slo(slo_text) if slo_text else slo_of_spec(spec)
@@ -225,7 +240,7 @@ def result(state: SweepState, v: VariantState) -> Capacity:
     """Where the variant's search stands (a pure function of its finished points)."""
     assert state.capacity is not None
     params = CapacityParams.of(state.capacity)
-    info = (state.capacity.get("variants") or {}).get(v.id) or {}
+    info = _search_of(state.capacity, v)
     rps = rate_points(v, params.slo)
     cl = closed_loop(v)
     notes: list[str] = []
@@ -284,7 +299,7 @@ def next_rate(state: SweepState, v: VariantState) -> float | None:
     """The rate to measure next, or None when the search is over (or waits for a pending point)."""
     assert state.capacity is not None
     params = CapacityParams.of(state.capacity)
-    info = (state.capacity.get("variants") or {}).get(v.id) or {}
+    info = _search_of(state.capacity, v)
     cap = result(state, v)
     if cap.status != SEARCHING or any(p.status == PENDING for p in v.points):
         return None
@@ -357,8 +372,10 @@ def plan(state: SweepState, v: VariantState, *, start: float | None = None, floo
     assert state.capacity is not None
     params = CapacityParams.of(state.capacity)
     start = start if start is not None else params.rate_start
-    state.capacity.setdefault("variants", {})[v.id] = {"start": start, "floor": floor, "beat": beat,
-                                                        **({"hold": True} if hold else {})}
+    search: CapacityOfVariant = {"start": start, "floor": floor, "beat": beat}
+    if hold:
+        search["hold"] = True
+    state.capacity.setdefault("variants", {})[v.id] = search
     level = state.concurrency[0]
     v.points = [Point(concurrency=level, request_rate=None if start is None else round_rate(start))]
 

@@ -149,7 +149,7 @@ def promote(
             fix=f"nothing to promote: {base.name} already has the measured-best values",
         )
     window = "steady-state" if best.throughput_window == "steady" else "over the full run (no steady window found)"
-    slo = ",".join(f"{k}={v:g}" for k, v in ((state.capacity or {}).get("slo") or {}).items())
+    slo = ",".join(f"{k}={v:g}" for k, v in (state.capacity["slo"] if state.capacity else {}).items())
     held = state.capacity is not None and \
         capacity.result(state, state.variant(best.variant_index)).status == capacity.HELD
     # A tokens-per-joule candidate is measured at the rate it is held to, not searched up to its own capacity.

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.provenance import Provenance, mark
 from toolkit.core.sweep.run import PointFailed, PointRequest, VariantFailed
-from toolkit.core.sweep.state import Measurement
+from toolkit.core.sweep.state import KnobStepRecord, Measurement
 from toolkit.core.sweep.variants import canonical
 
 RECORDED_RUN = Provenance("replayed", "recorded run")
@@ -105,6 +105,6 @@ class TableRunner:
             power_w_total=power,
             verdict=p.get("verdict"),
             provenance=self.provenance,
-            knob_steps=[dict(s) for s in p.get("knob_steps") or []],
+            knob_steps=[cast(KnobStepRecord, dict(s)) for s in p.get("knob_steps") or []],
             verdict_headline=p.get("verdict_headline"),
         )

@@ -10,7 +10,9 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NotRequired, cast
+
+from typing_extensions import TypedDict
 
 from toolkit.core.errors import Problem, ToolkitError
 from toolkit.core.provenance import MEASURED, Provenance, of_record
@@ -35,6 +37,50 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical(spec).encode()).hexdigest()[:16]
 
 
+class KnobStepRecord(TypedDict, total=False):
+    """One of the verdict's next steps as verdict.json writes it (toolkit.core.probe.knobs.KnobStep.to_dict) and a
+    measurement keeps it: what `toolkit tune` turns into its next variants. A recorded table may give only some keys
+    (a knob and its proposed values), so none is required."""
+
+    knob: str  # dotted path into the profile
+    current: Scalar | None
+    current_source: str
+    proposed: list[Scalar]
+    why: str
+    evidence: dict[str, Any]
+    together: dict[str, Scalar]  # knobs that change with it
+    profiles: list[str]
+    profile_why: str | None
+    sweep_args: list[str]
+
+
+class CapacityOfVariant(TypedDict):
+    """Where one variant's capacity search starts (req/s), the floor it may not go below, the rate it must beat, and
+    whether it is held at its start (a tokens-per-joule candidate at the incumbent's capacity)."""
+
+    start: float | None
+    floor: float | None
+    beat: float | None
+    hold: NotRequired[bool]
+
+
+class CapacityRecord(TypedDict):
+    """The state's `capacity` (toolkit.core.sweep.capacity.CapacityParams.to_dict, and each variant's search): the
+    SLO and the search's parameters. Keys only ever added: an older record lacks the later ones."""
+
+    schema: NotRequired[int]
+    slo: dict[str, float]  # bound (ms) by latency and percentile: ttft_p99_ms ...
+    rate_start: NotRequired[float | None]
+    start_fraction: NotRequired[float]
+    step: NotRequired[float]
+    known_step: NotRequired[float]
+    tolerance_pct: NotRequired[float]
+    max_rounds: NotRequired[int]
+    min_rate: NotRequired[float]
+    confirm_runs: NotRequired[int]
+    variants: NotRequired[dict[str, CapacityOfVariant]]  # by variant id
+
+
 @dataclass
 class Measurement:
     """What one probe run of one variant at one concurrency level gave (units in the names)."""
@@ -53,7 +99,7 @@ class Measurement:
     throughput_window: str = "steady"
     # The verdict's machine-readable next steps (verdict.json `knob_steps`) and its headline: what `toolkit tune`
     # turns into its next variants. Empty for a recorded table that has none.
-    knob_steps: list[dict[str, Any]] = field(default_factory=list)
+    knob_steps: list[KnobStepRecord] = field(default_factory=list)
     verdict_headline: str | None = None
     # The load: the Poisson request rate bench_serving offered (req/s; None: every request at once, as the seed's
     # `--request-rate inf`), and the requests completed per second over the run.
@@ -174,7 +220,7 @@ class SweepState:
     tune: dict[str, Any] | None = None
     # The capacity search's parameters (toolkit.core.sweep.capacity: the SLO, the start, the steps, the tolerance,
     # the rounds), None when the objective needs none.
-    capacity: dict[str, Any] | None = None
+    capacity: CapacityRecord | None = None
 
     # -- queries -----------------------------------------------------------------------------------------
 
@@ -371,7 +417,8 @@ def state_from_dict(data: Any, *, file: str) -> SweepState:
             variants=variants,
             schema_version=STATE_SCHEMA_VERSION,
             tune=dict(data["tune"]) if isinstance(data.get("tune"), Mapping) else None,
-            capacity=dict(data["capacity"]) if isinstance(data.get("capacity"), Mapping) else None,
+            capacity=cast(CapacityRecord, dict(data["capacity"])) if isinstance(data.get("capacity"), Mapping)
+            else None,
         )
     except ToolkitError as err:  # a value the state's types refuse (a provenance kind): name the file
         for problem in err.problems:

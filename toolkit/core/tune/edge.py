@@ -25,7 +25,8 @@ from typing import Any
 from toolkit.core.probe.knobs import KnobStep
 from toolkit.core.sweep.capacity import Capacity
 from toolkit.core.sweep.slo import BOUNDS
-from toolkit.core.sweep.state import Measurement
+from toolkit.core.sweep.state import KnobStepRecord, Measurement
+from toolkit.core.tune.log import EdgeRecord
 
 # The p99 inter-token gap at or above this multiple of the median one is interruptions, not the batch's own pace.
 INTERRUPTION_RATIO = 2.0
@@ -38,9 +39,9 @@ class EdgeVerdict:
     binding: str | None  # ttft, itl, e2e; None when nothing could be read
     cause: str  # queueing-at-cap, long-prefills, prefill-interrupts-decode, decode-batch-too-large, ...
     text: str
-    knob_steps: list[dict[str, Any]] = field(default_factory=list)
+    knob_steps: list[KnobStepRecord] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> EdgeRecord:
         return {"binding": self.binding, "cause": self.cause, "text": self.text, "knob_steps": self.knob_steps}
 
 

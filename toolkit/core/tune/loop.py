@@ -16,13 +16,13 @@ Each round, in an order a resume can replay from the state alone:
    variant is measured on the same workload). Each knob step is a ladder climbed from its boldest value down,
    one rung at a time, until a rung beats the incumbent (`_climb`).
 
-The record (`state.tune`, schema 1): objective, repeats, min_gain_pct, budget_points, incumbent (variant index),
-incumbent_rate (its capacity when it became the incumbent, or was last seen to move), noise {values, median,
-spread_pct, band_pct}, steps [{step, from, verdict {variant, class, headline, artifacts, concurrency}, ladders
-[{knob, why, together, profiles, values (the rungs not tried yet)}], candidates [{variant, id, knob, ladder, change
-{path: [old, new]}, why, profiles, status, value, gain_pct}], skipped [{knob, value, reason}], result {..,
-incumbent_moved}}], failed_directions [{knob, direction, reason, variant}], budget_hit (a rung was left out
-for the budget), stop {reason, kind}.
+The record (`state.tune`, schema 1; its types: toolkit.core.tune.log): objective, repeats, min_gain_pct,
+budget_points, incumbent (variant index), incumbent_rate (its capacity when it became the incumbent, or was last
+seen to move), noise {values, median, spread_pct, band_pct}, steps [{step, from, verdict {variant, class, headline,
+artifacts, concurrency}, ladders [{knob, why, together, profiles, values (the rungs not tried yet)}], candidates
+[{variant, id, knob, ladder, change {path: [old, new]}, why, profiles, status, value, gain_pct}], skipped [{knob,
+value, reason}], result {.., incumbent_moved}}], failed_directions [{knob, direction, reason, variant}], budget_hit
+(a rung was left out for the budget), stop {reason, kind}.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, cast
 
 from toolkit.core import stats
 from toolkit.core.errors import Problem
@@ -52,6 +52,7 @@ from toolkit.core.sweep.state import (
 )
 from toolkit.core.sweep.variants import VARIABLE_SECTIONS, Scalar, Variant, changed_knobs, format_value, get_path
 from toolkit.core.tune.edge import edge_verdict
+from toolkit.core.tune.log import Candidate, IncumbentMoved, NoiseBand, Step, StepResult, Stop, StopKind, TuneLog
 
 TUNE_SCHEMA_VERSION = 1
 OBJECTIVES = {"throughput": "throughput", "tokens-per-joule": "tokens_per_j", "goodput": "goodput"}
@@ -66,10 +67,10 @@ GUARD_SLACK = 0.005  # the goodput guard's allowance for the throughput measured
 MAX_STEPS = 25  # a verdict that keeps proposing (it should not) still ends
 
 # Stop kinds.
-CONVERGED = "converged"
-NOTHING_NEW = "nothing-new"
-BUDGET = "budget"
-BASE_FAILED = "base-failed"
+CONVERGED: Final = "converged"
+NOTHING_NEW: Final = "nothing-new"
+BUDGET: Final = "budget"
+BASE_FAILED: Final = "base-failed"
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class Score:
 
 def new_tune_log(*, objective: str, repeats: int, min_gain_pct: float, budget_points: int | None,
                  max_repeats: int = DEFAULT_MAX_REPEATS,
-                 max_goodput_loss_pct: float = DEFAULT_MAX_GOODPUT_LOSS_PCT) -> dict[str, Any]:
+                 max_goodput_loss_pct: float = DEFAULT_MAX_GOODPUT_LOSS_PCT) -> TuneLog:
     return {
         "schema_version": TUNE_SCHEMA_VERSION,
         "objective": objective,
@@ -102,7 +103,7 @@ def new_tune_log(*, objective: str, repeats: int, min_gain_pct: float, budget_po
     }
 
 
-def check_log(log: Mapping[str, Any] | None, *, file: str) -> dict[str, Any]:
+def check_log(log: Mapping[str, Any] | None, *, file: str) -> TuneLog:
     from toolkit.core.errors import ToolkitError
 
     if not isinstance(log, Mapping):
@@ -115,7 +116,7 @@ def check_log(log: Mapping[str, Any] | None, *, file: str) -> dict[str, Any]:
             field="tune.schema_version",
             fix="upgrade the toolkit to resume this tune",
         )
-    return dict(log)
+    return cast(TuneLog, dict(log))  # its keys are only ever added: an older record reads as it is
 
 
 def unit(objective: str) -> str:
@@ -158,7 +159,7 @@ def at_score(v: VariantState, s: Score) -> list[Measurement]:
             and p.concurrency == s.concurrency and p.request_rate == s.request_rate]
 
 
-def noise_band(state: SweepState, log: Mapping[str, Any]) -> dict[str, Any] | None:
+def noise_band(state: SweepState, log: TuneLog) -> NoiseBand | None:
     """The spread of the base's repeated measurements at its best level (or its capacity rate), the band a gain
     must clear, and the run-to-run spread a once-measured variant's interval borrows."""
     base = state.variant(1)
@@ -190,7 +191,7 @@ def noise_band(state: SweepState, log: Mapping[str, Any]) -> dict[str, Any] | No
     }
 
 
-def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState) -> Interval | None:
+def variant_interval(state: SweepState, log: TuneLog, v: VariantState) -> Interval | None:
     """The variant's figure with its 95 % interval (toolkit.core.sweep.noise): its repeats at the scored load, their
     runs' own steady windows, the base's run-to-run spread when measured once."""
     objective = log["objective"]
@@ -216,7 +217,8 @@ def variant_interval(state: SweepState, log: Mapping[str, Any], v: VariantState)
             k = (m.tokens_per_j or 0.0) / m.steady_output_tok_per_s  # the same relative spread, in tok/J
             w = type(w)(w.mean * k, w.se * k, w.batches)
         within.append(w)
-    rr = ((log.get("noise") or {}).get("run_to_run")) or None
+    noise = log["noise"]
+    rr = noise["run_to_run"] if noise is not None else None
     base = RunToRun(float(rr["cv"]), int(rr["df"])) if rr else None
     return interval(values or [s.value], within, base=base, value=s.value)
 
@@ -244,17 +246,29 @@ def _planned_points(state: SweepState) -> int:
     return sum(len(v.points) for v in state.planned())
 
 
-def _conclude(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
+def _band(log: TuneLog) -> float:
+    """The gain a change must clear: the noise band, or the least gain worth a line before the base is measured."""
+    noise = log["noise"]
+    return float(noise["band_pct"] if noise is not None else log["min_gain_pct"])
+
+
+def _incumbent(state: SweepState, log: TuneLog) -> VariantState:
+    index = log["incumbent"]
+    assert index is not None, "the base is measured before any step names an incumbent"
+    return state.variant(index)
+
+
+def _conclude(state: SweepState, log: TuneLog, step: Step) -> StepResult | None:
     """The measured step's result (also set as step["result"]): the best candidate against the incumbent, and the
     failed directions; None when a gain inside the intervals is measured again first (the points are planned)."""
     result = _result(state, log, step)
     if result is None:
         return None
     step["result"] = result
-    return dict(result)
+    return result.copy()
 
 
-def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
+def _base_result(state: SweepState, log: TuneLog) -> StepResult:
     objective = log["objective"]
     base = state.variant(1)
     s = score(base, objective, state)
@@ -269,7 +283,8 @@ def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
     log["incumbent"] = 1
     log["incumbent_rate"] = s.request_rate
     n = log["noise"]
-    where = (f"at {n['request_rate']:g} req/s (its capacity under the SLO)" if n.get("request_rate") is not None
+    assert n is not None  # the base was scored: its noise band exists
+    where = (f"at {n['request_rate']:g} req/s (its capacity under the SLO)" if n["request_rate"] is not None
              else f"at concurrency {n['concurrency']}")
     ci = variant_interval(state, log, base)
     return {
@@ -291,8 +306,7 @@ def _base_result(state: SweepState, log: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _measured_candidates(state: SweepState, log: dict[str, Any], step: dict[str, Any]
-                         ) -> list[tuple[Score, dict[str, Any]]]:
+def _measured_candidates(state: SweepState, log: TuneLog, step: Step) -> list[tuple[Score, Candidate]]:
     """Each candidate's score; a failed one gets its reason and (once) its knob directions recorded."""
     objective = log["objective"]
     rows = []
@@ -325,7 +339,7 @@ def _measured_candidates(state: SweepState, log: dict[str, Any], step: dict[str,
     return rows
 
 
-def _remeasure(state: SweepState, log: dict[str, Any], variants: Sequence[VariantState]) -> list[str]:
+def _remeasure(state: SweepState, log: TuneLog, variants: Sequence[VariantState]) -> list[str]:
     """One more measurement of each at its scored load (a capacity rate, a level); the ids measured again."""
     out = []
     for v in variants:
@@ -338,15 +352,15 @@ def _remeasure(state: SweepState, log: dict[str, Any], variants: Sequence[Varian
     return out
 
 
-def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dict[str, Any] | None:
+def _result(state: SweepState, log: TuneLog, step: Step) -> StepResult | None:
     objective = log["objective"]
     if step["step"] == 0:
         return _base_result(state, log)
-    incumbent = state.variant(int(log["incumbent"]))
+    incumbent = _incumbent(state, log)
     inc = score(incumbent, objective, state)
     # The base measured again (a gain inside the intervals) sharpens the run-to-run spread: read it anew.
     log["noise"] = noise_band(state, log) or log.get("noise")
-    band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    band = _band(log)
     rows = []
     for s, cand in _measured_candidates(state, log, step):
         gain = (s.value / inc.value - 1) * 100 if inc and inc.value else 0.0
@@ -362,8 +376,10 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
             cand["goodput"] = round(s.goodput, 2)
         rows.append((s, gain, cand, ci))
     inc_ci = variant_interval(state, log, incumbent)
-    result: dict[str, Any] = {"incumbent": incumbent.id, "incumbent_value": round(inc.value, 4) if inc else None,
-                              "band_pct": band, "incumbent_interval": inc_ci.to_dict() if inc_ci else None}
+    # decision and text are set below, by what the step concluded
+    result: StepResult = {"decision": "no-gain", "text": "", "incumbent": incumbent.id,
+                          "incumbent_value": round(inc.value, 4) if inc else None, "band_pct": band,
+                          "incumbent_interval": inc_ci.to_dict() if inc_ci else None}
     moved = _incumbent_moved(state, log, incumbent, inc)
     if moved:
         result["incumbent_moved"] = moved
@@ -408,23 +424,23 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
                    f"{inc_ci.text() if inc_ci else '-'}")
             if state.capacity is not None and s.request_rate is not None:
                 how += f", both at {s.request_rate:g} req/s under the SLO"
-        result.update(decision="improved", best=state.variant(s.variant).id, value=round(s.value, 4),
+        result.update(StepResult(decision="improved", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"{state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against {incumbent.id}'s "
                       f"{inc.value if inc else 0:,.4g}: {gain:+.1f} %, above the noise band ({band:.2f} %) and "
-                      f"{how}: kept")
+                      f"{how}: kept"))
     elif best is not None:
         s, gain, cand, ci = best
         why = ("inside the noise band" if abs(gain) <= band else
                "not above the noise band" if gain <= band else f"not significant: {why_not}")
-        result.update(decision="no-gain", best=state.variant(s.variant).id, value=round(s.value, 4),
+        result.update(StepResult(decision="no-gain", best=state.variant(s.variant).id, value=round(s.value, 4),
                       gain_pct=round(gain, 2),
                       text=f"best candidate {state.variant(s.variant).id} {s.value:,.4g} {unit(objective)} against "
                       f"{incumbent.id}'s {inc.value if inc else 0:,.4g}: {gain:+.1f} %, {why}"
-                      + (f" ({band:.2f} %)" if "band" in why else "") + f": not an improvement, {incumbent.id} stays")
+                      + (f" ({band:.2f} %)" if "band" in why else "") + f": not an improvement, {incumbent.id} stays"))
     else:
         what = "no candidate could be measured" if not rows else "every candidate gives up goodput"
-        result.update(decision="no-gain", text=f"{what}; {incumbent.id} stays")
+        result.update(StepResult(decision="no-gain", text=f"{what}; {incumbent.id} stays"))
     if moved:
         result["text"] += f" ({moved['text']})"
     if result.get("decision") == "improved" and best is not None:
@@ -434,8 +450,8 @@ def _result(state: SweepState, log: dict[str, Any], step: dict[str, Any]) -> dic
     return result
 
 
-def _incumbent_moved(state: SweepState, log: dict[str, Any], incumbent: VariantState,
-                     inc: Score | None) -> dict[str, Any] | None:
+def _incumbent_moved(state: SweepState, log: TuneLog, incumbent: VariantState,
+                     inc: Score | None) -> IncumbentMoved | None:
     """The incumbent's capacity since it became the incumbent, when measuring it again at its edge moved it (the
     runs there met the SLO on their median latencies after all, or a repeat missed it): the figure every candidate
     of this step was compared with is the new one, and the record says so. None when it stayed."""
@@ -452,7 +468,7 @@ def _incumbent_moved(state: SweepState, log: dict[str, Any], incumbent: VariantS
                     f"{inc.value:,.4g} {unit(log['objective'])} their median"}
 
 
-def _significance(state: SweepState, log: Mapping[str, Any], cand: Score, ci: Interval | None,
+def _significance(state: SweepState, log: TuneLog, cand: Score, ci: Interval | None,
                   incumbent: VariantState, inc_ci: Interval | None) -> tuple[bool | None, str]:
     """Whether a gain above the band is real: True, False (decided: no), None (measure again first), and why.
 
@@ -488,7 +504,7 @@ def _ratios_at(state: SweepState, v: VariantState, rate: float) -> list[float]:
     return out
 
 
-def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, incumbent: VariantState,
+def _edge_test(state: SweepState, log: TuneLog, cand: VariantState, incumbent: VariantState,
                max_runs: int) -> tuple[bool | None, str]:
     """At the rate the incumbent missed the SLO: the candidate meets it significantly more often than the incumbent
     (each run a pass or a miss; the interval of the difference of their pass rates wholly above zero,
@@ -513,7 +529,7 @@ def _edge_test(state: SweepState, log: Mapping[str, Any], cand: VariantState, in
     return (None if tried < max_runs else False), text
 
 
-def _goodput_guard(log: Mapping[str, Any], inc: Score | None) -> float | None:
+def _goodput_guard(log: TuneLog, inc: Score | None) -> float | None:
     """tokens-per-joule under an SLO: the least goodput a candidate may have (None: no guard). A candidate is held
     at the incumbent's capacity less max_goodput_loss_pct (its goodput is what that load gives), so the guard
     allows a hair more for the measurement's own noise."""
@@ -524,32 +540,32 @@ def _goodput_guard(log: Mapping[str, Any], inc: Score | None) -> float | None:
     return (base if base is not None else inc.goodput) * (1 - loss / 100) * (1 - GUARD_SLACK)
 
 
-def state_base_goodput(log: Mapping[str, Any]) -> float | None:
+def state_base_goodput(log: TuneLog) -> float | None:
     """The base's goodput, as its step 0 recorded it (the guard is against the base, not a later incumbent)."""
     steps = log.get("steps") or []
-    res = (steps[0].get("result") or {}) if steps else {}
-    return res.get("goodput")
+    res = steps[0]["result"] if steps else None
+    return res.get("goodput") if res is not None else None
 
 
 def _propose(
     state: SweepState,
-    log: dict[str, Any],
+    log: TuneLog,
     base_spec: Mapping[str, Any],
     validate: Callable[[Variant], Sequence[Problem]],
-) -> dict[str, Any] | None:
+) -> Step | None:
     """The next step from the incumbent's verdict, its first variants added to the state; None when nothing is new.
 
     Each knob step is a ladder: its values are tried one at a time from the boldest (the last the verdict
     proposes: 64 -> 1024 before 512 and 256, as the story's operator went), the next only when the one before did
     not beat the incumbent (`_climb`). A verdict's range ends at what it saw wanted (the peak demand), so its
     boldest value is the likeliest; the smaller ones are measured when it fails or does not pay."""
-    incumbent = state.variant(int(log["incumbent"]))
+    incumbent = _incumbent(state, log)
     inc = score(incumbent, log["objective"], state)
     if inc is None:
         return None
     m = inc.measurement
     point = next((p for p in incumbent.points if p.measurement is m), None)
-    step: dict[str, Any] = {
+    step: Step = {
         "step": len(log["steps"]),
         "from": incumbent.id,
         "verdict": {
@@ -586,7 +602,8 @@ def _propose(
             continue
         if path == "gpu.power_limit_w" and log["objective"] != "tokens-per-joule":
             current = ks.get("current")
-            lower = [v for v in values if isinstance(current, int | float) and v < current]
+            lower = [v for v in values
+                     if isinstance(v, int | float) and isinstance(current, int | float) and v < current]
             for value in lower:
                 step["skipped"].append({"knob": path, "value": value, "reason": "a lower power limit saves energy "
                                         "but cannot raise throughput (tune --objective tokens-per-joule)"})
@@ -606,16 +623,16 @@ def _propose(
 
 def _climb(
     state: SweepState,
-    log: dict[str, Any],
-    step: dict[str, Any],
+    log: TuneLog,
+    step: Step,
     base_spec: Mapping[str, Any],
     validate: Callable[[Variant], Sequence[Problem]],
 ) -> bool:
     """Plan the next rung of every ladder whose last rung is measured and did not beat the incumbent (or of a
     ladder not started); True when something new was planned. A rung that beat it ends its ladder."""
-    incumbent = state.variant(int(log["incumbent"]))
+    incumbent = _incumbent(state, log)
     inc = score(incumbent, log["objective"], state)
-    band = float((log.get("noise") or {}).get("band_pct", log["min_gain_pct"]))
+    band = _band(log)
     guard = _goodput_guard(log, inc)
     knobs = dict(incumbent.knobs)
     seen = {_key(base_spec, dict(v.knobs)): v.id for v in state.variants}
@@ -691,7 +708,7 @@ def _climb(
                               beat=None if energy else capacity.result(state, incumbent).hi, hold=energy)
             state.variants.append(vs)
             seen[key] = vs.id
-            cand: dict[str, Any] = {
+            cand: Candidate = {
                 "variant": vs.index,
                 "id": vs.id,
                 "knob": ladder["knob"],
@@ -735,15 +752,15 @@ def run_tune(
     on_step: Callable[[str], None] = lambda _m: None,
 ) -> SweepState:
     """Measure, conclude, propose, until the tune stops; the state (with `state.tune`) is saved after each change."""
-    log = state.tune
-    assert log is not None, "run_tune needs a state made by new_tune_state"
+    assert state.tune is not None, "run_tune needs a state made by new_tune_state"
+    log = cast(TuneLog, state.tune)  # the state's own record, changed in place and saved with it
     while True:
         if capacity.measure_all(state, base_spec, run_variant, save=save, clock=clock, on_progress=on_progress,
                                 budget=log.get("budget_points")):
             log["budget_hit"] = True
         if log.get("stop"):
             break
-        steps: list[dict[str, Any]] = log["steps"]
+        steps = log["steps"]
         if not steps:
             levels = list(state.concurrency)
             base = VariantState(index=1, knobs=[], status=PLANNED,
@@ -790,10 +807,10 @@ def run_tune(
             if log.get("stop"):
                 break
             if last["step"] > 0 and result["decision"] != "improved":
-                kind = BUDGET if log.pop("budget_hit", False) else CONVERGED
+                kind: StopKind = BUDGET if log.pop("budget_hit", False) else CONVERGED
                 reason = ("the budget ended" if kind == BUDGET else
                           "no candidate beat the incumbent by more than the noise band")
-                log["stop"] = {"kind": kind, "reason": f"{reason}; best {state.variant(int(log['incumbent'])).id}"}
+                log["stop"] = {"kind": kind, "reason": f"{reason}; best {_incumbent(state, log).id}"}
                 save(state)
                 break
         if len(steps) > MAX_STEPS:
@@ -806,9 +823,10 @@ def run_tune(
             kind = BUDGET if hit else NOTHING_NEW
             reason = (f"the budget ({log.get('budget_points')} probe runs) leaves no room for the next candidate"
                       if hit else "the incumbent's verdict proposes nothing new to measure")
-            log["stop"] = {"kind": kind, "reason": f"{reason}; best {state.variant(int(log['incumbent'])).id}"}
+            stop: Stop = {"kind": kind, "reason": f"{reason}; best {_incumbent(state, log).id}"}
+            log["stop"] = stop
             save(state)
-            on_step(f"stop: {log['stop']['reason']}")
+            on_step(f"stop: {stop['reason']}")
             break
         if hit:
             log["budget_hit"] = True  # the step is trimmed: after it, the tune stops for the budget
@@ -817,11 +835,13 @@ def run_tune(
             f"{c['id']} ({change_text(c['change'])})" + ("" if c["status"] == "planned" else f" {c['reason']}")
             for c in step["candidates"]
         )
-        on_step(f"step {step['step']}: {step['verdict']['variant']} is {step['verdict']['class']}: trying {names}")
+        said = step["verdict"]
+        assert said is not None  # a proposed step reads its incumbent's verdict
+        on_step(f"step {step['step']}: {said['variant']} is {said['class']}: trying {names}")
     return state
 
 
-def raise_budget(log: dict[str, Any], budget_points: int | None) -> None:
+def raise_budget(log: TuneLog, budget_points: int | None) -> None:
     """A resume may give a new budget: a tune stopped by its budget goes on (its last step is concluded again)."""
     log["budget_points"] = budget_points
     stop = log.get("stop")

@@ -17,6 +17,7 @@ from toolkit.core.sweep.report import (
     ranking_sections,
 )
 from toolkit.core.sweep.state import SweepState
+from toolkit.core.tune.log import of_state
 from toolkit.core.tune.loop import at_score, change_text, score, unit, variant_interval
 
 TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
@@ -24,10 +25,10 @@ TUNE_REPORT_SCHEMA_VERSION = 1  # of tune.json
 
 def path_rows(state: SweepState) -> list[list[str]]:
     """One row per candidate of each step: step, from, the verdict it read, the change and its why, the result."""
-    log = state.tune or {}
+    log = of_state(state.tune)
     rows: list[list[str]] = []
     for step in log.get("steps", []):
-        verdict = step.get("verdict") or {}
+        verdict = step.get("verdict")
         read = "-" if not verdict else str(verdict.get("headline") or verdict.get("class"))
         for cand in step.get("candidates", []):
             change = change_text(cand.get("change") or {}) or "(the base)"
@@ -42,8 +43,8 @@ def path_rows(state: SweepState) -> list[list[str]]:
                        + (f" [{ci['low']:,.4g}, {ci['high']:,.4g}]" if ci else "")
                        + f" ({cand['gain_pct']:+.1f} %), {cand.get('verdict')}"
                        + (f"; {cand['reason']}" if cand.get("reason") else ""))
-            elif step["step"] == 0 and step.get("result"):
-                res = step["result"]["text"]
+            elif step["step"] == 0 and (result := step.get("result")):
+                res = result["text"]
             else:
                 res = f"{status}: {cand.get('reason', '')}".rstrip(": ")
             rows.append([str(step["step"]), step.get("from") or "-", read, f"`{change}`: {why}", cand["id"], res])
@@ -52,7 +53,7 @@ def path_rows(state: SweepState) -> list[list[str]]:
 
 def step_bars(state: SweepState, step: Mapping[str, Any]) -> dict[str, Any] | None:
     """The plot of one step: the incumbent and each measured candidate, with the noise band around the incumbent."""
-    log = state.tune or {}
+    log = of_state(state.tune)
     if step["step"] == 0 or not step.get("result"):
         return None
     inc_id = step["result"].get("incumbent")
@@ -85,10 +86,11 @@ def step_bars(state: SweepState, step: Mapping[str, Any]) -> dict[str, Any] | No
 
 
 def best_line(state: SweepState) -> str:
-    log = state.tune or {}
-    if not log.get("incumbent"):
+    log = of_state(state.tune)
+    index = log.get("incumbent")
+    if not index:
         return "Best: none measured."
-    v = state.variant(int(log["incumbent"]))
+    v = state.variant(index)
     s = score(v, log["objective"], state)
     base = score(state.variant(1), log["objective"], state)
     if s is None:
@@ -110,8 +112,8 @@ def best_line(state: SweepState) -> str:
 
 def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promoted: str | None = None,
              plots_frontier: str | None = None) -> str:
-    log = state.tune or {}
-    noise = log.get("noise") or {}
+    log = of_state(state.tune)
+    noise = log.get("noise")
     measured = sum(1 for _v, p in state.finished_points() if p.status == "done")
     tried = len(state.finished_points())
     parts = [
@@ -132,8 +134,7 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
             f"{noise['spread_pct']:.2f} % of the median; a change counts only above {noise['band_pct']:.2f} % "
             f"(the spread, at least {noise['min_gain_pct']:.2f} %). A difference inside it is not an improvement.",
         ]
-        if noise.get("run_to_run"):
-            rr = noise["run_to_run"]
+        if rr := noise.get("run_to_run"):
             parts[-1] += (f" Run to run the base varies by {rr['cv'] * 100:.2f} % ({rr['df'] + 1} runs): a variant "
                           "measured once borrows that spread for its 95 % interval (a t-interval); a gain counts "
                           "only when the candidate's interval lies wholly above the incumbent's, and a gain inside "
@@ -162,8 +163,8 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
         parts += ["", f"The plots are marked **{stamp}**: not a measurement."]
     for step in log.get("steps", []):
         lines = [f"### Step {step['step']}" + (f": from {step['from']}" if step.get("from") else ": the base"), ""]
-        verdict = step.get("verdict") or {}
-        if verdict.get("artifacts"):
+        verdict = step.get("verdict")
+        if verdict and verdict.get("artifacts"):
             lines.append(f"Verdict read from `{verdict['artifacts']}` (its probe run: plots and verdict.json).")
         if step.get("edge"):
             lines.append(f"- at the SLO's edge: {step['edge']['text']}")
@@ -171,8 +172,8 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
             lines.append(f"- measured again ({', '.join(again['variants'])}): {again['why']}")
         for s in step.get("skipped", []):
             lines.append(f"- not tried: `{s['knob']}` -> {s['value']}: {s['reason']}")
-        if step.get("result"):
-            lines.append(f"- result: {step['result']['text']}")
+        if result := step.get("result"):
+            lines.append(f"- result: {result['text']}")
         if step["step"] in plot_of:
             lines += ["", f"![step {step['step']}]({plot_of[step['step']]})"]
         parts += ["", *lines]
@@ -191,8 +192,9 @@ def markdown(state: SweepState, *, plots: Sequence[tuple[int, str]] = (), promot
 def to_json(state: SweepState) -> dict[str, Any]:
     from toolkit.core.sweep import report
 
-    log = state.tune or {}
-    best = score(state.variant(int(log["incumbent"])), log["objective"], state) if log.get("incumbent") else None
+    log = of_state(state.tune)
+    index = log.get("incumbent")
+    best = score(state.variant(index), log["objective"], state) if index else None
     return {
         "schema_version": TUNE_REPORT_SCHEMA_VERSION,
         "run_id": state.run_id,
@@ -219,21 +221,22 @@ def to_json(state: SweepState) -> dict[str, Any]:
 
 def knob_reasons(state: SweepState, run_ref: str) -> dict[str, str]:
     """Per knob of the best variant: which step's verdict proposed it and what that step measured (for `why`)."""
-    log = state.tune or {}
+    log = of_state(state.tune)
     out: dict[str, str] = {}
     for step in log.get("steps", []):
-        res = step.get("result") or {}
-        if res.get("decision") != "improved":
+        res = step.get("result")
+        if res is None or res.get("decision") != "improved":
             continue
         cand = next((c for c in step["candidates"] if c["id"] == res.get("best")), None)
         if cand is None:
             continue
-        verdict = step.get("verdict") or {}
+        verdict = step.get("verdict")
         for path, (old, new) in (cand.get("change") or {}).items():
-            where = f" (point {verdict['artifacts']} of {run_ref})" if verdict.get("artifacts") else ""
-            said = verdict.get("headline") or verdict.get("class")
+            where = f" (point {verdict['artifacts']} of {run_ref})" if verdict and verdict.get("artifacts") else ""
+            said = verdict and (verdict.get("headline") or verdict.get("class"))
+            read_of = verdict and verdict.get("variant")
             out[path] = (
-                f"tune {state.run_id} step {step['step']}: the verdict of {verdict.get('variant')}{where} was "
+                f"tune {state.run_id} step {step['step']}: the verdict of {read_of}{where} was "
                 f"{said}, and proposed {change_text({path: [old, new]})}"
                 f" ({cand.get('why')}); {cand['id']} measured {res['value']:,.4g} {unit(log['objective'])}, "
                 f"{res['gain_pct']:+.1f} % over {res['incumbent']} (noise band {res['band_pct']:.2f} %). "
