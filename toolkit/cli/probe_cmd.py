@@ -67,7 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      help="write the results entry into the --profile's file (as `toolkit results record` does)")
     run.add_argument("--until-eof", action="store_true",
                      help="a fleet's per-host sampler: no benchmark; sample until stdin closes (the controller's "
-                     "`probe run --fleet` starts it over SSH); the fleet is judged on the controller, this host alone here")
+                     "`probe run --fleet` starts it over SSH); the fleet is judged on the controller, this host "
+                     "alone here")
     run.add_argument("--fleet", action="store_true",
                      help="probe a deployment over several hosts: a sampler on each inventory host over SSH, the "
                      "benchmark here, the traces merged on this machine's clock, a verdict across nodes")
