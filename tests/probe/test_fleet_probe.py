@@ -200,6 +200,12 @@ def copy_toolkit_to(lab: Any, host: str, remote: str) -> dict[str, Any]:
                            "tests/fixtures/probe/seed-synthetic-8gpu"], capture_output=True, check=True)
     subprocess.run([*ssh, f"rm -rf {remote} && mkdir -p {remote} && tar -C {remote} -xf -"], input=pack.stdout,
                    check=True, timeout=60)
+    # The probe's import chain reaches core/sweep/state.py, whose TypedDicts come from typing_extensions (pydantic
+    # needs them on Python < 3.12): a host's python3 needs that one module beside the toolkit.
+    import typing_extensions
+
+    subprocess.run([*ssh, f"cat > {remote}/typing_extensions.py"], input=Path(typing_extensions.__file__).read_bytes(),
+                   check=True, timeout=60)
     return {"ansible_host": lab.config.lab_host(host).address, "ansible_user": "root",
             "ansible_ssh_private_key_file": lab.ssh_key_path,
             "ansible_ssh_common_args": f"-o UserKnownHostsFile={lab.known_hosts_path} -o StrictHostKeyChecking=yes",
