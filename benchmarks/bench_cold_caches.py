@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--order", choices=("seq-first", "par-first"), default="seq-first")
     args = parser.parse_args()
     if os.geteuid() != 0:
-        raise SystemExit("debootstrap needs root")
+        raise SystemExit("mmdebstrap --mode=root needs root")
     sys.path.insert(0, str(REPO))
     from toolkit.lab import rootfs
 

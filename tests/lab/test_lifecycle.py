@@ -55,7 +55,7 @@ def test_up_without_the_debian_packages_names_them_and_makes_nothing(tmp_path: P
     (tmp_path / "bin").mkdir()
     proc = toolkit_cli("lab", "up", env={**os.environ, "PATH": str(tmp_path / "bin")})
     assert proc.returncode == 2, proc.stderr
-    for pkg in ("debootstrap", "iproute2", "openssh-client", "util-linux"):
+    for pkg in ("mmdebstrap", "iproute2", "openssh-client", "util-linux"):
         assert pkg in proc.stderr
     assert "apt-get install" in proc.stderr
     assert_nothing_made()

@@ -105,23 +105,3 @@ def test_cached_template_has_exactly_dabs_package_set(suite: str) -> None:
     for absent in ("python3-venv", "python3-dev", "patch", "gcc", "build-essential", "curl"):
         assert absent not in installed
     assert {"python3", "openssh-server", "systemd-sysv", "postfix"} <= set(installed)
-
-
-def test_the_closure_fetched_ahead_follows_depends_alternatives_and_provides() -> None:
-    """What `lab up` fetches ahead for debootstrap (rootfs.prefetch_debs): the roots, what they depend on, an
-    alternative already picked or else the first the index has (as a package or as what one provides); a name
-    the index lacks is left to debootstrap."""
-    from toolkit.lab.template import dependency_closure, parse_packages
-
-    index = parse_packages("\n\n".join([
-        "Package: a\nVersion: 1\nPre-Depends: b\nDepends: mail-transport-agent | c, d (>= 2), gone",
-        "Package: b\nVersion: 1",
-        "Package: c\nVersion: 1",
-        "Package: d\nVersion: 2\nDepends: libx:any",
-        "Package: libx\nVersion: 1",
-        "Package: postfix\nVersion: 1\nProvides: mail-transport-agent",
-        "Package: unrelated\nVersion: 1",
-    ]))
-    assert dependency_closure(index, ["a"]) == ["a", "b", "d", "libx", "postfix"]
-    assert dependency_closure(index, ["c", "a"]) == ["a", "b", "c", "d", "libx"]  # c, picked first, satisfies a
-    assert dependency_closure(index, ["nowhere"]) == []

@@ -171,12 +171,14 @@ def test_plain_probe_run_writes_the_host_timeline(tmp_path: Path) -> None:
     out = tmp_path / "run"
     rc = main(["probe", "run", "--replay-gpu-trace", str(RECORDED), "--idle-s", "0.5", "--host-hz", "5",
                "--out", str(out), "--json", "--", sys.executable, "-c",
-               "import time\nwhile time.process_time() < 1.0: pass"])
+               "import time\ntime.sleep(2)\nwhile time.process_time() < 1.0: pass"])
     assert rc == 0
     tr = read_host_trace((out / "host_trace.csv").read_text())
     assert tr.meta["sample_hz"] == "5.0" and tr.meta["source"] == "proc"
     # The load spends 1 s of CPU however busy the machine is (a wall-clock loop got a sixth of a core at load 12,
-    # and a bar on the peak percentage failed): the trace's integral of the load's CPU must find most of it.
+    # and a bar on the peak percentage failed): the trace's integral of the load's CPU must find most of it. The
+    # load idles 2 s first: a process's CPU before its first sample is not in the trace, and at load 25 the sampler's
+    # first tick came 0.8 s after the load started (the integral found 0.60 s).
     t_s, pct = tr.series("bench")
     cpu_s = sum(p / 100 * (t1 - t0) for t0, t1, p in zip(t_s, t_s[1:], pct[1:], strict=False))
     assert cpu_s > 0.6, (t_s, pct)

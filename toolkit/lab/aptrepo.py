@@ -399,7 +399,7 @@ def _index(repo_root: Path, dist_dir: Path, pool_rel: str, suite: str, component
                f"Codename: {suite}", "Architectures: amd64", f"Components: {' '.join(components)}".rstrip(),
                "Description: lab stand-in index (toolkit lab mirror)",
                # Now, not a fixed date: the userland's apt lists hold Debian's real Release files from
-               # debootstrap, and apt keeps the newer of two Releases.
+               # the userland's build, and apt keeps the newer of two Releases.
                f"Date: {email.utils.formatdate(usegmt=True)}", "SHA256:"]
     for rel, text in files.items():
         (dist_dir / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -305,7 +305,7 @@ def prefill(profile: str, profiles_dir: str | None = None) -> tuple[Path, engine
     """What a lab apply of `profile` builds on the controller before it touches a host, built now: the probe's
     wheels and the lab lock's wheelhouse (its real wheels downloaded into the cache, the stand-ins built), the same
     calls `amend` makes, so the apply finds them done. The lab need not be up: `scripts/demo` runs this beside
-    `lab up`, whose debootstraps wait mostly on dpkg while this waits on PyPI. The wheelhouse's locks let an apply
+    `lab up`, whose Debian builds wait mostly on dpkg while this waits on PyPI. The wheelhouse's locks let an apply
     that starts first wait for it instead of downloading the same files. Returns the lab lock file and the lab lock."""
     from toolkit.adapters.ansible import share_dir
     from toolkit.adapters.wheelhouse import probe_wheels

@@ -22,7 +22,7 @@ from toolkit.lab.standins import labstandin
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # Bump when the way the userland is made changes (not only its package list).
-ROOTFS_BUILD_REVISION = "3"
+ROOTFS_BUILD_REVISION = "4"
 # pve1's userland (see rootfs.py; the CT template is built apart, as Proxmox's: template.py).
 # pve1 needs lxc, bridge tools, kmod, systemd, dbus, sudo, sshd and python3 (Ansible); python3-venv
 # and patch stay for the cached userland's key (changing the list rebuilds it for everyone).

@@ -1,19 +1,18 @@
-"""The cached Debian 12 userland (system work: debootstrap, tar, zstd).
+"""The cached Debian 12 userland and the CT templates (system work: mmdebstrap, tar, zstd).
 
-One debootstrap run makes the userland both pve1 and the CT template are made of, so a cold
-`lab up` downloads Debian packages once (docs/lab.md: minbase bookworm took 38 s here).
-The cache directory is named by a hash of what went into it, so changing the package list
-builds a new one instead of silently reusing a stale one.
+pve1's userland and each CT template are an mmdebstrap run of their own, side by side: apt fetches the .debs
+many at a time and dpkg installs them in one go, where debootstrap fetched one wget at a time and ran dpkg
+package group by package group (docs/lab.md, "The demo's time": the two builds took 53 s and 75 s on an idle
+machine after 58 s of fetching ahead). Each cache directory is named by a hash of what went into it, so
+changing the package list builds a new one instead of silently reusing a stale one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from toolkit.adapters import cache_lock
@@ -67,23 +66,36 @@ def _strip_for_the_lab(root: Path, where: str) -> None:
         deb.unlink()
 
 
-def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR, debs: Path | None = None) -> Path:
+def build(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR) -> Path:
     """Build the userland if it is not cached; return its directory. Safe to interrupt: the
-    directory only gets its final name once it is complete. `debs`: .debs fetched ahead (prefetch_debs)."""
+    directory only gets its final name once it is complete."""
     final = rootfs_dir(cache_dir)
-    cache_lock.build_once(final, lambda: is_cached(cache_dir), lambda: _build_locked(final, cache_dir, mirror, debs))
+    cache_lock.build_once(final, lambda: is_cached(cache_dir), lambda: _build_locked(final, cache_dir, mirror))
     return final
 
 
-def _build_locked(final: Path, cache_dir: Path, mirror: str, debs: Path | None) -> Path:
+# mmdebstrap's hook that merges /usr as debootstrap does (the usr-is-merged package, no usrmerge and the perl it
+# pulls in): pve1's userland keeps the package set its debootstrap had.
+MERGED_USR_HOOK = Path("/usr/share/mmdebstrap/hooks/merged-usr")
+
+
+def _mmdebstrap(suite: str, target: Path, mirror: str, packages: list[str] | tuple[str, ...],
+                *extra: str) -> list[str]:
+    """minbase (Priority required and apt) plus `packages`, their Depends and Pre-Depends (no Recommends) into
+    `target`, as root. Debian's apt lists are kept as debootstrap left them (the lab mirror's Release follows
+    them, aptrepo.py); the .debs are dropped (_strip_for_the_lab)."""
+    return ["mmdebstrap", "--mode=root", "--variant=minbase", "--include=" + ",".join(packages),
+            "--skip=cleanup/apt/lists", *extra, suite, str(target), mirror]
+
+
+def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
     tmp = final.with_name(final.name + ".building")
     if tmp.exists():
         shutil.rmtree(tmp)
-    log = cache_dir / "debootstrap.log"
+    log = cache_dir / "userland.log"
     log.write_text("")
-    with _debs_for(tmp, debs) as cache_opts:
-        _run(["debootstrap", "--variant=minbase", "--include=" + ",".join(plan.ROOTFS_PACKAGES), *cache_opts,
-              plan.DEBIAN_SUITE, str(tmp), mirror], "debootstrap", log)
+    _run(_mmdebstrap(plan.DEBIAN_SUITE, tmp, mirror, plan.ROOTFS_PACKAGES, f"--hook-dir={MERGED_USR_HOOK}"),
+         "mmdebstrap of pve1's userland", log)
     _strip_for_the_lab(tmp, "packages come from the cached userland")
     (tmp / ".toolkit-lab-complete").write_text(cache_key() + "\n")
     os.replace(tmp, final)
@@ -95,8 +107,7 @@ def _build_locked(final: Path, cache_dir: Path, mirror: str, debs: Path | None) 
 # ---------------------------------------------------------------- the CT template
 
 # Bump when the way the template is made changes.
-TEMPLATE_BUILD_REVISION = "1"
-_DEBOOTSTRAP_EXTRAS = ("lsb-base", "usr-is-merged")
+TEMPLATE_BUILD_REVISION = "2"
 
 
 def template_dir(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR) -> Path:
@@ -106,43 +117,32 @@ def template_dir(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DI
 
 
 def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_DIR,
-                   mirror: str = plan.DEBIAN_MIRROR, debs: Path | None = None, index: bytes | None = None) -> Path:
+                   mirror: str = plan.DEBIAN_MIRROR) -> Path:
     """Proxmox's standard template for `suite`, made the way dab makes it: the package selection
     computed from the archive's own Packages file (toolkit.lab.template.dab_selection), installed
-    by debootstrap. Its own debootstrap, not pve1's userland: the template must lack what Proxmox's
+    by mmdebstrap. Its own build, not pve1's userland: the template must lack what Proxmox's
     lacks (python3-venv, patch, a compiler). Kept beside it: the Packages index it was chosen from
     and the dpkg status it ended with, so a test can compare the two. Safe to interrupt."""
     final = template_dir(suite, cache_dir)
     cache_lock.build_once(final, lambda: _template_done(final),
-                          lambda: _build_template_locked(suite, final, cache_dir, mirror, debs, index))
+                          lambda: _build_template_locked(suite, final, cache_dir, mirror))
     return final / template.APPLIANCES[suite].file_name
 
 
 def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
               side_by_side: bool = True, suites: tuple[str, ...] = tuple(template.APPLIANCES)
               ) -> tuple[Path, dict[str, Path]]:
-    """pve1's userland and every CT template, built where not cached. Side by side: each is its own
-    debootstrap that waits mostly on the mirror and on dpkg, so on a cold machine (every CI run) the three at
-    once take little more than the longest alone (benchmarks/bench_cold_caches.py). An error in one is
-    raised once the others are done, so what they built is kept for the next `up`."""
+    """pve1's userland and every CT template in `suites`, built where not cached. Side by side: each waits
+    partly on the mirror and on dpkg's fsyncs, so on a cold machine (every CI run) the builds at once take
+    less than one after another (benchmarks/bench_cold_caches.py). An error in one is raised once the others
+    are done, so what they built is kept for the next `up`."""
     if not side_by_side:
         return build(cache_dir, mirror), {s: build_template(s, cache_dir, mirror) for s in suites}
     from concurrent.futures import ThreadPoolExecutor
 
-    # debootstrap fetches its .debs one wget at a time: on a cold cache that wait was about a third of each
-    # build. Fetched ahead, many at once, both builds of a suite find them in their --cache-dir.
-    cold = [s for s in suites if not _template_done(template_dir(s, cache_dir))]
-    userland_cold = not is_cached(cache_dir)
-    pools: dict[str, Path | None] = {}
-    indexes: dict[str, bytes] = {}
-    for suite in dict.fromkeys([*([plan.DEBIAN_SUITE] if userland_cold else []), *cold]):
-        indexes[suite] = _packages_index(mirror, suite)
-        pools[suite] = prefetch_debs(cache_dir, suite, mirror, indexes[suite],
-                                     userland=userland_cold and suite == plan.DEBIAN_SUITE,
-                                     template_of_suite=suite in cold)
     with ThreadPoolExecutor(max_workers=len(suites), thread_name_prefix="template") as pool:
-        futures = {s: pool.submit(build_template, s, cache_dir, mirror, pools.get(s), indexes.get(s)) for s in suites}
-        lower = build(cache_dir, mirror, pools.get(plan.DEBIAN_SUITE))
+        futures = {s: pool.submit(build_template, s, cache_dir, mirror) for s in suites}
+        lower = build(cache_dir, mirror)
         return lower, {s: f.result() for s, f in futures.items()}
 
 
@@ -165,115 +165,22 @@ def _packages_index(mirror: str, suite: str) -> bytes:
     return data
 
 
-def deb_file_name(package: str, version: str, arch: str) -> str:
-    """The name debootstrap gives a .deb in its --cache-dir (functions, download_debs: the epoch's colon as %3a)."""
-    return f"{package}_{version}_{arch}.deb".replace(":", "%3a", 1)
-
-
-def prefetch_debs(cache_dir: Path, suite: str, mirror: str, index: bytes, *, userland: bool, template_of_suite: bool,
-                  workers: int = 8) -> Path | None:
-    """The .debs a cold build of pve1's userland and/or the suite's CT template will install, fetched from the
-    mirror `workers` at a time into `cache_dir/debs-SUITE/` (each checked against the index's sha256, renamed into
-    place once whole). What debootstrap picks beyond them (another alternative of a dependency) it fetches itself,
-    as before; so a failure here only costs the time: it is logged and the builds fetch everything themselves."""
-    import hashlib
-    import lzma
-    import tempfile
-    import urllib.request
-    from concurrent.futures import ThreadPoolExecutor
-
-    log = cache_dir / f"prefetch-{suite}.log"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        pkginfo = template.parse_packages(lzma.decompress(index).decode())
-        # minbase: Priority required and apt; debootstrap adds usr-is-merged itself (bookworm and later).
-        roots = [n for n, f in pkginfo.items() if f.get("priority") == "required"] + ["apt", "usr-is-merged"]
-        roots += list(plan.ROOTFS_PACKAGES) if userland else []
-        roots += template.dab_selection(pkginfo) if template_of_suite else []
-        names = template.dependency_closure(pkginfo, roots)
-    except lzma.LZMAError as err:
-        log.write_text(f"no prefetch: {err}\n")
-        return None
-    pool = cache_dir / f"debs-{suite}"
-    pool.mkdir(exist_ok=True)
-
-    def fetch(name: str) -> None:
-        info = pkginfo[name]
-        out = pool / deb_file_name(name, info["version"], info.get("architecture", "amd64"))
-        if out.exists() and out.stat().st_size == int(info.get("size", -1)):
-            return
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", dir=pool)
-        tmp = Path(tmp_name)
-        try:
-            h = hashlib.sha256()
-            with urllib.request.urlopen(f"{mirror}/{info['filename']}", timeout=120) as resp, os.fdopen(fd, "wb") as fh:
-                for chunk in iter(lambda: resp.read(1 << 16), b""):
-                    h.update(chunk)
-                    fh.write(chunk)
-            if h.hexdigest() != info.get("sha256"):
-                raise OSError(f"{info['filename']}: sha256 {h.hexdigest()}, the index says {info.get('sha256')}")
-            os.replace(tmp, out)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prefetch") as ex:
-        failed = [f"{n}: {e}" for n, e in zip(names, ex.map(_caught(fetch), names), strict=True) if e is not None]
-    log.write_text(f"{len(names) - len(failed)} of {len(names)} .debs fetched ahead\n" + "\n".join(failed) + "\n")
-    return pool
-
-
-def _caught(fn: Callable[[str], None]) -> Callable[[str], Exception | None]:
-    def call(arg: str) -> Exception | None:
-        try:
-            fn(arg)
-        except OSError as err:
-            return err
-        return None
-
-    return call
-
-
-@contextlib.contextmanager
-def _debs_for(target: Path, debs: Path | None) -> Iterator[list[str]]:
-    """debootstrap's --cache-dir options for a build into `target`: a directory of its own holding hard links to
-    the .debs fetched ahead (debootstrap writes what it fetches itself there: two builds never write one file)."""
-    if debs is None:
-        yield []
-        return
-    own = target.with_name(target.name + ".debs")
-    shutil.rmtree(own, ignore_errors=True)
-    own.mkdir(parents=True)
-    try:
-        for deb in debs.glob("*.deb"):
-            try:
-                os.link(deb, own / deb.name)
-            except OSError:
-                shutil.copyfile(deb, own / deb.name)
-        yield [f"--cache-dir={own.resolve()}"]
-    finally:
-        shutil.rmtree(own, ignore_errors=True)
-
-
-def _build_template_locked(suite: str, final: Path, cache_dir: Path, mirror: str, debs: Path | None,
-                           index_xz: bytes | None) -> Path:
+def _build_template_locked(suite: str, final: Path, cache_dir: Path, mirror: str) -> Path:
     import lzma
 
     work = final.with_name(final.name + ".building")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
-    log = cache_dir / f"debootstrap-template-{suite}.log"
+    log = cache_dir / f"template-{suite}.log"
     log.write_text("")
     index = work / "Packages.xz"
-    index.write_bytes(index_xz or _packages_index(mirror, suite))
+    index.write_bytes(_packages_index(mirror, suite))
     selection = template.dab_selection(template.parse_packages(lzma.decompress(index.read_bytes()).decode()))
     (work / "selection.txt").write_text("\n".join(selection) + "\n")
     root = work / "rootfs"
-    with _debs_for(root, debs) as cache_opts:
-        _run(["debootstrap", "--variant=minbase", "--include=" + ",".join(selection), *cache_opts, suite, str(root),
-              mirror], f"debootstrap of the {suite} CT template", log)
-    # debootstrap adds two packages dab does not (dab merges /usr itself and installs no lsb-base);
-    # nothing in the selection needs them (usrmerge satisfies init-system-helpers).
-    _run(["chroot", str(root), "dpkg", "--purge", *_DEBOOTSTRAP_EXTRAS], "removing debootstrap's extras", log)
+    # No merged-/usr hook: the selection holds usrmerge, which merges /usr as it does in dab's build, so
+    # the template gets neither of debootstrap's extras (usr-is-merged, lsb-base) and is dab's set exactly.
+    _run(_mmdebstrap(suite, root, mirror, selection), f"mmdebstrap of the {suite} CT template", log)
     _strip_for_the_lab(root, "packages come from the controller")
     shutil.copyfile(root / "var/lib/dpkg/status", work / "dpkg-status")
     # An unprivileged lab container may not mount debugfs (seen: "degraded"); the mask is the only

@@ -63,7 +63,7 @@ def _lab_netns_names() -> list[str]:
 
 # Controller commands the lab runs, and the Debian package each comes from.
 REQUIRED_COMMANDS = {
-    "debootstrap": "debootstrap",
+    "mmdebstrap": "mmdebstrap",
     "ip": "iproute2",
     "ssh": "openssh-client",
     "ssh-keygen": "openssh-client",
@@ -867,7 +867,7 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
              f"after the first up; {template.TEMPLATES_ENV}=all adds the others)")
     from concurrent.futures import ThreadPoolExecutor
 
-    # The stand-in installers need no userland: they are built (gcc, tar) while debootstrap waits on the mirror.
+    # The stand-in installers need no userland: they are built (gcc, tar) while mmdebstrap waits on the mirror and dpkg.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
         built = pool.submit(build_installers, config)
         lower, template_files = rootfs.build_all(suites=suites)

@@ -41,7 +41,7 @@ APPLIANCES = {
 DEFAULT_SUITE = "bookworm"
 # Which templates `lab up` builds and pve1's `pveam available` lists: the one the roles take by default
 # (lxc_gpu_container_template_pattern: debian-12-standard) unless this names more, e.g. `bookworm,trixie` or `all`
-# for an inventory that picks debian-13-standard. Each is a debootstrap of its own on a cold machine.
+# for an inventory that picks debian-13-standard. Each is an mmdebstrap of its own on a cold machine.
 TEMPLATES_ENV = "TOOLKIT_LAB_TEMPLATES"
 
 
@@ -130,33 +130,6 @@ def _closure(pkginfo: dict[str, dict[str, str]], closure: set[str], roots: list[
     for name in roots:
         single(name)
     return picked
-
-
-def dependency_closure(pkginfo: dict[str, dict[str, str]], roots: list[str]) -> list[str]:
-    """`roots` and everything they depend on (Pre-Depends, Depends; of alternatives, one already picked, else the
-    first the index has as a package or as what one provides), sorted: what a debootstrap given them installs, give
-    or take an alternative it resolves otherwise. A name the index lacks is left out (whoever installs decides)."""
-    providers: dict[str, str] = {}
-    for name in sorted(pkginfo):
-        for p in _provides(pkginfo[name]):
-            providers.setdefault(p, name)
-    picked: set[str] = set()
-    todo = [r for r in reversed(roots) if r in pkginfo]  # in order: a root already picked satisfies a later one
-    while todo:
-        name = todo.pop()
-        if name in picked:
-            continue
-        picked.add(name)
-        info = pkginfo[name]
-        for dep in (d for f in ("pre-depends", "depends") for d in info.get(f, "").split(",") if d.strip()):
-            alts = [a.split()[0].removesuffix(":any") for a in dep.split("|") if a.split()]
-            real = [a if a in pkginfo else providers.get(a, "") for a in alts]
-            if any(r in picked for r in real if r):
-                continue
-            chosen = next((r for r in real if r), None)
-            if chosen is not None:
-                todo.append(chosen)
-    return sorted(picked)
 
 
 def dab_selection(pkginfo: dict[str, dict[str, str]]) -> list[str]:

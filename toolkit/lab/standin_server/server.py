@@ -386,6 +386,21 @@ def engine_loop(state: State) -> None:
                 print(f"[{STANDIN} (simulated)] {line}", flush=True)
 
 
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def send_body(handler: BaseHTTPRequestHandler, code: int, body: bytes, content_type: str | None) -> None:
+    """One response, marked as the stand-in's (X-Lab-Standin), with no Content-Type where SGLang sends none (an
+    empty 200 of the dummy health server)."""
+    handler.send_response(code)
+    if content_type:
+        handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.send_header("X-Lab-Standin", STANDIN)
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "sglang-lab-standin/" + STANDIN_VERSION
@@ -396,13 +411,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
 
         def _send_json(self, code: int, body: dict[str, Any]) -> None:
             body = {**body, "lab_standin": True}
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Lab-Standin", STANDIN)
-            self.end_headers()
-            self.wfile.write(data)
+            send_body(self, code, json.dumps(body).encode(), "application/json")
 
         def _authorized(self) -> bool:
             if state.args.api_key is None:
@@ -413,13 +422,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             return False
 
         def _send_text(self, code: int, text: str) -> None:
-            data = text.encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("X-Lab-Standin", STANDIN)
-            self.end_headers()
-            self.wfile.write(data)
+            send_body(self, code, text.encode(), PROMETHEUS_TEXT)
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
@@ -712,20 +715,14 @@ def make_dummy_handler(enable_metrics: bool) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, code: int, body: bytes, content_type: str = "application/json") -> None:
-            self.send_response(code)
-            if body:
-                self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("X-Lab-Standin", STANDIN)
-            self.end_headers()
-            self.wfile.write(body)
+            send_body(self, code, body, content_type if body else None)
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path not in self.routes:
                 self._send(404, b'{"detail":"Not Found"}')
             elif path == "/metrics":
-                self._send(200, b"", "text/plain; version=0.0.4; charset=utf-8")
+                self._send(200, b"", PROMETHEUS_TEXT)
             else:
                 self._send(200, b"")
 
