@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,14 @@ def test_pve2s_clock_is_set_apart_as_a_process_over_ssh_reads_it(lab2: LabState)
                               "t0 = time.monotonic(); e.wait(0.2); subprocess.run([\"sleep\", \"0.1\"], timeout=5); "
                               "time.sleep(0.05); print(round(time.monotonic() - t0, 1))'")
     assert 0.3 <= float(waited) <= 5, waited
+
+
+def test_a_fleet_probe_merges_pve2s_250_ms_onto_the_controllers_clock(lab2: LabState, tmp_path: Path) -> None:
+    """`toolkit probe run --fleet` over pve1 and pve2 (tests/probe/test_fleet_probe.py): pve2 is found 250 ms ahead
+    within its bound, and its samples merged onto the controller's clock land where pve1's do."""
+    from tests.probe.test_fleet_probe import probe_lab_hosts
+
+    probe_lab_hosts(lab2, ["pve1", "pve2"], tmp_path, skew_ms={"pve2": SKEW_MS})
 
 
 def test_down_leaves_nothing_of_either_host(lab2: LabState) -> None:

@@ -93,6 +93,7 @@ class RunResult:
     idle_end_s: float = 0.0
     bench_start_s: float = 0.0
     bench_end_s: float = 0.0
+    t0_epoch_ns: int = 0  # the wall clock at the run's start: a fleet's controller moves these times onto its own
     exit_code: int | None = None
     interrupted: bool = False
     stderr_tail: str = ""
@@ -124,6 +125,7 @@ def run_sampled(
     stdout_path, stderr_path = out_dir / "bench.stdout.log", out_dir / "bench.stderr.log"
     proc: subprocess.Popen[bytes] | None = None
     t0 = time.monotonic()
+    result.t0_epoch_ns = time.time_ns()
     env = dict(env if env is not None else os.environ, TOOLKIT_PROBE_T0_MONOTONIC=repr(t0))
     cost = result.cost
     for tl in side:

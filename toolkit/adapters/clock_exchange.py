@@ -8,6 +8,7 @@ standard library only (a GPU box has python3; it needs no wheel): it answers eac
 from __future__ import annotations
 
 import contextlib
+import shlex
 import subprocess
 import time
 from collections.abc import Sequence
@@ -23,10 +24,15 @@ def host_command(python: str = "python3") -> list[str]:
     return [python, "-u", "-c", HOST_SCRIPT]
 
 
-def exchange_burst(host: str, argv_prefix: Sequence[str], count: int = 8, timeout_s: float = 20.0) -> ClockOffset:
+def exchange_burst(host: str, argv_prefix: Sequence[str], count: int = 8, timeout_s: float = 20.0, *,
+                   remote_shell: bool = False, host_prefix: Sequence[str] = ()) -> ClockOffset:
     """`count` exchanges with `host` through `argv_prefix + host_command()` (e.g. `ssh -o BatchMode=yes root@pve2`),
-    and the offset they give. Raises ToolkitError naming the host when it does not answer."""
-    argv = [*argv_prefix, *host_command()]
+    and the offset they give. Raises ToolkitError naming the host when it does not answer. `remote_shell`: the
+    prefix hands one command line to a shell on the host (ssh does: it joins its arguments with spaces), so the
+    script goes quoted as one argument. `host_prefix` runs on the host before the script (`pct exec 100 --`: the
+    clock of a container reached through its Proxmox host)."""
+    command = [*host_prefix, *host_command()]
+    argv = [*argv_prefix, *([shlex.join(command)] if remote_shell else command)]
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, bufsize=1)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.probe.host_trace import ProcStat, descendants, format_host_row, host_header, parse_proc_stat
+from toolkit.core.probe.net_trace import net_header, net_rows, parse_proc_net_dev
 
 PROC = Path("/proc")
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -117,3 +118,19 @@ class HostSampler:
                 "threads": st.threads, "busiest_tid": best[1] if best else None,
                 "busiest_thread": best[2] if best else None, "busiest_thread_cpu_pct": best[0] if best else None,
                 "error": error}
+
+
+class NetSampler:
+    """tick(t_s) -> CSV lines of every interface's byte counters (net_trace.csv: a fleet's inter-node traffic)."""
+
+    def __init__(self, proc: Path = PROC) -> None:
+        self.path = proc / "net" / "dev"
+        self.rows = 0
+
+    def header(self, sample_hz: float) -> str:
+        return net_header({"sample_hz": str(sample_hz), "source": "proc_net_dev"})
+
+    def tick(self, t_s: float) -> list[str]:
+        lines = net_rows(t_s, parse_proc_net_dev(self.path.read_text()))
+        self.rows += len(lines)
+        return lines

@@ -22,8 +22,11 @@ from typing import Any, TypeVar
 
 from toolkit.adapters.files import write_json
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.clock import HostClock
+from toolkit.core.probe.fleet_verdict import FLEET_VERDICT_SCHEMA_VERSION
 from toolkit.core.probe.host_trace import read_host_trace
 from toolkit.core.probe.judge import ProbeRun
+from toolkit.core.probe.net_trace import NetSeries, read_net_trace
 from toolkit.core.probe.records import RunRecord, Summary
 from toolkit.core.probe.series import Trace
 from toolkit.core.probe.server_trace import read_server_trace
@@ -35,7 +38,8 @@ RUN_SCHEMA_VERSION = 2
 TOPOLOGY_SCHEMA_VERSION = 1
 R = TypeVar("R")
 KNOWN_VERSIONS = {"run.json": RUN_SCHEMA_VERSION, "topology.json": TOPOLOGY_SCHEMA_VERSION,
-                  "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION}
+                  "summary.json": SUMMARY_SCHEMA_VERSION, "verdict.json": VERDICT_SCHEMA_VERSION,
+                  "fleet_verdict.json": FLEET_VERDICT_SCHEMA_VERSION}
 
 
 def _read_json(path: Path, *, required: bool = True) -> dict[str, Any] | None:
@@ -168,3 +172,42 @@ def read_judged(run_dir: Path) -> tuple[RunRecord, Summary, Verdict, dict[str, A
     assert summary is not None and verdict is not None
     bench_raw = read_bench_jsonl(run_dir / "bench.jsonl")
     return run, summary, verdict, topology, bench_raw
+
+
+def write_fleet_record(run_dir: Path, name: str, data: dict[str, Any]) -> None:
+    """A fleet run's run.json (`kind: fleet`: the controller's manifest, each host's clock) or fleet_verdict.json."""
+    if name not in ("run.json", "fleet_verdict.json"):
+        raise ValueError(f"{name} is not a fleet run's record")
+    _write(run_dir, name, data)
+
+
+def read_fleet_run(run_dir: Path) -> dict[str, Any]:
+    """A fleet run's run.json; refused when the directory holds a single-host run."""
+    data = _read_json(run_dir / "run.json")
+    assert data is not None
+    if data.get("kind") != "fleet":
+        raise ToolkitError.of("not a fleet run (run.json has no kind: fleet)", file=str(run_dir / "run.json"),
+                              fix="give the --out directory of `toolkit probe run --fleet`")
+    return data
+
+
+def clocks_record(clocks: list[HostClock]) -> dict[str, Any]:
+    """A fleet run's run.json `clocks`: each host's offset to the controller at the start and the end, with the
+    bound of each and of a merged time (host -> HostClock.to_record)."""
+    return {c.host: c.to_record() for c in clocks}
+
+
+def read_clocks(manifest: dict[str, Any]) -> list[HostClock]:
+    """run.json's `clocks` back (empty for a single-host run)."""
+    return [HostClock.from_record(r) for _, r in sorted((manifest.get("clocks") or {}).items())]
+
+
+def read_net(run_dir: Path) -> NetSeries | None:
+    """A fleet sampler's net_trace.csv (None where the run has none)."""
+    text = _side(run_dir, "net_trace.csv")
+    return read_net_trace(text, str(run_dir / "net_trace.csv")) if text is not None else None
+
+
+def router_trace_text(run_dir: Path) -> str | None:
+    """A fleet run's router_trace.csv (None where no router was scraped)."""
+    return _side(run_dir, "router_trace.csv")

@@ -22,6 +22,7 @@ import urllib.request
 from typing import Any
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.router_trace import router_header, router_rows
 from toolkit.core.probe.server_trace import (
     VALUE_COLUMNS,
     Row,
@@ -216,3 +217,28 @@ def server_info(base_url: str, *, api_key: str | None = None, timeout_s: float =
         last = f"{path} answered {type(body).__name__}, not a JSON object"
     raise ToolkitError.of(f"{base_url} is no SGLang server: {last}", field="--server-url",
                           fix="give the URL the SGLang server listens on, e.g. http://127.0.0.1:30000")
+
+
+class RouterScraper:
+    """The router's per-backend load (its exposition's `smg_worker_requests_active{worker}`), one scrape a tick, for
+    a fleet's router_trace.csv. A scrape that fails is a gap row with its error; the run goes on."""
+
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        self.url = url
+        self.timeout_s = timeout_s
+        self.rows = 0
+        self.gaps = 0
+
+    def header(self, scrape_hz: float) -> str:
+        return router_header({"scrape_hz": str(scrape_hz), "source": self.url})
+
+    def tick(self, t_s: float) -> list[str]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
+                text = resp.read().decode("utf-8", "replace")
+            lines = router_rows(t_s, parse_exposition(text))
+        except (urllib.error.URLError, OSError, ValueError) as err:
+            self.gaps += 1
+            lines = router_rows(t_s, None, _one_line(str(err)))
+        self.rows += len(lines)
+        return lines

@@ -63,6 +63,14 @@ class ProbeRequest:
     server_pid: int | None = None
     server_unit: str | None = None
     record: bool = False
+    # A fleet's per-host sampler: no benchmark here (the controller runs it); sample until stdin closes, write
+    # the run directory with its clock's origin, and leave the judging to the controller.
+    until_eof: bool = False
+
+
+# The sampler's stand-in for a benchmark: it inherits the probe's stdin (the controller's SSH session) and ends when
+# the controller closes it, which ends the run as a benchmark's exit would.
+UNTIL_EOF_ARGV = ("-c", "import sys; sys.stdin.buffer.read()")
 
 
 @dataclass
@@ -165,6 +173,14 @@ def run(request: ProbeRequest, display: Display | None = None) -> ProbeOutcome:
         raise ToolkitError.of("already holds a probe run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     bench_jsonl = out / "bench.jsonl"
+    if request.until_eof:
+        if request.command or request.record:
+            raise ToolkitError.of("--until-eof samples for a fleet's controller: it runs no benchmark and records "
+                                  "nothing here", field="--until-eof",
+                                  fix="drop the command after -- and --record (the controller runs and records)")
+        import sys
+
+        request = replace(request, command=[sys.executable, *UNTIL_EOF_ARGV])
     plan = (_profile_plan(request.profile, request.base_url, bench_jsonl.resolve(), list(request.command))
             if request.profile else _Plan(argv=list(request.command)))
     plan.target = {**plan.target, **request.target}
@@ -253,7 +269,8 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         trace_meta = {"sample_hz": str(hz), **getattr(sampler, "trace_meta", {}), "source": sampler.source,
                       "gpus": ";".join(map(str, gpus))}
         server_pid, server_url, server_hz = side_cfg
-        side, on_bench_pid, side_info = _side_timelines(out, request.host_hz, server_pid, server_url, server_hz)
+        side, on_bench_pid, side_info = _side_timelines(out, request.host_hz, server_pid, server_url, server_hz,
+                                                        net=request.until_eof)
         kw: dict[str, Any] = {"gpus": gpus, "sample_hz": hz, "idle_s": idle_s, "trace_meta": trace_meta, "env": env,
                               "side": side, "on_bench_pid": on_bench_pid}
         with display if display is not None else contextlib.nullcontext():
@@ -279,7 +296,9 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
         server_log_tail=server_log_tail(request.server_unit, started_epoch_s)
         if request.server_unit and (result.exit_code != 0 or result.interrupted or lost) else "",
         extra={**manifest.extra, "server_unit": request.server_unit, "sampler_cost": result.cost.to_dict(),
-               "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)]},
+               "files": [*ARTIFACT_FILES, *(tl.path.name for tl in side)],
+               **({"net": side_info["net"]()} if "net" in side_info else {}),
+               **(sampler_origin(result.t0_epoch_ns) if request.until_eof else {})},
         # the side timelines' facts: run.json `host` (the name stays in `hostname`), `server`
         host=side_info["host"]() if "host" in side_info else manifest.host,
         server=side_info["server"]() if "server" in side_info else None,
@@ -289,9 +308,16 @@ def _sampled_run(request: ProbeRequest, sampler: Any, gpus: list[int], plan: _Pl
     return result.interrupted, summary, verdict
 
 
+def sampler_origin(t0_epoch_ns: int) -> dict[str, Any]:
+    """run.json's fields of a fleet's per-host sampler: what its `t_s` are on its host's wall clock."""
+    return {"role": "fleet-sampler", "clock_origin_epoch_ns": t0_epoch_ns}
+
+
 def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_url: str | None,
-                    server_hz: float) -> tuple[list[Any], Any, dict[str, Callable[[], dict[str, Any]]]]:
-    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop.
+                    server_hz: float, *, net: bool = False
+                    ) -> tuple[list[Any], Any, dict[str, Callable[[], dict[str, Any]]]]:
+    """The host timeline and, where a server is known, its scrape: threads beside the GPU loop. `net`: the
+    interfaces' counters too (a fleet's sampler: the traffic between the hosts), at the host timeline's rate.
 
     Returns (threads, the callback that learns the benchmark's pid, run.json sections to fill in at the end)."""
     import sys
@@ -336,6 +362,13 @@ def _side_timelines(out: Path, host_hz: float, server_pid: int | None, server_ur
                     "cost": tl.cost()}
 
         info["host"] = host_info
+        if net and Path("/proc/net/dev").exists():
+            from toolkit.adapters.host_sampler import NetSampler
+
+            net_sampler = NetSampler()
+            ntl = TimelineThread(out / "net_trace.csv", net_sampler.header(host_hz), host_hz, net_sampler.tick, "net")
+            side.append(ntl)
+            info["net"] = lambda: {"sample_hz": host_hz, "rows": net_sampler.rows, "cost": ntl.cost()}
     return side, on_bench_pid, info
 
 
@@ -348,7 +381,8 @@ def _disk_full(out: Path, err: OSError) -> ToolkitError:
 
     removed = []
     for name in ("trace.csv.partial", "trace.csv", "bench.stdout.log", "bench.stderr.log", "bench.jsonl",
-                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv"):
+                 "server_trace.csv.partial", "server_trace.csv", "host_trace.csv.partial", "host_trace.csv",
+                 "net_trace.csv.partial", "net_trace.csv"):
         path = out / name
         if path.exists():
             path.unlink()

@@ -29,6 +29,7 @@ SCHEMA_VERSIONS: dict[str, int] = {
     "host.reproduce": 1,
     "lab.reboot": 1,
     "lab.state": 1,
+    "probe.fleet": 1,
     "probe.run": 1,
     "probe.replay": 1,
     "profile.changes": 1,

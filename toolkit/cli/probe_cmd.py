@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolkit.cli.envelope import emit
+from toolkit.cli.options import inventory_option
 from toolkit.core.errors import ToolkitError
 
 if TYPE_CHECKING:
@@ -64,6 +65,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "host_trace.csv (role server), and a failed benchmark's verdict carries its journal tail")
     run.add_argument("--record", action="store_true",
                      help="write the results entry into the --profile's file (as `toolkit results record` does)")
+    run.add_argument("--until-eof", action="store_true",
+                     help="a fleet's per-host sampler: no benchmark; sample until stdin closes (the controller's "
+                     "`probe run --fleet` starts it over SSH); the fleet is judged on the controller, this host "
+                     "alone here")
+    run.add_argument("--fleet", action="store_true",
+                     help="probe a deployment over several hosts: a sampler on each inventory host over SSH, the "
+                     "benchmark here, the traces merged on this machine's clock, a verdict across nodes")
+    inventory_option(run)
+    run.add_argument("--hosts", default="gpu_containers", metavar="PATTERN",
+                     help="--fleet: the inventory hosts to sample (an Ansible pattern; default gpu_containers)")
+    run.add_argument("--network-gb-s", type=float, default=None, metavar="GB_S",
+                     help="--fleet: the network's measured bus bandwidth between the hosts in GB/s (the NCCL "
+                     "preflight's), for the inter-node communication verdict")
+    run.add_argument("--router-metrics", default=None, metavar="URL",
+                     help="--fleet: the router's Prometheus exposition (smg --prometheus-port; e.g. "
+                     "http://ROUTER:29000/metrics), scraped here: its per-backend load for the replicas' balance")
+    run.add_argument("--sampler-arg", action="append", default=[], metavar="ARG",
+                     help="--fleet: one more argument for every host's sampler (repeat it: "
+                     "--sampler-arg=--gpu-source --sampler-arg=simulated:http://127.0.0.1:30000)")
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND...: the benchmark to run")
     run.set_defaults(func=cmd_run)
 
@@ -154,12 +174,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    if args.fleet:
+        return _cmd_fleet(args, command)
     request = probe.ProbeRequest(
         command=command, gpus=_parse_gpus(args.gpus), idle_s=args.idle_s, sample_hz=args.hz, out=args.out,
         profile=args.profile, base_url=args.base_url, target=_target(args.target_json),
         gpu_source=_gpu_source(args), gpm=not args.no_gpm, energy_interval_s=args.energy_interval_s,
         host_hz=args.host_hz, server_url=args.server_url, server_hz=args.server_hz, server_pid=args.server_pid,
-        server_unit=args.server_unit, record=args.record)
+        server_unit=args.server_unit, record=args.record, until_eof=args.until_eof)
+    if args.until_eof:
+        outcome = probe.run(request, _ReadyLine())
+        # The host's own view, judged here too (hosts/HOST/verdict.json on the controller); the fleet's is there.
+        print(f"sampled into {outcome.out} until stdin closed; alone: {outcome.verdict.headline}", file=sys.stderr)
+        return outcome.exit_code
     live = args.live == "on" or (args.live == "auto" and sys.stdout.isatty() and not args.json)
     outcome = probe.run(request, _LiveView() if live else None)
     _print(outcome.summary, outcome.verdict, outcome.out, as_json=args.json)
@@ -170,8 +197,91 @@ def cmd_run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+class _ReadyLine:
+    """The per-host sampler's one line to its controller, on stdout once the first samples are in."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return None
+
+    def on_tick(self, phase: str, t_s: float, rows: list[dict[str, Any]]) -> None:
+        if not self.said:
+            from toolkit.core.probe.fleet import SAMPLER_READY
+
+            print(SAMPLER_READY, flush=True)
+            self.said = True
+
+
+def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
+    from toolkit.app import fleet_probe
+
+    if args.record or args.profile or args.until_eof:
+        flag = "--record" if args.record else "--profile" if args.profile else "--until-eof"
+        raise ToolkitError.of(f"{flag} is not taken with --fleet", field=flag,
+                              fix="give the benchmark after -- (record a host's run with `toolkit results record "
+                              "DIR/hosts/HOST --profile NAME`)" if flag != "--until-eof" else "drop one of them")
+    # What the single-host options say about sampling goes to every host's sampler.
+    sampler_args = [*(["--server-unit", args.server_unit] if args.server_unit else []),
+                    *(["--server-url", args.server_url] if args.server_url else []),
+                    *(["--server-hz", f"{args.server_hz:g}"] if args.server_hz else []),
+                    *(["--gpus", args.gpus] if args.gpus != "all" else []),
+                    *(["--gpu-source", _gpu_source(args)] if args.gpu_source or args.replay_gpu_trace else []),
+                    *(["--no-gpm"] if args.no_gpm else []),
+                    "--host-hz", f"{args.host_hz:g}", *args.sampler_arg]
+    request = fleet_probe.FleetProbeRequest(
+        command=command, inventory=args.inventory, pattern=args.hosts,
+        idle_s=args.idle_s if args.idle_s is not None else 5.0,
+        sample_hz=args.hz if args.hz is not None else 10.0, out=args.out, sampler_args=sampler_args,
+        network_gb_s=args.network_gb_s, router_metrics_url=args.router_metrics)
+    outcome = fleet_probe.run(request, on_message=lambda m: print(m, file=sys.stderr))
+    _print_fleet(outcome.verdict, outcome.out, as_json=args.json)
+    return outcome.exit_code
+
+
+def _print_fleet(verdict: dict[str, Any], out: Path, *, as_json: bool, replay: bool = False) -> None:
+    if as_json:
+        emit("probe.fleet", {"dir": str(out), "replay": replay, "verdict": verdict})
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    clocks = verdict["evidence"].get("clocks") or {}
+    tb = Table(title=f"fleet probe {out} (on the controller's clock)")
+    for col in ("host", "GPUs", "W", "util %", "SM MHz", "energy J", "tok/J", "net GB/s p95", "clock ms",
+                "alone"):
+        tb.add_column(col, justify="right")
+    for host, fig in verdict["per_host"].items():
+        c = clocks.get(host, {})
+        clock = (f"{c['offset_ms']:+.1f} +/-{c['bound_ms']:.2f} (drift {c['drift_ms']:+.2f})" if c else "-")
+        net = fig.get("net_gb_s_p95") if fig.get("net_gb_s_p95") is not None else fig.get("net_gb_s")
+        tb.add_row(host, str(fig["gpu_count"]), _fmt(fig["power_w"]), _fmt(fig["util_gpu_pct"]),
+                   _fmt(fig["sm_clock_mhz"]), _fmt(fig["energy_j"]), _fmt(fig["tokens_per_j"], 3), _fmt(net, 3),
+                   clock, (fig.get("verdict") or {}).get("class", "-"))
+    fl = verdict["fleet"]
+    tb.add_row("fleet", str(fl["gpu_count"]), _fmt(fl["power_w"]), _fmt(fl["util_gpu_pct"]), "-",
+               _fmt(fl["energy_j"]), _fmt(fl["tokens_per_j"], 3), "-", "-", verdict["class"])
+    con.print(tb)
+    con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']})", markup=True)
+    for problem in verdict["evidence"].get("clock_problems") or []:
+        con.print(f"  clock: {problem}", markup=False)
+    for step in verdict["next_steps"]:
+        con.print(f"  next: {step}", markup=False)
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from toolkit.app.probe import judge_dir
+
+    if (args.dir / "fleet_verdict.json").exists() or (args.dir / "hosts").is_dir():
+        from toolkit.app.fleet_probe import judge_fleet_dir
+
+        _print_fleet(judge_fleet_dir(args.dir, write=args.write), args.dir, as_json=args.json, replay=True)
+        return 0
 
     summary, verdict = judge_dir(args.dir, write=args.write)
     _print(summary, verdict, args.dir, as_json=args.json, replay=True)

@@ -166,6 +166,12 @@ VerdictData = TypedDict("VerdictData", {
 })
 
 
+class FleetProbeData(TypedDict):
+    dir: str  # the fleet run's directory
+    replay: bool  # judged again from the directory (`probe replay`)
+    verdict: Open  # fleet_verdict.json (docs/probe.md, A fleet)
+
+
 class ProbeData(TypedDict):
     dir: str  # the run directory
     data_source: str
@@ -375,6 +381,7 @@ DATA_TYPES: dict[str, Any] = {
     "host.reproduce": Open,
     "lab.reboot": RebootData,
     "lab.state": Open,
+    "probe.fleet": FleetProbeData,
     "probe.replay": ProbeData,
     "probe.run": ProbeData,
     "profile.changes": list[ProfileChangeData],

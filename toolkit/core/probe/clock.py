@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 NS_PER_S = 1_000_000_000
 
@@ -65,6 +66,12 @@ class ClockOffset:
         return {"host": self.host, "offset_s": round(self.offset_ns / NS_PER_S, 6),
                 "bound_s": round(self.bound_ns / NS_PER_S, 6), "at_s": round(self.at_ns / NS_PER_S, 6),
                 "exchanges": self.exchanges, "consistent": self.consistent}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ClockOffset:
+        return cls(host=str(record["host"]), offset_ns=round(float(record["offset_s"]) * NS_PER_S),
+                   bound_ns=round(float(record["bound_s"]) * NS_PER_S), at_ns=round(float(record["at_s"]) * NS_PER_S),
+                   exchanges=int(record["exchanges"]), consistent=bool(record["consistent"]))
 
 
 def estimate_offset(host: str, exchanges: Sequence[ClockExchange]) -> ClockOffset:
@@ -132,6 +139,11 @@ class HostClock:
     def to_record(self) -> dict[str, object]:
         return {"host": self.host, "start": self.start.to_record(), "end": self.end.to_record(),
                 "drift_s": round(self.drift_ns / NS_PER_S, 6), "bound_s": round(self.bound_ns / NS_PER_S, 6)}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> HostClock:
+        """The clock run.json recorded (to the microsecond: far below a sampling tick)."""
+        return cls(ClockOffset.from_record(record["start"]), ClockOffset.from_record(record["end"]))
 
 
 def on_controller_clock_s(clock: HostClock, host_times_s: Iterable[float], origin_ns: int) -> list[float]:

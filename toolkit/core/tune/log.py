@@ -12,7 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, cast
 
-from typing_extensions import TypedDict
+try:
+    # pydantic builds the --json schemas from these and needs typing_extensions' TypedDict before Python 3.12; the
+    # probe's venv on a GPU host has only its runtime packages (wheelhouse.PROBE_REQUIREMENTS), and no schema.
+    from typing_extensions import TypedDict
+except ModuleNotFoundError:  # pragma: no cover - the host's probe venv
+    from typing import TypedDict
 
 from toolkit.core.sweep.state import KnobStepRecord
 from toolkit.core.sweep.variants import Scalar
