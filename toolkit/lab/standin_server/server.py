@@ -421,6 +421,15 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             self._send_json(401, {"error": "Unauthorized"})
             return False
 
+        def _start_event_stream(self, *, cache_control: str | None = None) -> None:
+            """A streamed response's head: its events follow as they are made, the body closed with the connection."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            if cache_control:
+                self.send_header("Cache-Control", cache_control)
+            self.send_header("X-Lab-Standin", STANDIN)
+            self.end_headers()
+
         def _send_text(self, code: int, text: str) -> None:
             send_body(self, code, text.encode(), PROMETHEUS_TEXT)
 
@@ -546,10 +555,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                         "lab_standin": True}
 
             if body.get("stream"):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("X-Lab-Standin", STANDIN)
-                self.end_headers()
+                self._start_event_stream()
                 sent = 0
                 while sent < max_tokens:
                     sent = min(max_tokens, self._wait_tokens(req, sent))
@@ -586,11 +592,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
             # bench_serving sets ignore_eos: every request generates exactly max_tokens, as the engine model does.
             req = self._submit(prompt_tokens, max_tokens)
             if body.get("stream"):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("X-Lab-Standin", STANDIN)
-                self.end_headers()
+                self._start_event_stream(cache_control="no-cache")
                 sent = 0
                 while sent < max_tokens:
                     upto = min(max_tokens, self._wait_tokens(req, sent))
