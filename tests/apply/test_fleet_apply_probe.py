@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_json_contract import _run, _validated
 from tests.probe.test_fleet_probe import REPO, _inventory, _local_vars
 from toolkit.app import fleet_probe
 from toolkit.app.apply import fleet_bench_command
@@ -44,7 +45,8 @@ def _fleet_run(tmp_path: Path, rc: int = 0) -> fleet_probe.FleetProbeOutcome:
                                                          idle_s=0.5, sample_hz=10, out=out, network_gb_s=3.87))
 
 
-def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(tmp_path: Path) -> None:
+def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copytree(REPO / "profiles", tmp_path / "profiles")
     outcome = _fleet_run(tmp_path)
     assert outcome.exit_code == 0, outcome.verdict["headline"]
@@ -57,7 +59,7 @@ def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(
     assert json.loads((out / "bench.jsonl").read_text())["completed"] == 40
     assert outcome.verdict["fleet"]["output_tokens"] == 4000 and run["network_gb_s"] == 3.87
 
-    first = record_fleet_run(out, "glm5-2node", "nodes", tmp_path / "profiles")
+    first = record_fleet_run(out, "glm5-2node", tmp_path / "profiles")
     assert first.action == "added"
     entry = load_results("glm5-2node", tmp_path / "profiles").block.entries[-1]
     assert entry.run_id == out.name and entry.fleet is not None and entry.fleet.layout == "nodes"
@@ -68,7 +70,10 @@ def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(
     # replayed GPUs are never a measurement: the entry says so, naming the hosts
     assert entry.provenance().kind == "replayed" and entry.lab is not None and entry.lab.note.startswith("ct, ct2:")
     before = (tmp_path / "profiles" / "glm5-2node.yaml").read_bytes()
-    assert record_fleet_run(out, "glm5-2node", "nodes", tmp_path / "profiles").action == "unchanged"
+    # again, through `toolkit results record DIR` (which knows a fleet's directory): nothing changes
+    again = _validated(_run(capsys, ["results", "record", str(out), "--profile", "glm5-2node", "--profiles-dir",
+                                     str(tmp_path / "profiles"), "--json"]), "results.record")
+    assert again["action"] == "unchanged" and again["entry"]["fleet"]["hosts"] == 2
     assert (tmp_path / "profiles" / "glm5-2node.yaml").read_bytes() == before
 
 
@@ -78,5 +83,5 @@ def test_a_failed_benchmark_keeps_its_exit_code_and_is_not_recorded(tmp_path: Pa
     assert outcome.verdict["class"] == "benchmark-failed" and outcome.exit_code != 0
     before = (tmp_path / "profiles" / "glm5-2node.yaml").read_bytes()
     with pytest.raises(ToolkitError, match="a failure is not a result"):
-        record_fleet_run(outcome.out, "glm5-2node", "nodes", tmp_path / "profiles")
+        record_fleet_run(outcome.out, "glm5-2node", tmp_path / "profiles")
     assert (tmp_path / "profiles" / "glm5-2node.yaml").read_bytes() == before

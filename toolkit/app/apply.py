@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from toolkit.adapters import wheelhouse as wheelhouse_adapter
 from toolkit.adapters.ansible import (
@@ -795,7 +795,5 @@ def _record_fleet(run: FleetProbeOutcome, deploy_plan: DeployPlan, checked: Chec
 
     if run.exit_code:
         return {"recorded": {"fleet": f"skipped: {run.verdict.get('class')} (a failure is not a result)"}}
-    lay = deploy_plan.layout
-    layout: Literal["nodes", "replicas"] = "replicas" if lay is not None and lay.kind == fleet.REPLICAS else "nodes"
-    outcome = record_fleet_run(run.out, deploy_plan.profile_name, layout, checked.store.dir)
+    outcome = record_fleet_run(run.out, deploy_plan.profile_name, checked.store.dir)
     return {"recorded": {"fleet": f"{outcome.action} in {outcome.file}"}}

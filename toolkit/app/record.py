@@ -105,8 +105,14 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
     """Write the results entry of the probe run in `run_dir` into profile `profile`.
 
     Everything is read and checked first (the profile exists and resolves, its block parses, the run has its
-    summary and verdict); only then is the file replaced, atomically, and only when its text changed."""
+    summary and verdict); only then is the file replaced, atomically, and only when its text changed. A fleet
+    run's directory (its hosts' runs under hosts/) is recorded as one (record_fleet_run)."""
     run_path = Path(run_dir)
+    if (run_path / "hosts").is_dir() and not (run_path / "summary.json").exists():
+        if gate is not None:
+            raise ToolkitError.of("an upgrade's gate is recorded on a one-host run", file=str(run_path),
+                                  field="DIR", fix="gate on a one-host profile's run")
+        return record_fleet_run(run_path, profile, profiles_dir, keep_last=keep_last)
     store = _store(profiles_dir)
     path = _existing(store, profile)
     run, summary, verdict, topology, bench_raw = read_judged(run_path)
@@ -135,11 +141,12 @@ def record_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | Non
     return RecordOutcome(profile, path, entry, change)
 
 
-def record_fleet_run(run_dir: Path | str, profile: str, layout: Literal["nodes", "replicas"],
-                     profiles_dir: str | Path | None = None, *, keep_last: int | None = None) -> RecordOutcome:
+def record_fleet_run(run_dir: Path | str, profile: str, profiles_dir: str | Path | None = None, *,
+                     keep_last: int | None = None) -> RecordOutcome:
     """Write the results entry of the fleet run in `run_dir` (`toolkit probe run --fleet`'s directory, or apply's
     over several hosts) into profile `profile`: the benchmark's figures, the fleet's energy and verdict, each
-    node's figures with its clock and bound. Read and checked first, then written atomically, only when changed."""
+    node's figures with its clock and bound (a profile with replicas: their layout; else its node ranks). Read and
+    checked first, then written atomically, only when changed."""
     from toolkit.adapters.bench_process import read_bench_jsonl
     from toolkit.core.probe.bench import normalize_bench_result
 
@@ -157,6 +164,7 @@ def record_fleet_run(run_dir: Path | str, profile: str, layout: Literal["nodes",
         unreadable = [p for p in block_problems(current.resolved) if p.severity == "error"]
         if unreadable:
             raise ToolkitError(unreadable)
+        layout: Literal["nodes", "replicas"] = "replicas" if current.resolved.spec.replicas is not None else "nodes"
         entry = build_fleet_entry(
             manifest, fleet_verdict, summaries,
             layout=layout,

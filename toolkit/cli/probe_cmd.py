@@ -223,8 +223,8 @@ def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
     if args.record or args.profile or args.until_eof:
         flag = "--record" if args.record else "--profile" if args.profile else "--until-eof"
         raise ToolkitError.of(f"{flag} is not taken with --fleet", field=flag,
-                              fix="give the benchmark after -- (record a host's run with `toolkit results record "
-                              "DIR/hosts/HOST --profile NAME`)" if flag != "--until-eof" else "drop one of them")
+                              fix="give the benchmark after -- (record the fleet's run with `toolkit results record "
+                              "DIR --profile NAME`)" if flag != "--until-eof" else "drop one of them")
     # What the single-host options say about sampling goes to every host's sampler.
     sampler_args = [*(["--server-unit", args.server_unit] if args.server_unit else []),
                     *(["--server-url", args.server_url] if args.server_url else []),
