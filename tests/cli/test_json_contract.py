@@ -282,3 +282,16 @@ def test_tune_data_validates_against_its_closed_schema() -> None:
     tune(profiles, state, spec, EngineModelRunner(base=BASE, profile_names=profiles.names()))
     data = _validated(_enveloped("tune", report.to_json(state)), "tune")
     assert data["stop"]["kind"] and len(data["steps"]) >= 2 and data["noise"]["band_pct"] >= 1.0
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "profiles").glob("*.yaml")))
+def test_every_shipped_profile_shows_as_its_schema_says(capsys: pytest.CaptureFixture[str], profiles: Path,
+                                                        name: str) -> None:
+    """profile.show and profile.resolved carry the profile model's own schema: each shipped profile (replicas, hosts,
+    results blocks) as written and as resolved."""
+    shown = _validated(_run(capsys, ["profile", "show", name, "--json", "--profiles-dir", str(profiles)]),
+                       "profile.show")
+    assert shown["name"] == name
+    resolved = _validated(_run(capsys, ["profile", "show", name, "--resolved", "--json", "--profiles-dir",
+                                        str(profiles)]), "profile.resolved")
+    assert resolved["spec"]["name"] == name and resolved["chain"][0] == name

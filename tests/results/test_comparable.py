@@ -139,7 +139,7 @@ def test_results_compare_ranks_each_group_apart(tmp_path: Path, capsys: pytest.C
     assert [(r["profile"], r["rank_throughput"]) for r in groups[1]["ranked"]] == [("glm5-tp8", 1)]
     # the synthetic run fixes its lengths (range ratio 1): the workload differs too
     assert groups[1]["apart"] == "imported from notes vs lab stand-in; workload: length range ratio 0 vs 1"
-    assert out["no_results"] == ["glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23"]
+    assert out["no_results"] == ["glm5-2node", "glm5-ep8", "glm5-tp4-pp2", "glm5-tp8-0.5.23", "glm5-tp8-x2"]
 
 
 @pytest.mark.parametrize("width", [80, 100])

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 
+from tests.cli.test_json_contract import SCHEMAS, _closed
 from toolkit.cli.main import main
 from toolkit.core.errors import ToolkitError
 from toolkit.core.results.check import check_entries
@@ -23,6 +25,7 @@ def _entry(i: int, version: str, tok_per_s: float, gate: Gate | None = None) -> 
                         throughput=Throughput(full_run=Rates(output_tok_per_s=tok_per_s)), gate=gate)
 
 
+SCHEMA = SCHEMAS / "results.check.schema.json"
 OLD = [1000.0, 1012.0, 990.0, 1005.0]
 
 
@@ -76,6 +79,9 @@ def test_the_command_exits_1_on_a_recorded_regression_and_prints_the_interval(
     out = capsys.readouterr().out
     assert out.startswith("REGRESSION throughput: SGLang 0.5.24") and "significant loss" in out and "% [" in out
     assert main([*args, "--json"]) == 1
-    got = json.loads(capsys.readouterr().out)["data"]
+    printed = json.loads(capsys.readouterr().out)
+    # The data as docs/schemas/results.check.schema.json describes it, and no key it does not.
+    jsonschema.Draft202012Validator(_closed(json.loads(SCHEMA.read_text()))).validate(printed)
+    got = printed["data"]
     assert got["regression"] is True and got["change"]["high"] < 0
     assert got["candidate_runs"] == ["run-11", "run-12"] and len(got["reference_runs"]) == 4

@@ -26,6 +26,7 @@ from toolkit.core.hostplan import plan as hostplan
 from toolkit.core.hostplan.facts import HostFacts
 from toolkit.core.profile.diff import KnobChange, ProfileDiff
 from toolkit.core.profile.migrate import Change
+from toolkit.core.profile.model import Profile
 from toolkit.core.provenance import ProvenanceKind
 from toolkit.core.results.comparable import Workload
 from toolkit.core.results.model import ResultsEntry
@@ -62,7 +63,7 @@ class ResolvedProfileData(TypedDict):
     name: str
     file: str
     chain: list[str]
-    spec: dict[str, Any]
+    spec: Profile  # the merged spec, every knob given (defaults included)
     origins: dict[str, str]  # knob path -> FILE:LINE
 
 
@@ -253,6 +254,19 @@ class DifferenceData(TypedDict):
     method: str
 
 
+class CheckData(TypedDict):
+    """toolkit.core.results.check.CheckResult.to_dict, under the profile's name."""
+
+    profile: str
+    objective: Literal["throughput", "tokens-per-joule"]
+    regression: bool
+    outcome: str  # toolkit.core.stats' gain, loss, equal or undecided
+    text: str
+    change: DifferenceData | None  # the candidate's runs against the reference's, higher better
+    candidate_runs: list[str]
+    reference_runs: list[str]
+
+
 class UpgradeData(TypedDict):
     """toolkit.app.upgrade.UpgradeOutcome.to_dict."""
 
@@ -399,9 +413,9 @@ DATA_TYPES: dict[str, Any] = {
     "profile.migrate": MigrateData,
     "profile.render": Any,  # every part (an object), or the one --only names (a list or a string)
     "profile.resolved": ResolvedProfileData,
-    "profile.show": Open,
+    "profile.show": Profile,  # the file as loaded: only what it sets
     "profile.validate": dict[str, list[Problem]],
-    "results.check": Open,
+    "results.check": CheckData,
     "results.compare": CompareData,
     "results.record": RecordData,
     "sweep": SweepData,
