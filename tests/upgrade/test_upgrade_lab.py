@@ -1,4 +1,4 @@
-"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made 10 % faster, 15 %
+"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made 25 % faster, 25 %
 slower or broken for 0.5.23 through the inventory (toolkit_lab_release_speed, toolkit_lab_release_health), the
 0.5.23 venv installed beside 0.5.9's, old and new applied and probed in alternation, the decision, the rollback.
 
@@ -86,11 +86,13 @@ def lab_ct(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Lab:
 TIMES: dict[str, float] = {}
 
 
-def test_ten_percent_faster_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
-    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 1.10})
+def test_a_quarter_faster_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
+    # 25 %, not 10 %: the engine model runs on the CI machine's CPU, and beside seven shards its throughput drifted
+    # by 5 % over the run; +10 % showed as +6.1 %, 99 % [-1.2 %, +13.8 %] after 6 pairs: refused, rightly.
+    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 1.25})
     rc, out, err, wall = lab_ct.upgrade(inv)
     TIMES["promoted_s"] = wall
-    print(f"\n10 % faster: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
+    print(f"\n25 % faster: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
     assert rc == 0 and out["decision"] == "promoted", err[-4000:]
     assert out["change"]["low"] > 0 and out["rollback_s"] is None
     assert lab_ct.serving() == (200, NEW)
@@ -100,12 +102,12 @@ def test_ten_percent_faster_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
     assert Path(out["report"]).is_file() and "Decision: promoted" in Path(out["report"]).read_text()
 
 
-def test_fifteen_percent_slower_is_refused_and_rolled_back_with_no_entry_claiming_it_better(lab_ct: Lab) -> None:
+def test_a_quarter_slower_is_refused_and_rolled_back_with_no_entry_claiming_it_better(lab_ct: Lab) -> None:
     before = len(lab_ct.entries(f"glm5-tp8-{NEW}"))
-    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 0.85})
+    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 0.75})
     rc, out, err, wall = lab_ct.upgrade(inv)
     TIMES["refused_s"], TIMES["refused_rollback_s"] = wall, float(out.get("rollback_s") or 0)
-    print(f"\n15 % slower: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs, rollback "
+    print(f"\n25 % slower: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs, rollback "
           f"{out.get('rollback_s')} s: {out.get('text')}")
     assert rc == 1 and out["decision"] == "refused", err[-4000:]
     assert out["change"]["high"] < 0 and out["rollback_s"] is not None
