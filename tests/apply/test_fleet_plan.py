@@ -144,3 +144,23 @@ def test_the_plays_get_the_layouts_hosts_node_0s_smoke_and_the_router_last(store
     assert ev["sglang_router_unit"].count("ExecStart=") == 1
     # Replicas share no init port and no NCCL group: their preflight reads the GPUs, driver and units only.
     assert "fleet_preflight_node0" not in apply.fleet_preflight_vars(x2, reps, {})
+
+
+def test_which_probe_a_layout_gets_one_host_itself_several_the_fleet_probe(store: ProfileStore) -> None:
+    single = fleet.probe_plan(fleet.layout(store.resolve("glm5-tp8"), [A, B], inventory="inv.yml"))
+    assert single == fleet.ProbePlan(fleet=False)
+    nodes = fleet.probe_plan(fleet.layout(store.resolve("glm5-2node"), [B, A], inventory="inv.yml"),
+                             router_prometheus_port=29000)
+    # every rank sampled, the benchmark against node 0's API, no router to scrape
+    assert nodes == fleet.ProbePlan(fleet=True, sampled=("gpu-b", "gpu-a"), bench_host="gpu-b")
+    import dataclasses
+
+    resolved = store.resolve("glm5-tp8-x2")
+    assert resolved.spec.replicas is not None
+    router = resolved.spec.replicas.router.model_copy(update={"host": "gpu-b"})
+    replicas = resolved.spec.replicas.model_copy(update={"router": router})
+    on_b = dataclasses.replace(resolved, spec=resolved.spec.model_copy(update={"replicas": replicas}))
+    plan = fleet.probe_plan(fleet.layout(on_b, [A, B, C], inventory="inv.yml"), router_prometheus_port=29000)
+    # the replicas sampled (not gpu-c, left as it is), the benchmark through the router, its exporter scraped
+    assert plan == fleet.ProbePlan(fleet=True, sampled=("gpu-a", "gpu-b"), bench_host="gpu-b",
+                                   router_metrics_url="http://10.0.0.12:29000/metrics")

@@ -3,6 +3,7 @@ torch.distributed's TCPStore rendezvous and its messages (toolkit/lab/standin_se
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -87,6 +88,12 @@ def test_rank_0_serves_only_once_rank_1_has_joined_and_rank_1_serves_only_health
         _wait_status(port1, "/health", 200)
         assert _get(port1, "/health_generate") == (200, b"")
         assert _get(port1, "/v1/models") == (404, b'{"detail":"Not Found"}')
+        # LAB ONLY: rank 1's simulated GPUs are rank 0's as it last sent them (a pipeline stage works when the
+        # first does), so a fleet probe samples both hosts' GPUs.
+        _wait_status(port1, "/lab/gpus", 200)
+        mine, first = (json.loads(_get(p, "/lab/gpus")[1]) for p in (port1, port0))
+        assert [g["gpu"] for g in mine["gpus"]] == [g["gpu"] for g in first["gpus"]] == [0, 1]
+        assert "node rank 1 mirrors node rank 0's GPUs" in mine["simulated"] and mine["topology"]["gpus"]
         # A node that goes breaks the group: rank 0's scheduler fails on the closed gloo pair, and SGLang's SIGQUIT
         # handler kills the server.
         rank1.send_signal(signal.SIGKILL)

@@ -107,6 +107,54 @@ def test_a_fleet_probe_merges_pve2s_250_ms_onto_the_controllers_clock(lab2: LabS
     probe_lab_hosts(lab2, ["pve1", "pve2"], tmp_path, skew_ms={"pve2": SKEW_MS})
 
 
+def test_apply_over_both_hosts_probes_every_host_on_one_clock_and_records_once(lab2: LabState,
+                                                                                tmp_path: Path) -> None:
+    """`toolkit host provision all --containers`, then `toolkit apply profile glm5-2node --probe --record`: the
+    fleet probe samples ct (pve1) and ct2 (pve2) from here, the run holds both hosts' GPU traces and each host's
+    clock offset with its bound, the verdict has per-node figures, one typed entry is recorded (the lab's simulated
+    GPUs: a stand-in's); a second apply changes nothing on either host."""
+    import json
+    import shutil
+
+    from tests.apply.apply_lab_support import REPO, toolkit
+    from toolkit.app.record import load_results
+
+    for h in lab2.config.lab_hosts:  # the bare containers an earlier test made give way to provisioned ones
+        lab2.ssh(h.name, f"pct stop {h.ct_vmid} >/dev/null 2>&1; pct destroy {h.ct_vmid} >/dev/null 2>&1; true")
+    inv = str(lab2.inventory_path)
+    prov = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "all", "--containers", "-i", inv],
+                          capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert prov.returncode == 0, prov.stderr[-4000:]
+    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
+    args = ["apply", "profile", "glm5-2node", "-i", inv, "--profiles-dir", str(tmp_path / "profiles"),
+            "--runs-dir", str(tmp_path / "runs")]
+    t0 = time.monotonic()
+    rc, summary, err = toolkit(*args, "--probe", "--record", cwd=REPO)
+    assert rc == 0, err[-4000:]
+    print(f"\napply --probe --record: {time.monotonic() - t0:.1f} s")
+    run_dir = Path(summary["fleet_probe"]["run_dir"])
+    run = json.loads((run_dir / "run.json").read_text())
+    verdict = summary["fleet_probe"]["verdict"]
+    for host in ("ct", "ct2"):
+        assert (run_dir / "hosts" / host / "trace.csv").is_file()
+        clock = run["clocks"][host]
+        assert 0 < clock["bound_s"] < 0.05 and clock["start"]["consistent"], clock
+        assert verdict["per_host"][host]["gpu_count"] == 8 and verdict["per_host"][host]["energy_j"] > 0
+    assert run["network_gb_s"] and verdict["fleet"]["gpu_count"] == 16
+    assert summary["record"]["recorded"]["fleet"].startswith("added")
+    print(verdict["headline"])
+    for host, fig in verdict["per_host"].items():
+        print(host, {k: fig.get(k) for k in ("power_w", "energy_j", "tokens_per_j", "net_gb_s")},
+              verdict["evidence"]["clocks"].get(host), (fig.get("verdict") or {}).get("class"))
+    entry = load_results("glm5-2node", tmp_path / "profiles").block.entries[-1]
+    assert entry.run_id == run_dir.name and entry.fleet is not None
+    assert [n.host for n in entry.fleet.nodes] == ["ct", "ct2"] and entry.provenance().kind == "stand-in"
+    t0 = time.monotonic()
+    rc, again, err = toolkit(*args, cwd=REPO)
+    print(f"second apply: {time.monotonic() - t0:.1f} s, changed {again.get('changed')}")
+    assert rc == 0 and again["changed"] == 0, (again.get("hosts"), err[-2000:])
+
+
 def test_down_leaves_nothing_of_either_host(lab2: LabState) -> None:
     toolkit.lab.down()
     assert system.leftovers() == []

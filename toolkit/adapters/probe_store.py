@@ -191,6 +191,17 @@ def read_fleet_run(run_dir: Path) -> dict[str, Any]:
     return data
 
 
+def read_fleet_verdict(run_dir: Path) -> dict[str, Any]:
+    """A fleet run's fleet_verdict.json; refused, with the command that writes it, where it is missing."""
+    path = run_dir / "fleet_verdict.json"
+    if not path.is_file():
+        raise ToolkitError.of("the fleet run has no fleet_verdict.json", file=str(path), field="DIR",
+                              fix=f"write it with `toolkit probe replay {run_dir} --write`")
+    data = _read_json(path)
+    assert data is not None
+    return data
+
+
 def clocks_record(clocks: list[HostClock]) -> dict[str, Any]:
     """A fleet run's run.json `clocks`: each host's offset to the controller at the start and the end, with the
     bound of each and of a merged time (host -> HostClock.to_record)."""

@@ -69,6 +69,11 @@ def _remote(ssh: Sequence[str], argv: Sequence[str]) -> list[str]:
     return [*ssh, shlex.join(argv)] if ssh else list(argv)
 
 
+def remote_argv(ssh: Sequence[str], argv: Sequence[str]) -> list[str]:
+    """argv run on the host (through `ssh_argv`'s prefix, or here for a local host), for a caller's own process."""
+    return _remote(ssh, argv)
+
+
 def run_on(host: str, ssh: Sequence[str], argv: Sequence[str], timeout_s: float = 60.0) -> bytes:
     """A short command on the host; its stdout. Raises ToolkitError naming the host and the command's stderr."""
     try:

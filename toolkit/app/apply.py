@@ -34,6 +34,7 @@ from toolkit.adapters.files import os_reason, read_capped
 from toolkit.adapters.host_lock import host_locks
 from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
+from toolkit.app.fleet_probe import FleetProbeOutcome
 from toolkit.app.profiles import CheckedProfile, resolve_checked
 from toolkit.core import deploy, fleet, nccl
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
@@ -43,6 +44,7 @@ from toolkit.core.probe.verdict import Verdict
 from toolkit.core.profile.render import client_url, render_bench_argv
 from toolkit.core.profile.resolve import ResolvedProfile
 from toolkit.core.profile.validate import SECRET_FILE_ROOTS, SOCKET_IFNAME_VARS, SYSTEM_PREFIXES, dist_port
+from toolkit.core.router import DEFAULT_PROMETHEUS_PORT
 
 REMOTE_RUNS_DIR = "/var/lib/toolkit/runs"
 # Where the router's venv is on its host (the pinned router installed in it: toolkit.core.router's pin).
@@ -113,6 +115,13 @@ class DeployPlan:
     layout: fleet.Layout | None = None
     # A profile over several hosts: the extravars of playbooks/fleet_preflight.yml (run before deploy.yml).
     preflight: dict[str, Any] = field(default_factory=dict)
+    # How --probe measures it: each host itself, or the fleet probe from here (toolkit.core.fleet.probe_plan).
+    probe_plan: fleet.ProbePlan = field(default_factory=lambda: fleet.ProbePlan(fleet=False))
+    # The fleet probe's benchmark, run over SSH on the probe plan's bench_host, and where it writes its result there.
+    fleet_bench_argv: list[str] = field(default_factory=list)
+    fleet_bench_result: str = ""
+    # The NCCL preflight's bus bandwidth between the hosts (GB/s): what the fleet verdict weighs traffic by.
+    network_gb_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +145,8 @@ class ApplyOutcome:
     artifacts_dir: Path  # where the hosts' probe runs are fetched to
     probes: dict[str, HostProbe] | None = None  # by host; None when the probe was not asked for
     record: dict[str, Any] | None = None  # what `record` did per host
+    # A deploy over several hosts: the fleet probe's run (its directory, fleet_verdict.json) instead of `probes`.
+    fleet_probe: FleetProbeOutcome | None = None
 
     @property
     def unreachable(self) -> list[str]:
@@ -152,6 +163,8 @@ class ApplyOutcome:
 
     @property
     def exit_code(self) -> int:
+        if self.fleet_probe is not None and self.fleet_probe.exit_code:
+            return self.fleet_probe.exit_code
         return EXIT_OK if self.deployed else EXIT_FAILED
 
     @property
@@ -177,6 +190,8 @@ class ApplyOutcome:
         if self.probes is not None:
             out["probe"] = {h: {"run_dir": str(p.run_dir), "verdict": p.verdict.to_dict() if p.verdict else None}
                             for h, p in self.probes.items()}
+        if self.fleet_probe is not None:
+            out["fleet_probe"] = {"run_dir": str(self.fleet_probe.out), "verdict": self.fleet_probe.verdict}
         if self.record is not None:
             out["record"] = self.record
         return out
@@ -296,12 +311,15 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     remote_run = f"{REMOTE_RUNS_DIR}/{run_id}"
     lay = fleet.layout(resolved, [fleet.Host(n, inventory_address(h)) for n, h in hosts.items()],
                        inventory=str(inventory))
+    probe_plan = fleet.probe_plan(lay, router_prometheus_port=DEFAULT_PROMETHEUS_PORT)
+    # The fleet probe's samplers own <runs dir>/<run id> on every host: the benchmark's result goes beside it.
+    bench_result = f"{remote_run}.bench.jsonl" if probe_plan.fleet else f"{remote_run}/bench.jsonl"
     bench_url = client_url(inputs.host, inputs.port)
     if lay.kind == fleet.REPLICAS and resolved.spec.replicas is not None:
         # The benchmark goes through the router, on its host: what a client of the replica set sees.
         bench_url = client_url(resolved.spec.replicas.router.bind, resolved.spec.replicas.router.port)
         hosts = {n: hosts[n] for n in lay.names}
-    bench_argv = render_bench_argv(resolved, base_url=bench_url, output_file=f"{remote_run}/bench.jsonl",
+    bench_argv = render_bench_argv(resolved, base_url=bench_url, output_file=bench_result,
                                    python=inputs.venv_path.rstrip("/") + "/bin/python")
     notes: list[str] = list(lay.notes)
     if req.num_prompts is not None:
@@ -383,6 +401,9 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
             status(f"the router's wheels ({pin.requirement}: pip download, once)")
             router_venv(pin)  # its wheels downloaded once into the cache, beside a venv that proves they install
         preflight = fleet_preflight_vars(resolved, lay, extravars)
+        if probe_plan.fleet:
+            # The samplers' venv on every host (bench_probe installs it there); the fleet probe runs it from here.
+            extravars.update({"deploy_probe_hosts": list(probe_plan.sampled), "bench_probe_run": False})
         notes += [f"deploy order: {line}" for line in
                   fleet.order(lay, preflight=True, rolls=False).text()]
     secrets, key_vars = _api_key(inputs.api_key_secret, secret_roots(hosts))
@@ -390,7 +411,8 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
     if os.environ.get("HF_TOKEN"):
         secrets["sglang_venv_hf_token"] = os.environ["HF_TOKEN"]
     return DeployPlan(inputs.profile_name, inventory, extravars, secrets, fetch_dir,
-                      [*notes, *amendment.notes], limit, lay, preflight)
+                      [*notes, *amendment.notes], limit, lay, preflight, probe_plan,
+                      list(extravars["bench_probe_bench_argv"]) if probe_plan.fleet else [], bench_result)
 
 
 def inventory_address(host: InventoryHost) -> str:
@@ -596,11 +618,19 @@ def apply(req: ApplyRequest, *, on_event: Callable[[PlaybookEvent], None], on_me
                                   limit=deploy_plan.limit, check=req.check, on_event=on_event,
                                   secrets=deploy_plan.secrets, timeout_s=req.timeout_s)
         except (PlaybookInterrupted, PlaybookTimedOut):
-            if req.probe:
+            if req.probe and not deploy_plan.probe_plan.fleet:
                 _stop_remote_probe(deploy_plan, req.limit, on_message)
             raise  # the host lock is released on the way out; the command exits 130
-    outcome = ApplyOutcome(profile=deploy_plan.profile_name, check=bool(req.check), playbook=result,
-                           notes=deploy_plan.notes, artifacts_dir=deploy_plan.fetch_dir)
+        outcome = ApplyOutcome(profile=deploy_plan.profile_name, check=bool(req.check), playbook=result,
+                               notes=deploy_plan.notes, artifacts_dir=deploy_plan.fetch_dir)
+        if req.probe and deploy_plan.probe_plan.fleet:
+            # Measured only once every rank or replica serves (and the router in front): a fleet run of a deploy
+            # that failed would judge a half-started model.
+            if outcome.deployed and not req.check:
+                outcome.fleet_probe = run_fleet_probe(deploy_plan, on_message)
+                if req.record:
+                    outcome.record = _record_fleet(outcome.fleet_probe, deploy_plan, checked)
+            return outcome
     if req.probe:
         # A failed probe's run (benchmark-failed, with the server's log tail) was fetched before the role failed:
         # show its verdict; record only a deploy that succeeded, and only runs that were not failures.
@@ -647,6 +677,7 @@ def preflight_fleet(deploy_plan: DeployPlan, resolved: ResolvedProfile, *, check
             for note in verdict.notes:
                 on_message(note)
             on_message(f"NCCL preflight ({verdict.kind}): {verdict.text}")
+            deploy_plan.network_gb_s = parsed.busbw_gbps
             if not verdict.ok:
                 problems.append(Problem(verdict.text, file=resolved.file, field="env.NCCL_SOCKET_IFNAME",
                                         fix="check env.NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME name the "
@@ -717,3 +748,52 @@ def _record(probes: dict[str, HostProbe], profile: str, checked: CheckedProfile)
         outcome = record_run(probe.run_dir, profile, checked.store.dir)
         recorded[host] = f"{outcome.action} in {outcome.file}"
     return {"recorded": recorded}
+
+
+def fleet_bench_command(ssh: list[str], prefix: list[str], bench_argv: list[str], result_file: str,
+                        hf_home: str) -> list[str]:
+    """The fleet probe's benchmark, run here: the profile's bench over SSH on the probe host (where its API and
+    tokenizer are), then its result file brought to where the probe reads it ($TOOLKIT_PROBE_BENCH_JSONL). The
+    benchmark's exit code is the command's."""
+    import shlex
+
+    from toolkit.adapters.remote_sampler import remote_argv
+
+    bench = remote_argv(ssh, [*prefix, "env", "HF_HUB_OFFLINE=1", f"HF_HOME={hf_home}", *bench_argv])
+    fetch = remote_argv(ssh, [*prefix, "cat", result_file])
+    script = (f'{shlex.join(bench)}; rc=$?; {shlex.join(fetch)} > "$TOOLKIT_PROBE_BENCH_JSONL" || '
+              'rm -f "$TOOLKIT_PROBE_BENCH_JSONL"; exit $rc')
+    return ["sh", "-c", script]
+
+
+def run_fleet_probe(deploy_plan: DeployPlan, on_message: Callable[[str], None]) -> FleetProbeOutcome:
+    """The fleet probe over the deployed layout (toolkit.app.fleet_probe): a sampler on every host, the benchmark
+    over SSH on node 0 or the router's host, the NCCL preflight's bandwidth and the router's own per-backend load
+    beside it; the run goes where a one-host apply fetches its runs."""
+    from toolkit.adapters.remote_sampler import exec_prefix, ssh_argv
+    from toolkit.app import fleet_probe
+
+    probe = deploy_plan.probe_plan
+    assert probe.bench_host is not None
+    host = read_inventory(deploy_plan.inventory, probe.bench_host)[probe.bench_host]
+    extravars = deploy_plan.extravars
+    command = fleet_bench_command(ssh_argv(host.name, host.vars), exec_prefix(host.name, host.vars),
+                                  deploy_plan.fleet_bench_argv, deploy_plan.fleet_bench_result,
+                                  str(extravars.get("bench_probe_hf_home") or "/models/huggingface"))
+    on_message(f"fleet probe over {', '.join(probe.sampled)} on this machine's clock; the benchmark on "
+               f"{probe.bench_host}" + (f", the router's load from {probe.router_metrics_url}"
+                                        if probe.router_metrics_url else ""))
+    request = fleet_probe.FleetProbeRequest(
+        command=command, inventory=str(deploy_plan.inventory), pattern=":".join(probe.sampled),
+        out=deploy_plan.fetch_dir, sampler_args=[str(a) for a in extravars.get("bench_probe_probe_args") or []],
+        network_gb_s=deploy_plan.network_gb_s, router_metrics_url=probe.router_metrics_url)
+    return fleet_probe.run(request, on_message=on_message)
+
+
+def _record_fleet(run: FleetProbeOutcome, deploy_plan: DeployPlan, checked: CheckedProfile) -> dict[str, Any]:
+    from toolkit.app.record import record_fleet_run
+
+    if run.exit_code:
+        return {"recorded": {"fleet": f"skipped: {run.verdict.get('class')} (a failure is not a result)"}}
+    outcome = record_fleet_run(run.out, deploy_plan.profile_name, checked.store.dir)
+    return {"recorded": {"fleet": f"{outcome.action} in {outcome.file}"}}

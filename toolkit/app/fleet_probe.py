@@ -177,7 +177,8 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         raise ToolkitError.of("--network-gb-s must be > 0", field="--network-gb-s",
                               fix="give the NCCL preflight's bus bandwidth in GB/s")
     out = request.out or Path("runs") / time.strftime("fleet-%Y%m%dT%H%M%SZ", time.gmtime())
-    if out.exists() and any(out.iterdir()):
+    # What a deploy fetched there first (apply's <host>/server_info.json) may stay; a run never is overwritten.
+    if (out / "run.json").exists() or (out / "hosts").exists():
         raise ToolkitError.of("already holds a run", file=str(out), field="--out",
                               fix="choose a new --out directory (runs are never overwritten)")
     hosts = _hosts(request, out.name)

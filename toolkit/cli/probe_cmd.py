@@ -223,8 +223,8 @@ def _cmd_fleet(args: argparse.Namespace, command: list[str]) -> int:
     if args.record or args.profile or args.until_eof:
         flag = "--record" if args.record else "--profile" if args.profile else "--until-eof"
         raise ToolkitError.of(f"{flag} is not taken with --fleet", field=flag,
-                              fix="give the benchmark after -- (record a host's run with `toolkit results record "
-                              "DIR/hosts/HOST --profile NAME`)" if flag != "--until-eof" else "drop one of them")
+                              fix="give the benchmark after -- (record the fleet's run with `toolkit results record "
+                              "DIR --profile NAME`)" if flag != "--until-eof" else "drop one of them")
     # What the single-host options say about sampling goes to every host's sampler.
     sampler_args = [*(["--server-unit", args.server_unit] if args.server_unit else []),
                     *(["--server-url", args.server_url] if args.server_url else []),
@@ -248,30 +248,10 @@ def _print_fleet(verdict: dict[str, Any], out: Path, *, as_json: bool, replay: b
         emit("probe.fleet", {"dir": str(out), "replay": replay, "verdict": verdict})
         return
     from rich.console import Console
-    from rich.table import Table
 
-    con = Console()
-    clocks = verdict["evidence"].get("clocks") or {}
-    tb = Table(title=f"fleet probe {out} (on the controller's clock)")
-    for col in ("host", "GPUs", "W", "util %", "SM MHz", "energy J", "tok/J", "net GB/s p95", "clock ms",
-                "alone"):
-        tb.add_column(col, justify="right")
-    for host, fig in verdict["per_host"].items():
-        c = clocks.get(host, {})
-        clock = (f"{c['offset_ms']:+.1f} +/-{c['bound_ms']:.2f} (drift {c['drift_ms']:+.2f})" if c else "-")
-        net = fig.get("net_gb_s_p95") if fig.get("net_gb_s_p95") is not None else fig.get("net_gb_s")
-        tb.add_row(host, str(fig["gpu_count"]), _fmt(fig["power_w"]), _fmt(fig["util_gpu_pct"]),
-                   _fmt(fig["sm_clock_mhz"]), _fmt(fig["energy_j"]), _fmt(fig["tokens_per_j"], 3), _fmt(net, 3),
-                   clock, (fig.get("verdict") or {}).get("class", "-"))
-    fl = verdict["fleet"]
-    tb.add_row("fleet", str(fl["gpu_count"]), _fmt(fl["power_w"]), _fmt(fl["util_gpu_pct"]), "-",
-               _fmt(fl["energy_j"]), _fmt(fl["tokens_per_j"], 3), "-", "-", verdict["class"])
-    con.print(tb)
-    con.print(f"[bold]verdict: {verdict['headline']}[/bold]  (confidence {verdict['confidence']})", markup=True)
-    for problem in verdict["evidence"].get("clock_problems") or []:
-        con.print(f"  clock: {problem}", markup=False)
-    for step in verdict["next_steps"]:
-        con.print(f"  next: {step}", markup=False)
+    from toolkit.cli.render import print_fleet_verdict
+
+    print_fleet_verdict(Console(), verdict, f"fleet probe {out} (on the controller's clock)")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -180,11 +180,44 @@ def print_apply_summary(console: Any, outcome: ApplyOutcome, *, as_json: bool) -
         if server_log:
             tail = "\n".join(str(server_log).strip().splitlines()[-12:])
             console.print(f"the server's log ({escape(host)}, last lines):\n{escape(tail)}")
+    if outcome.fleet_probe is not None:
+        print_fleet_verdict(console, outcome.fleet_probe.verdict,
+                            f"fleet probe {outcome.fleet_probe.out} (on this machine's clock)")
     rec = outcome.record
     if rec:
         console.print(rec.get("skipped") or "recorded: " + "; ".join(
             f"{host}: {what}" for host, what in sorted((rec.get("recorded") or {}).items())), highlight=False)
     console.print(f"artifacts: {outcome.artifacts_dir}")
+
+
+def _fig(v: Any, nd: int = 0) -> str:
+    return "-" if v is None else f"{v:.{nd}f}" if isinstance(v, int | float) else str(v)
+
+
+def print_fleet_verdict(con: Console, verdict: dict[str, Any], title: str) -> None:
+    """A fleet run's verdict (fleet_verdict.json): each node's figures, its clock offset and bound, how it is judged
+    alone, the fleet's beside them; the headline, the clock problems, the next steps."""
+    clocks = verdict["evidence"].get("clocks") or {}
+    tb = Table(title=title)
+    for col in ("host", "GPUs", "W", "util %", "SM MHz", "energy J", "tok/J", "net GB/s p95", "clock ms",
+                "alone"):
+        tb.add_column(col, justify="right")
+    for host, fig in verdict["per_host"].items():
+        c = clocks.get(host, {})
+        clock = (f"{c['offset_ms']:+.1f} +/-{c['bound_ms']:.2f} (drift {c['drift_ms']:+.2f})" if c else "-")
+        net = fig.get("net_gb_s_p95") if fig.get("net_gb_s_p95") is not None else fig.get("net_gb_s")
+        tb.add_row(host, str(fig["gpu_count"]), _fig(fig["power_w"]), _fig(fig["util_gpu_pct"]),
+                   _fig(fig["sm_clock_mhz"]), _fig(fig["energy_j"]), _fig(fig["tokens_per_j"], 3), _fig(net, 3),
+                   clock, (fig.get("verdict") or {}).get("class", "-"))
+    fl = verdict["fleet"]
+    tb.add_row("fleet", str(fl["gpu_count"]), _fig(fl["power_w"]), _fig(fl["util_gpu_pct"]), "-",
+               _fig(fl["energy_j"]), _fig(fl["tokens_per_j"], 3), "-", "-", verdict["class"])
+    con.print(tb)
+    con.print(f"[bold]verdict: {escape(str(verdict['headline']))}[/bold]  (confidence {verdict['confidence']})")
+    for problem in verdict["evidence"].get("clock_problems") or []:
+        con.print(f"  clock: {problem}", markup=False)
+    for step in verdict["next_steps"]:
+        con.print(f"  next: {step}", markup=False)
 
 
 def figure_column(table: Table, name: str, cells: list[str]) -> None:

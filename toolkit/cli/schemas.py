@@ -200,6 +200,13 @@ class HostProbeData(TypedDict):
     verdict: VerdictData | None
 
 
+class FleetRunData(TypedDict):
+    """toolkit.app.apply.ApplyOutcome.fleet_probe: the fleet run's directory here and its fleet_verdict.json."""
+
+    run_dir: str
+    verdict: Open
+
+
 class ApplyData(TypedDict):
     """toolkit.app.apply.ApplyOutcome.summary."""
 
@@ -216,6 +223,7 @@ class ApplyData(TypedDict):
     artifacts_dir: str
     ansible_artifacts_dir: str | None
     probe: NotRequired[dict[str, HostProbeData]]  # with --probe
+    fleet_probe: NotRequired[FleetRunData]  # with --probe over several hosts (instead of probe)
     record: NotRequired[dict[str, Any]]  # with --record: what was recorded per host
 
 

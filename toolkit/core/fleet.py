@@ -249,3 +249,30 @@ def router_unit(profile: str, argv: Sequence[str]) -> str:
             f"ExecStart={exec_start}\n"
             "Restart=on-failure\nRestartSec=5\nLimitNOFILE=1048576\n\n"
             "[Install]\nWantedBy=multi-user.target\n")
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """How `toolkit apply --probe` measures a layout. One host's server (SINGLE): each target host probes itself
+    (bench_probe's run on the host, its run fetched). A deploy over several hosts: the fleet probe, driven from
+    the controller on one clock: a sampler on every host of the layout (`sampled`), the benchmark over SSH on
+    `bench_host` (node 0, whose API is the model's; or the router's host, the benchmark through the router), the
+    router's own per-backend load from its Prometheus exporter (`router_metrics_url`) for replicas."""
+
+    fleet: bool
+    sampled: tuple[str, ...] = ()
+    bench_host: str | None = None
+    router_metrics_url: str | None = None
+
+
+def probe_plan(lay: Layout, *, router_prometheus_port: int | None = None) -> ProbePlan:
+    """Which probe a layout gets (pure: the layout in, the plan out)."""
+    if lay.kind == SINGLE:
+        return ProbePlan(fleet=False)
+    if lay.kind == NODES:
+        return ProbePlan(fleet=True, sampled=tuple(lay.names), bench_host=lay.names[0])
+    by_name = {h.name: h for h in lay.hosts}
+    router = by_name[lay.router_host] if lay.router_host in by_name else lay.hosts[0]
+    url = (f"http://{_url_host(router.address)}:{router_prometheus_port}/metrics"
+           if router_prometheus_port is not None else None)
+    return ProbePlan(fleet=True, sampled=tuple(lay.names), bench_host=router.name, router_metrics_url=url)

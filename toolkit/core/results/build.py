@@ -15,11 +15,14 @@ import shlex
 from typing import Any, Literal
 
 from toolkit.core.errors import ToolkitError
+from toolkit.core.probe.clock import HostClock
 from toolkit.core.probe.records import RunRecord, Summary, Window
 from toolkit.core.probe.verdict import Verdict
 from toolkit.core.results.model import (
     BenchSettings,
     Energy,
+    FleetNode,
+    FleetResult,
     GpuPower,
     GpuStamp,
     LabNote,
@@ -373,4 +376,128 @@ def build_entry(
         energy=energy,
         verdict=_verdict(verdict),
         artifacts=artifacts,
+    )
+
+
+def _fleet_lab(summaries: dict[str, Summary], bench_raw: dict[str, Any] | None) -> LabNote | None:
+    """A fleet's figures are as real as its least real host's: one host on simulated GPUs makes the entry a
+    stand-in's, and the note names the hosts."""
+    notes = {h: note for h, s in sorted(summaries.items()) if (note := _lab(s, bench_raw)) is not None}
+    if not notes:
+        return None
+    kinds = {n.kind for n in notes.values()}
+    kind = next(k for k in ("stand-in", "engine-model", "replay", "load") if k in kinds)
+    texts = sorted({n.note for n in notes.values()})
+    return LabNote(kind=kind, note=f"{', '.join(notes)}: {'; '.join(texts)}")
+
+
+def _ms(seconds: Any) -> float | None:
+    return rnd(seconds * 1000, 3) if isinstance(seconds, int | float) else None
+
+
+def build_fleet_entry(
+    fleet_run: dict[str, Any],
+    fleet_verdict: dict[str, Any],
+    summaries: dict[str, Summary],
+    *,
+    layout: Literal["nodes", "replicas"],
+    run_id: str,
+    spec_hash: str | None,
+    artifacts: str | None,
+    clocks: list[HostClock],
+    topologies: dict[str, dict[str, Any]] | None = None,
+    bench: dict[str, Any] | None = None,
+    bench_raw: dict[str, Any] | None = None,
+    profile_bench: dict[str, Any] | None = None,
+) -> ResultsEntry:
+    """The entry for one fleet run (fleet_run: its run.json, `kind: fleet`; fleet_verdict: fleet_verdict.json;
+    summaries: each host's own summary, for its provenance; bench: the benchmark's result as
+    normalize_bench_result gives it). Throughput and latency are the benchmark's (one client of the whole
+    deployment); energy and the verdict are the fleet's; each node's figures sit in `fleet`."""
+    date = _str(fleet_run.get("started_at_utc"))
+    if not date:
+        raise ToolkitError.of("run.json has no start date", file="run.json", field="started_at_utc",
+                              fix="give the directory `toolkit probe run --fleet` wrote")
+    if fleet_verdict.get("class") == "benchmark-failed":
+        raise ToolkitError.of("the fleet's benchmark failed: a failure is not a result", file="fleet_verdict.json",
+                              field="class", fix="fix what the verdict names and probe again")
+    b = bench or {}
+    fleet = fleet_verdict.get("fleet") or {}
+    per_host = fleet_verdict.get("per_host") or {}
+    by_host = {c.host: c for c in clocks}
+    nodes = []
+    for host in sorted(per_host):
+        fig, clock = per_host[host], by_host.get(host)
+        nodes.append(FleetNode(
+            host=host,
+            gpu_count=_int(fig.get("gpu_count")),
+            power_w=rnd(fig.get("power_w"), W_DIGITS),
+            power_of_limit=rnd(fig.get("power_of_limit"), 3),
+            util_gpu_pct=rnd(fig.get("util_gpu_pct"), PCT_DIGITS),
+            sm_clock_mhz=rnd(fig.get("sm_clock_mhz"), 0),
+            energy_j=sig(fig.get("energy_j")),
+            generated_tokens=rnd(fig.get("generated_tokens"), 0),
+            output_tok_per_j=sig(fig.get("tokens_per_j")),
+            net_gb_s=sig(fig.get("net_gb_s")),
+            clock_offset_ms=_ms(clock.start.offset_ns / 1e9) if clock else None,
+            clock_bound_ms=_ms(clock.bound_ns / 1e9) if clock else None,
+            verdict=_str((fig.get("verdict") or {}).get("class")),
+        ))
+    bounds = [n.clock_bound_ms for n in nodes if n.clock_bound_ms is not None]
+    tok_per_j = fleet.get("tokens_per_j")
+    energy = Energy(window="full", output_tok_per_j=sig(tok_per_j),
+                    j_per_output_tok=sig(1 / tok_per_j) if isinstance(tok_per_j, int | float) and tok_per_j else None,
+                    method="the hosts' GPUs over the benchmark's window, on the controller's clock")
+    gpus = [n.gpu_count for n in nodes if n.gpu_count is not None]
+    models: set[str] = set()
+    drivers: set[str] = set()
+    for topology in (topologies or {}).values():
+        stamp = _gpu_stamp(topology, Summary())
+        models.update(stamp.model.split("+") if stamp.model else [])
+        drivers.update([stamp.driver] if stamp.driver else [])
+    evidence: dict[str, Any] = {}
+    _flatten("", fleet_verdict.get("evidence") or {}, evidence)
+    excerpt = VerdictExcerpt.model_validate({
+        "class": str(fleet_verdict.get("class") or "unknown"),
+        "summary": _str(fleet_verdict.get("headline")),
+        "confidence": rnd(fleet_verdict.get("confidence"), 2),
+        "basis": "fleet",
+        # What the block would drop on writing (None) or says nothing (an empty list) is left out, so the entry
+        # reads back equal and a second record is a no-op.
+        "evidence": {k: v for k, v in sorted(evidence.items()) if v not in (None, "")},
+    })
+    argv = fleet_run.get("command")
+    return ResultsEntry(
+        run_id=run_id,
+        source="toolkit",
+        date=date,
+        spec_hash=spec_hash,
+        lab=_fleet_lab(summaries, bench_raw),
+        sglang_version=_sglang_version(bench_raw),
+        host="+".join(sorted(per_host)) or None,
+        gpu=GpuStamp(model="+".join(sorted(models)) or None, count=sum(gpus) if gpus else None,
+                     driver="+".join(sorted(drivers)) or None),
+        bench=_bench(bench_raw, profile_bench, [str(a) for a in argv] if isinstance(argv, list) else None,
+                     duration_s=b.get("duration_s")),
+        throughput=Throughput(
+            full_run=Rates(output_tok_per_s=rnd(b.get("output_tok_per_s"), TOK_PER_S_DIGITS),
+                           total_tok_per_s=rnd(b.get("total_tok_per_s"), TOK_PER_S_DIGITS),
+                           request_per_s=rnd(b.get("request_per_s"), 3)),
+            peak_output_tok_per_s=rnd(b.get("peak_output_tok_per_s"), TOK_PER_S_DIGITS),
+            no_steady_state="a fleet run is recorded over the benchmark's whole window"),
+        latency_ms=_latency(b.get("latency_ms")),
+        energy=energy,
+        verdict=excerpt,
+        artifacts=artifacts,
+        fleet=FleetResult(
+            layout=layout,
+            hosts=len(nodes),
+            gpu_count=sum(gpus) if gpus else None,
+            power_w=rnd(fleet.get("power_w"), W_DIGITS),
+            energy_j=sig(fleet.get("energy_j")),
+            output_tok_per_j=sig(tok_per_j),
+            network_gb_s=sig(fleet_run.get("network_gb_s")),
+            clock_bound_ms=max(bounds) if bounds else None,
+            nodes=nodes,
+        ),
     )

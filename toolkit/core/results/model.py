@@ -19,7 +19,8 @@ from toolkit.core.provenance import Provenance, ProvenanceKind
 # Schema history (migrations live in toolkit/core/results/migrate.py):
 #   1: written by the profiles engineer's importer: flat manual entries (figures beside the stamp).
 #   2: this shape: stamp, then grouped figures (throughput / latency_ms / power / energy / verdict); an entry an
-#      upgrade measured carries its `gate` (optional: every schema-2 block without one reads as before).
+#      upgrade measured carries its `gate` (optional: every schema-2 block without one reads as before); a run
+#      over several hosts carries its `fleet` (optional, the same way).
 RESULTS_SCHEMA_VERSION = 2
 DEFAULT_KEEP_LAST = 10
 
@@ -175,6 +176,39 @@ class Gate(_Strict):
     slo_definition: str | None = None  # under an SLO: which definition its figures follow
 
 
+class FleetNode(_Strict):
+    """One host of a run over several hosts, judged on the controller's clock over the benchmark's window."""
+
+    host: str
+    gpu_count: int | None = None
+    power_w: float | None = None  # the host's GPUs summed, mean over the window
+    power_of_limit: float | None = None
+    util_gpu_pct: float | None = None
+    sm_clock_mhz: float | None = None
+    energy_j: float | None = None
+    generated_tokens: float | None = None  # what its server counted (a rank that serves nothing: none)
+    output_tok_per_j: float | None = None
+    net_gb_s: float | None = None  # its busiest interface, mean over the window
+    clock_offset_ms: float | None = None  # the host's clock minus the controller's, at the run's start
+    clock_bound_ms: float | None = None  # the offset's uncertainty over the run (the wider end's)
+    verdict: str | None = None  # the node judged alone
+
+
+class FleetResult(_Strict):
+    """A run over several hosts (`toolkit apply --probe` of a profile over nodes or replicas): the fleet's figures
+    beside each node's. The entry's energy and verdict are the fleet's."""
+
+    layout: Literal["nodes", "replicas"]
+    hosts: int
+    gpu_count: int | None = None
+    power_w: float | None = None
+    energy_j: float | None = None
+    output_tok_per_j: float | None = None
+    network_gb_s: float | None = None  # the NCCL preflight's bus bandwidth, what the verdict weighs traffic by
+    clock_bound_ms: float | None = None  # the widest host's
+    nodes: list[FleetNode] = Field(default_factory=list)
+
+
 class ResultsEntry(_Strict):
     run_id: str
     source: Literal["toolkit", "manual"]
@@ -196,6 +230,7 @@ class ResultsEntry(_Strict):
     artifacts: str | None = None
     note: str | None = None  # manual entries: where the figures came from
     gate: Gate | None = None  # an upgrade's run: its side and the decision on the runs
+    fleet: FleetResult | None = None  # a run over several hosts: per-node figures beside the fleet's
 
     # Convenience views used by compare, diff and report.
     def output_tok_per_s(self) -> tuple[float | None, str]:

@@ -26,11 +26,14 @@ Standard library only (copied into the container with server.py).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 # torch.distributed's default process-group timeout for NCCL (default_pg_nccl_timeout), which SGLang passes on
 # when --dist-timeout is not given.
@@ -109,6 +112,36 @@ def wait_closed(conn: socket.socket) -> None:
     try:
         while conn.recv(64):
             pass
+    except OSError:
+        pass
+
+
+LAB_GPUS = "lab-gpus"  # rank 0's simulated GPUs, one JSON line each time: the lab's own word, not torch's
+
+
+def send_lab_gpus(store: Store, body: dict[str, Any]) -> None:
+    """Rank 0's simulated GPUs to every node that joined (LAB ONLY: a pipeline stage's GPUs work when the first
+    stage's do, so a follower's /lab/gpus mirrors them). A node gone is the watcher's business, not this."""
+    line = f"{LAB_GPUS} {json.dumps(body, separators=(',', ':'))}\n".encode()
+    for conn in list(store.peers.values()):
+        with contextlib.suppress(OSError):
+            conn.sendall(line)
+
+
+def follow(conn: socket.socket, on_lab_gpus: Callable[[dict[str, Any]], None]) -> None:
+    """A follower's side of the open connection until rank 0 is gone (wait_closed's end), handing on each
+    lab-gpus line rank 0 sends."""
+    conn.settimeout(None)
+    buf = b""
+    try:
+        while chunk := conn.recv(65536):
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                word, _, rest = line.decode(errors="replace").partition(" ")
+                if word == LAB_GPUS:
+                    with contextlib.suppress(ValueError):
+                        on_lab_gpus(json.loads(rest))
     except OSError:
         pass
 

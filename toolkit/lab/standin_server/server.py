@@ -78,6 +78,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
@@ -445,11 +446,7 @@ def make_handler(state: State) -> type[BaseHTTPRequestHandler]:
                 self._send_text(200, text)
                 return
             if path == "/lab/gpus":
-                with state.lock:
-                    now = time.monotonic() - state.t0
-                    body = {"simulated": em.MODEL_NOTE, "t_s": round(now, 4), "gpus": state.engine.gpu_rows(now),
-                            "topology": state.engine.topology()}
-                self._send_json(200, body)
+                self._send_json(200, lab_gpus_body(state))
                 return
             if path in ("/health", "/health_generate"):
                 starting = time.monotonic() - state.started_at < state.startup_s
@@ -703,10 +700,13 @@ def distributed_plan(args: argparse.Namespace, env: dict[str, str]) -> rendezvou
                            timeout_s=rendezvous.timeout_s(args.dist_timeout, env))
 
 
-def make_dummy_handler(enable_metrics: bool) -> type[BaseHTTPRequestHandler]:
+def make_dummy_handler(enable_metrics: bool, lab_gpus: Callable[[], dict[str, Any] | None] = lambda: None
+                       ) -> type[BaseHTTPRequestHandler]:
     """What a node of rank >= 1 serves: SGLang's launch_dummy_health_check_server (FastAPI): /health,
     /health_generate and /ping answer an empty 200, /metrics only with --enable-metrics (this node's schedulers
-    export nothing: only the first attention-TP rank's do), anything else FastAPI's 404 or 405."""
+    export nothing: only the first attention-TP rank's do), anything else FastAPI's 404 or 405. Beside them, LAB
+    ONLY as on rank 0: /lab/gpus, this node's simulated GPUs (rank 0's as it last sent them: a pipeline stage
+    works when the first does), 503 until rank 0 has sent any."""
 
     class DummyHandler(BaseHTTPRequestHandler):
         server_version = "sglang-lab-standin/" + STANDIN_VERSION
@@ -721,7 +721,11 @@ def make_dummy_handler(enable_metrics: bool) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
-            if path not in self.routes:
+            if path == "/lab/gpus":
+                body = lab_gpus()
+                self._send(200, json.dumps(body).encode()) if body is not None else \
+                    self._send(503, b'{"detail":"rank 0 has sent no GPU state yet"}')
+            elif path not in self.routes:
                 self._send(404, b'{"detail":"Not Found"}')
             elif path == "/metrics":
                 self._send(200, b"", PROMETHEUS_TEXT)
@@ -738,13 +742,37 @@ def make_dummy_handler(enable_metrics: bool) -> type[BaseHTTPRequestHandler]:
     return DummyHandler
 
 
+LAB_GPUS_PERIOD_S = 0.1  # a follower's /lab/gpus is this stale at most: one tick of the probe's default 10 Hz
+
+
+def lab_gpus_body(state: Any) -> dict[str, Any]:
+    """/lab/gpus's answer (LAB ONLY): each simulated GPU's figures now, and the topology."""
+    with state.lock:
+        now = time.monotonic() - state.t0
+        return {"simulated": em.MODEL_NOTE, "t_s": round(now, 4), "gpus": state.engine.gpu_rows(now),
+                "topology": state.engine.topology()}
+
+
+def lab_gpus_to_followers(state: Any, store: rendezvous.Store) -> None:
+    while True:
+        rendezvous.send_lab_gpus(store, lab_gpus_body(state))
+        time.sleep(LAB_GPUS_PERIOD_S)
+
+
 def serve_follower(args: argparse.Namespace, conn: socket.socket) -> NoReturn:
     """Node rank >= 1 once every node has joined: no API, SGLang's dummy health server, and the schedulers' wait
     until the group breaks (rank 0 gone), which ends this node as SGLang's scheduler error does."""
-    server = _Server((args.host, args.port), make_dummy_handler(args.enable_metrics))
+    latest: list[dict[str, Any]] = []
+
+    def mirrored(body: dict[str, Any]) -> None:
+        latest[:] = [{**body, "simulated": f"{body.get('simulated') or em.MODEL_NOTE}; node rank "
+                      f"{args.node_rank} mirrors node rank 0's GPUs (a pipeline stage works when the first does)"}]
+
+    server = _Server((args.host, args.port), make_dummy_handler(args.enable_metrics,
+                                                                lambda: latest[0] if latest else None))
     threading.Thread(target=server.serve_forever, name="health-check-server", daemon=True).start()
     log(f"Dummy health check server started in background thread at {args.host}:{args.port}")
-    rendezvous.wait_closed(conn)
+    rendezvous.follow(conn, mirrored)
     scheduler_failed(peer_closed(conn))
 
 
@@ -815,6 +843,7 @@ def main(argv: list[str] | None = None) -> int:
     if store is not None:
         # A node that leaves breaks the group: rank 0's next broadcast fails and takes the server down.
         store.watch(lambda rank: scheduler_failed(peer_closed(store.peers[rank])))
+        threading.Thread(target=lab_gpus_to_followers, args=(state, store), name="lab-gpus", daemon=True).start()
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "
         f"on {args.host}:{args.port}; flags not interpreted: {sorted(state.extra)}"
