@@ -120,6 +120,10 @@ def build_parser(group: str | None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="toolkit",
         description="Declarative, measured SGLang tuning profiles for your own GPU servers.",
+        # The three ways in (docs/start.md), for someone whose first command is the bare `toolkit`.
+        epilog="Start: docs/start.md. Try it: scripts/demo (the lab). Measure a server you run: toolkit profile "
+               "import --server-url URL, then toolkit probe run --profile NAME. Your Proxmox host: toolkit "
+               "inventory add NAME --address ADDR, then toolkit host plan NAME --profile PROFILE.",
     )
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND")
