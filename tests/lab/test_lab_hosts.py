@@ -184,10 +184,7 @@ def test_replicas_behind_the_router_probe_through_it_with_its_per_backend_load(l
     the verdict's evidence, beside each replica's figures; one entry is recorded."""
     from toolkit.app.record import load_results
 
-    # 640 prompts (the lab's default is 160): about 10 s of load against the benchmark's 5 s of start-up, so
-    # each replica is busy most of the judged window (with 160 one replica idled at its lowest clock for half the
-    # window and the slow-node rule named it).
-    rc, summary, err = apply_profile(lab2, fleet_work, "glm5-tp8-x2", "--probe", "--record", "--num-prompts", "640")
+    rc, summary, err = apply_profile(lab2, fleet_work, "glm5-tp8-x2", "--probe", "--record")
     assert rc == 0, err[-4000:]
     run_dir = Path(summary["fleet_probe"]["run_dir"])
     verdict = summary["fleet_probe"]["verdict"]
@@ -199,6 +196,9 @@ def test_replicas_behind_the_router_probe_through_it_with_its_per_backend_load(l
     load = verdict["evidence"]["backend_load"]
     print("router's load:", load, verdict["evidence"]["backend_load_is"], verdict["class"])
     assert set(load) == urls and sum(load.values()) > 0, verdict["evidence"]
+    # The two stand-in replicas run alike: judged while the router had work (the lab's 160 prompts are about 7 s
+    # of it in a 13 s benchmark), neither is a slow node for idling through bench_serving's start-up.
+    assert verdict["class"] not in ("slow-node", "slow-rank"), verdict["headline"]
     for host in ("ct", "ct2"):
         assert verdict["per_host"][host]["gpu_count"] == 8 and verdict["per_host"][host]["energy_j"] > 0
     assert summary["record"]["recorded"]["fleet"].startswith("added")
