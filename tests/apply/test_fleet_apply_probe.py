@@ -40,9 +40,11 @@ def _fleet_run(tmp_path: Path, rc: int = 0) -> fleet_probe.FleetProbeOutcome:
     (out / "ct").mkdir(parents=True)
     (out / "ct" / "server_info.json").write_text("{}")  # what the deploy fetched there first stays
     result_file = tmp_path / "a" / "20261206T112000Z-glm5-2node.bench.jsonl"
-    command = fleet_bench_command([], [], _bench_argv(result_file, rc), str(result_file), "/models/huggingface")
+    bench = _bench_argv(result_file, rc)
+    command = fleet_bench_command([], [], bench, str(result_file), "/models/huggingface")
     return fleet_probe.run(fleet_probe.FleetProbeRequest(command=command, inventory=inv, pattern="ct:ct2",
-                                                         idle_s=0.5, sample_hz=10, out=out, network_gb_s=3.87))
+                                                         idle_s=0.5, sample_hz=10, out=out, network_gb_s=3.87,
+                                                         bench_argv=bench, bench_host="ct"))
 
 
 def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(
@@ -67,6 +69,9 @@ def test_the_fleet_run_holds_every_hosts_trace_and_clock_and_records_typed_once(
     assert all(n.clock_bound_ms is not None and n.energy_j for n in entry.fleet.nodes)
     assert entry.fleet.network_gb_s == 3.87 and entry.bench.num_prompts == 40
     assert entry.throughput.full_run.output_tok_per_s == 3333.3
+    # what ran is the benchmark on its host, not the SSH line around it (with its key's path)
+    assert run["command"][0] == sys.executable and run["command_host"] == "ct"
+    assert entry.bench.command is not None and not entry.bench.command.startswith("sh ")
     # replayed GPUs are never a measurement: the entry says so, naming the hosts
     assert entry.provenance().kind == "replayed" and entry.lab is not None and entry.lab.note.startswith("ct, ct2:")
     before = (tmp_path / "profiles" / "glm5-2node.yaml").read_bytes()

@@ -786,7 +786,8 @@ def run_fleet_probe(deploy_plan: DeployPlan, on_message: Callable[[str], None]) 
     request = fleet_probe.FleetProbeRequest(
         command=command, inventory=str(deploy_plan.inventory), pattern=":".join(probe.sampled),
         out=deploy_plan.fetch_dir, sampler_args=[str(a) for a in extravars.get("bench_probe_probe_args") or []],
-        network_gb_s=deploy_plan.network_gb_s, router_metrics_url=probe.router_metrics_url)
+        network_gb_s=deploy_plan.network_gb_s, router_metrics_url=probe.router_metrics_url,
+        bench_argv=list(deploy_plan.fleet_bench_argv), bench_host=probe.bench_host)
     return fleet_probe.run(request, on_message=on_message)
 
 

@@ -56,6 +56,10 @@ class FleetProbeRequest:
     backend_load: dict[str, float] | None = None  # a per-backend load from elsewhere (the router's, given)
     router_metrics_url: str | None = None  # the router's Prometheus exposition: its per-backend load, scraped here
     router_hz: float = 2.0
+    # What the run record names as the benchmark, where `command` wraps it (apply runs the profile's bench over SSH
+    # on the bench host): the bench's own argv and that host, not the SSH line with its key's path.
+    bench_argv: list[str] | None = None
+    bench_host: str | None = None
 
 
 @dataclass
@@ -198,7 +202,9 @@ def run(request: FleetProbeRequest, on_message: Callable[[str], None] = lambda _
         "started_at_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "clock": "seconds since the run's start on time.monotonic() of the controller",
         "clock_origin_epoch_ns": t0_epoch_ns, "hosts": [h.name for h in hosts], "sample_hz": request.sample_hz,
-        "idle_s": request.idle_s, "command": redact_argv(request.command), "network_gb_s": request.network_gb_s,
+        "idle_s": request.idle_s, "command": redact_argv(request.bench_argv or request.command),
+        "network_gb_s": request.network_gb_s,
+        **({"command_host": request.bench_host} if request.bench_argv and request.bench_host else {}),
         "status": "running",
     }
     write_fleet_record(out, "run.json", manifest)
