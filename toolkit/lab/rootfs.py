@@ -126,7 +126,7 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     final = template_dir(suite, cache_dir)
     cache_lock.build_once(final, lambda: _template_done(final),
                           lambda: _build_template_locked(suite, final, cache_dir, mirror))
-    return final / template.APPLIANCES[suite].file_name
+    return template_file(suite, cache_dir)
 
 
 def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
@@ -148,6 +148,15 @@ def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
 
 def _template_done(final: Path) -> bool:
     return (final / ".toolkit-lab-complete").is_file()
+
+
+def template_cached(suite: str, cache_dir: Path = CACHE_DIR) -> bool:
+    """Whether `suite`'s CT template is built in the cache (what `build_template` would return at once)."""
+    return _template_done(template_dir(suite, cache_dir))
+
+
+def template_file(suite: str, cache_dir: Path = CACHE_DIR) -> Path:
+    return template_dir(suite, cache_dir) / template.APPLIANCES[suite].file_name
 
 
 def _packages_index(mirror: str, suite: str) -> bytes:
