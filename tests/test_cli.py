@@ -136,6 +136,22 @@ def test_typos_get_the_subcommands_own_usage_and_did_you_mean(capsys) -> None:
     assert "did you mean" not in capsys.readouterr().err  # nothing near: no guess
 
 
+@pytest.mark.parametrize(("verb", "home"), [("validate", "toolkit profile validate"),
+                                             ("provision", "toolkit host provision"),  # not `profile`, near in spelling
+                                             ("run", "toolkit probe run")])
+def test_a_verb_typed_alone_is_pointed_to_its_group(capsys, verb: str, home: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([verb])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.rstrip().endswith(f"(did you mean {home}?)")
+
+
+def test_a_group_misspelt_still_gets_the_nearest_group(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["profle", "list"])
+    assert capsys.readouterr().err.rstrip().endswith("(did you mean profile?)")
+
+
 def test_a_usage_error_does_not_echo_a_secret_typed_as_an_unknown_option(capsys) -> None:
     # `toolkit probe run --api-key sk-...` (meant for bench_serving, after `--`) lands in the terminal's log.
     with pytest.raises(SystemExit) as exit_:

@@ -155,6 +155,7 @@ def test_the_lab_plugs_in_through_role_variables_and_says_so_once() -> None:
     assert containers == {"container_nvidia_userspace_cuda_install_method": "none", "sglang_venv_model_fetch": False,
                           "sglang_service_health_timeout_s": plan.LAB_HEALTH_TIMEOUT_S,
                           "lxc_gpu_container_ssh_timeout_s": plan.LAB_CT_SSH_TIMEOUT_S,
+                          "lxc_gpu_container_guest_wait_s": plan.LAB_CT_SSH_TIMEOUT_S,
                           "sglang_venv_pip_compile": False}
     # Every variable the lab sets for the roles is named in a note, so a run never substitutes silently.
     told = " ".join(notes)

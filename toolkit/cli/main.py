@@ -87,17 +87,43 @@ class Parser(argparse.ArgumentParser):
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = [c.strip().strip("'") for c in match.group(2).split(",")]  # quoted up to Python 3.11
+            # A newcomer types the verb alone (`toolkit validate`, `toolkit provision`): the group that has it as its
+            # own subcommand comes before a spelling near a group's name (`provision` is not `profile`).
+            homes = ([f"toolkit {g} {match.group(1)}" for g in groups_with_subcommand(match.group(1))]
+                     if self.prog == "toolkit" else [])
             near = difflib.get_close_matches(match.group(1), choices, n=1, cutoff=0.5)
-            if near:
+            if homes:
+                message += f" (did you mean {' or '.join(homes)}?)"
+            elif near:
                 message += f" (did you mean {near[0]}?)"
         Parser.last_error = message
         super().error(message)
+
+
+def groups_with_subcommand(name: str) -> list[str]:
+    """The command groups that have `name` as a subcommand (`validate`: profile). Loads every group's module: only
+    on the way to a usage error."""
+    out = []
+    for group, (module_name, _help) in GROUPS.items():
+        probe = Parser(prog=f"toolkit {group}")
+        try:
+            importlib.import_module(module_name).configure(probe)
+        except ToolkitError:  # a group that refuses this environment as it loads (the lab's instance name)
+            continue
+        sub = next((a for a in probe._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is not None and name in sub.choices:
+            out.append(group)
+    return out
 
 
 def build_parser(group: str | None) -> argparse.ArgumentParser:
     parser = Parser(
         prog="toolkit",
         description="Declarative, measured SGLang tuning profiles for your own GPU servers.",
+        # The three ways in (docs/start.md), for someone whose first command is the bare `toolkit`.
+        epilog="Start: docs/start.md. Try it: scripts/demo (the lab). Measure a server you run: toolkit profile "
+               "import --server-url URL, then toolkit probe run --profile NAME. Your Proxmox host: toolkit "
+               "inventory add NAME --address ADDR, then toolkit host plan NAME --profile PROFILE.",
     )
     parser.add_argument("--version", action="version", version=f"toolkit {__version__}")
     sub = parser.add_subparsers(dest="group", metavar="COMMAND")

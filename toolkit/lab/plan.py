@@ -681,7 +681,7 @@ _NOTE_STANDINS = ("lab: the GPUs, /proc/devices, /proc/driver/nvidia, lspci and 
 _NOTE_CONTAINER = ("lab: no CUDA repository is reachable from the container "
                    "(container_nvidia_userspace_cuda_install_method=none); a new container's sshd is waited for "
                    f"longer than on a real host (lxc_gpu_container_ssh_timeout_s={LAB_CT_SSH_TIMEOUT_S}: the machine "
-                   "runs other labs)")
+                   "runs other labs), and so are `pct start` and `stop` (lxc_gpu_container_guest_wait_s)")
 _NOTE_DEPLOY = ("lab: no Hugging Face, so the model is not fetched (sglang_venv_model_fetch=false); the stand-in "
                 "server answers /health within seconds (sglang_service_health_timeout_s=20); the engine's venv is "
                 "installed without byte-compiling it (sglang_venv_pip_compile=false: the stand-ins and the bench "
@@ -765,6 +765,9 @@ def render_inventory(state: LabState) -> str:
                         # A container's first boot waits on pve1's systemd and the machine's other labs: 120 s
                         # (the role's default, ample on a real host) ran out at load 25 on the 2-core machine.
                         "lxc_gpu_container_ssh_timeout_s": LAB_CT_SSH_TIMEOUT_S,
+                        # `pct start` and `stop` wait the same way: a CI run's strict-container test saw "not
+                        # running 180 s after pct start" (the role's default) at load 25.
+                        "lxc_gpu_container_guest_wait_s": LAB_CT_SSH_TIMEOUT_S,
                         # pip's compile of the lock's 169 wheels was most of their install (42 s of a cold demo);
                         # the lab's venv is made afresh for each lock and imports a fraction of it.
                         "sglang_venv_pip_compile": False,
