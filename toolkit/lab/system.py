@@ -940,25 +940,27 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     progress("Debian 12 userland (cached after the first up)")
     from concurrent.futures import ThreadPoolExecutor
 
-    # The stand-in installers need no userland: they are built (gcc, tar) while mmdebstrap waits on the mirror and dpkg.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
-        built = pool.submit(build_installers, config)
-        try:
+    # Until the state names the template's build (then `down` stops it), a failure here stops it.
+    try:
+        # The stand-in installers need no userland: they are built (gcc, tar) while mmdebstrap waits on the mirror
+        # and dpkg.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
+            built = pool.submit(build_installers, config)
             lower = rootfs.build()
-        except BaseException:
-            if builder is not None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(builder.pid, signal.SIGTERM)
-            raise
-        progress("stand-ins: compiling libcuda, packing the driver installer (beside the userland)" +
-                 (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
-        installers, mirror = build_flavour(config, lower, built.result())
-    installer = installers[0]
-    key = ensure_ssh_key()
-    state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
-                     known_hosts_path=str(SSH_DIR / "known_hosts"),
-                     template_builder=[builder.pid, start_ticks(builder.pid)] if builder else [])
-    save_state(state)
+            progress("stand-ins: compiling libcuda, packing the driver installer (beside the userland)" +
+                     (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
+            installers, mirror = build_flavour(config, lower, built.result())
+        installer = installers[0]
+        key = ensure_ssh_key()
+        state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
+                         known_hosts_path=str(SSH_DIR / "known_hosts"),
+                         template_builder=[builder.pid, start_ticks(builder.pid)] if builder else [])
+        save_state(state)
+    except BaseException:
+        if builder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(builder.pid, signal.SIGTERM)
+        raise
     try:
         known = ""
         if config.cluster:
