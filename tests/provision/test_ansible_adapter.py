@@ -310,3 +310,45 @@ def test_no_inventory_names_the_lab_inventory_of_this_instance(instance: str, na
     with pytest.raises(ToolkitError) as err:
         ansible.find_inventory(None)
     assert named in err.value.problems[0].fix
+
+
+POLL_BOOK = """\
+- name: Which poll interval
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Say it
+      ansible.builtin.debug:
+        msg: "poll={{ lookup('ansible.builtin.config', 'DEFAULT_INTERNAL_POLL_INTERVAL') }}"
+"""
+
+
+def _poll_interval_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> str:
+    _, inv, _ = local
+    book = tmp_path / "poll.yml"
+    book.write_text(POLL_BOOK)
+    seen: list[PlaybookEvent] = []
+    result = run_playbook(str(book), inventory=inv, private_data_dir=tmp_path / "runs", on_event=seen.append)
+    assert result.rc == 0, result.failures
+    said = [e.result.get("msg") for e in seen if e.kind == "ok" and e.task == "Say it"]
+    assert len(said) == 1, said
+    return str(said[0])
+
+
+def test_the_controller_polls_its_workers_every_10_ms_without_a_config_of_the_users(
+        local: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if Path("/etc/ansible/ansible.cfg").is_file():
+        pytest.skip("this machine has /etc/ansible/ansible.cfg, which the toolkit leaves in force")
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _poll_interval_seen(local, tmp_path) == "poll=0.01"
+
+
+def test_a_users_own_ansible_config_stays_in_force(local: tuple[Path, Path, Path], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".ansible.cfg").write_text("[defaults]\ninternal_poll_interval = 0.05\n")
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    assert _poll_interval_seen(local, tmp_path) == "poll=0.05"
