@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
+import io
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,22 +12,28 @@ import pytest
 
 from toolkit.adapters.ansible import read_inventory
 from toolkit.app.apply import _limit_with_power_hosts, _overlay
+from toolkit.cli.main import main
 from toolkit.core.errors import ToolkitError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _apply(tmp: Path, profiles: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _apply(tmp: Path, profiles: Path, *extra: str) -> tuple[int, str]:
+    """`toolkit apply profile glm5-tp8` in this process (what it prints is what the command prints): its exit code
+    and stderr."""
     inventory = tmp / "inventory.ini"
     # A host that would leave a mark if anything ran against it.
     host = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}"
     inventory.write_text(f"[gpu_containers]\n{host}\n")
-    env = {**os.environ, "TOOLKIT_STATE_DIR": str(tmp / "state"), "TOOLKIT_WHEELHOUSE_DIR": str(tmp / "wheels")}
-    return subprocess.run(
-        [sys.executable, "-m", "toolkit", "apply", "profile", "glm5-tp8", "-i", str(inventory),
-         "--profiles-dir", str(profiles), "--runs-dir", str(tmp / "runs"), *extra],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TOOLKIT_STATE_DIR", str(tmp / "state"))
+        env.setenv("TOOLKIT_WHEELHOUSE_DIR", str(tmp / "wheels"))
+        env.chdir(REPO)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            rc = main(["apply", "profile", "glm5-tp8", "-i", str(inventory), "--profiles-dir", str(profiles),
+                       "--runs-dir", str(tmp / "runs"), *extra])
+    return rc, err.getvalue()
 
 
 def test_invalid_profile_touches_no_host(tmp_path: Path) -> None:
@@ -37,18 +43,17 @@ def test_invalid_profile_touches_no_host(tmp_path: Path) -> None:
     text = tp8.read_text()
     tp8.write_text(text.replace("  max_running_requests: 1024", "  max_running_requests: -3"))
     line = next(i for i, t in enumerate(tp8.read_text().splitlines(), 1) if "max_running_requests: -3" in t)
-    proc = _apply(tmp_path, profiles)
-    assert proc.returncode == 2, proc.stderr
-    assert f"glm5-tp8.yaml:{line}" in proc.stderr and "max_running_requests" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    rc, stderr = _apply(tmp_path, profiles)
+    assert rc == 2, stderr
+    assert f"glm5-tp8.yaml:{line}" in stderr and "max_running_requests" in stderr
     # Nothing ran: no Ansible run directory, no wheelhouse, no fetched artifacts.
     assert not (tmp_path / "state").exists() and not (tmp_path / "wheels").exists()
     assert not (tmp_path / "runs").exists()
 
 
 def test_record_needs_probe(tmp_path: Path) -> None:
-    proc = _apply(tmp_path, REPO / "profiles", "--record")
-    assert proc.returncode == 2 and "--probe" in proc.stderr
+    rc, stderr = _apply(tmp_path, REPO / "profiles", "--record")
+    assert rc == 2 and "--probe" in stderr
     assert not (tmp_path / "state").exists()
 
 
@@ -80,13 +85,13 @@ def test_an_allowed_open_bind_is_a_warning_on_every_apply(tmp_path: Path) -> Non
     tp8 = profiles / "glm5-tp8.yaml"
     open_bind = "\nserver:\n  host: 0.0.0.0\n  allow_unauthenticated: true\n"
     tp8.write_text(tp8.read_text().replace("\nserver:\n", open_bind, 1))
-    refused = _apply(tmp_path, profiles, "--record")
-    assert refused.returncode == 2 and "allow-unauthenticated-needs-why" in refused.stderr  # no why: an error
+    rc, stderr = _apply(tmp_path, profiles, "--record")
+    assert rc == 2 and "allow-unauthenticated-needs-why" in stderr  # no why: an error
     why = "\nwhy:\n  server.allow_unauthenticated: {reason: lab network only}\n"
     tp8.write_text(tp8.read_text().replace("\nwhy:\n", why, 1))
-    proc = _apply(tmp_path, profiles, "--record")  # refused (no --probe), after the warning
-    assert proc.returncode == 2 and "--probe" in proc.stderr and not (tmp_path / "state").exists()
-    assert "public-bind-acknowledged" in proc.stderr and "WITHOUT an API key" in proc.stderr
+    rc, stderr = _apply(tmp_path, profiles, "--record")  # refused (no --probe), after the warning
+    assert rc == 2 and "--probe" in stderr and not (tmp_path / "state").exists()
+    assert "public-bind-acknowledged" in stderr and "WITHOUT an API key" in stderr
 
 
 def test_a_limit_to_containers_brings_their_proxmox_host_for_the_power_limit(tmp_path: Path) -> None:

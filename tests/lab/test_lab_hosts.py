@@ -8,11 +8,13 @@ One lab for the module: it takes the session's lab down and brings it back, bare
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,31 +109,55 @@ def test_a_fleet_probe_merges_pve2s_250_ms_onto_the_controllers_clock(lab2: LabS
     probe_lab_hosts(lab2, ["pve1", "pve2"], tmp_path, skew_ms={"pve2": SKEW_MS})
 
 
-def test_apply_over_both_hosts_probes_every_host_on_one_clock_and_records_once(lab2: LabState,
-                                                                                tmp_path: Path) -> None:
-    """`toolkit host provision all --containers`, then `toolkit apply profile glm5-2node --probe --record`: the
-    fleet probe samples ct (pve1) and ct2 (pve2) from here, the run holds both hosts' GPU traces and each host's
-    clock offset with its bound, the verdict has per-node figures, one typed entry is recorded (the lab's simulated
-    GPUs: a stand-in's); a second apply changes nothing on either host."""
-    import json
+@pytest.fixture(scope="module")
+def fleet_work(lab2: LabState, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Both hosts and their containers provisioned once for the module's applies (`toolkit host provision all
+    --containers`), and the shipped profiles copied where those applies record."""
     import shutil
 
-    from tests.apply.apply_lab_support import REPO, toolkit
-    from toolkit.app.record import load_results
+    from tests.apply.apply_lab_support import REPO
 
     for h in lab2.config.lab_hosts:  # the bare containers an earlier test made give way to provisioned ones
         lab2.ssh(h.name, f"pct stop {h.ct_vmid} >/dev/null 2>&1; pct destroy {h.ct_vmid} >/dev/null 2>&1; true")
-    inv = str(lab2.inventory_path)
-    prov = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "all", "--containers", "-i", inv],
-                          capture_output=True, text=True, cwd=REPO, timeout=1800)
-    assert prov.returncode == 0, prov.stderr[-4000:]
-    shutil.copytree(REPO / "profiles", tmp_path / "profiles")
-    args = ["apply", "profile", "glm5-2node", "-i", inv, "--profiles-dir", str(tmp_path / "profiles"),
-            "--runs-dir", str(tmp_path / "runs")]
     t0 = time.monotonic()
-    rc, summary, err = toolkit(*args, "--probe", "--record", cwd=REPO)
+    prov = subprocess.run([sys.executable, "-m", "toolkit", "host", "provision", "all", "--containers", "-i",
+                           str(lab2.inventory_path)], capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert prov.returncode == 0, prov.stderr[-4000:]
+    print(f"\nhost provision all --containers: {time.monotonic() - t0:.1f} s")
+    work = tmp_path_factory.mktemp("fleet")
+    shutil.copytree(REPO / "profiles", work / "profiles")
+    return work
+
+
+def apply_profile(lab: LabState, work: Path, profile: str, *extra: str,
+                  inventory: Path | None = None) -> tuple[int, dict[str, Any], str]:
+    from tests.apply.apply_lab_support import REPO, toolkit
+
+    t0 = time.monotonic()
+    out = toolkit("apply", "profile", profile, "-i", str(inventory or lab.inventory_path), "--profiles-dir",
+                  str(work / "profiles"), "--runs-dir", str(work / "runs"), *extra, cwd=REPO)
+    print(f"\napply {profile} {' '.join(extra)}: {time.monotonic() - t0:.1f} s, rc {out[0]}, "
+          f"changed {out[1].get('changed')}")
+    return out
+
+
+def print_fleet(verdict: dict[str, Any]) -> None:
+    print(verdict["headline"])
+    for host, fig in verdict["per_host"].items():
+        print(host, {k: fig.get(k) for k in ("power_w", "energy_j", "tokens_per_j", "net_gb_s")},
+              verdict["evidence"]["clocks"].get(host), (fig.get("verdict") or {}).get("class"))
+
+
+def test_apply_over_both_hosts_probes_every_host_on_one_clock_and_records_once(lab2: LabState,
+                                                                                fleet_work: Path) -> None:
+    """`toolkit apply profile glm5-2node --probe --record` after `host provision all --containers`: the fleet probe
+    samples ct (pve1) and ct2 (pve2) from here, the run holds both hosts' GPU traces and each host's clock offset
+    with its bound, the verdict has per-node figures, one typed entry is recorded (the lab's simulated GPUs: a
+    stand-in's); a second apply changes nothing on either host."""
+    from toolkit.app.record import load_results
+
+    rc, summary, err = apply_profile(lab2, fleet_work, "glm5-2node", "--probe", "--record")
     assert rc == 0, err[-4000:]
-    print(f"\napply --probe --record: {time.monotonic() - t0:.1f} s")
     run_dir = Path(summary["fleet_probe"]["run_dir"])
     run = json.loads((run_dir / "run.json").read_text())
     verdict = summary["fleet_probe"]["verdict"]
@@ -142,17 +168,72 @@ def test_apply_over_both_hosts_probes_every_host_on_one_clock_and_records_once(l
         assert verdict["per_host"][host]["gpu_count"] == 8 and verdict["per_host"][host]["energy_j"] > 0
     assert run["network_gb_s"] and verdict["fleet"]["gpu_count"] == 16
     assert summary["record"]["recorded"]["fleet"].startswith("added")
-    print(verdict["headline"])
-    for host, fig in verdict["per_host"].items():
-        print(host, {k: fig.get(k) for k in ("power_w", "energy_j", "tokens_per_j", "net_gb_s")},
-              verdict["evidence"]["clocks"].get(host), (fig.get("verdict") or {}).get("class"))
-    entry = load_results("glm5-2node", tmp_path / "profiles").block.entries[-1]
+    print_fleet(verdict)
+    entry = load_results("glm5-2node", fleet_work / "profiles").block.entries[-1]
     assert entry.run_id == run_dir.name and entry.fleet is not None
     assert [n.host for n in entry.fleet.nodes] == ["ct", "ct2"] and entry.provenance().kind == "stand-in"
-    t0 = time.monotonic()
-    rc, again, err = toolkit(*args, cwd=REPO)
-    print(f"second apply: {time.monotonic() - t0:.1f} s, changed {again.get('changed')}")
+    rc, again, err = apply_profile(lab2, fleet_work, "glm5-2node")
     assert rc == 0 and again["changed"] == 0, (again.get("hosts"), err[-2000:])
+
+
+def test_replicas_behind_the_router_probe_through_it_with_its_per_backend_load(lab2: LabState,
+                                                                                fleet_work: Path) -> None:
+    """`toolkit apply profile glm5-tp8-x2 --probe --record` over the node ranks the test before left: the change
+    rolls over ct and ct2, SGLang's router (the pinned smg) starts last on ct, the benchmark goes through it, and
+    the router's own per-backend load (its Prometheus exporter, scraped here) is in the run's router_trace.csv and
+    the verdict's evidence, beside each replica's figures; one entry is recorded."""
+    from toolkit.app.record import load_results
+
+    rc, summary, err = apply_profile(lab2, fleet_work, "glm5-tp8-x2", "--probe", "--record")
+    assert rc == 0, err[-4000:]
+    run_dir = Path(summary["fleet_probe"]["run_dir"])
+    verdict = summary["fleet_probe"]["verdict"]
+    print_fleet(verdict)
+    urls = {f"http://{h.ct_address}:8000" for h in lab2.config.lab_hosts}
+    router = (run_dir / "router_trace.csv").read_text()
+    scraped = {line.split(",")[1] for line in router.splitlines() if line[:1].isdigit()}
+    assert urls <= scraped, router[:2000]
+    load = verdict["evidence"]["backend_load"]
+    print("router's load:", load, verdict["evidence"]["backend_load_is"], verdict["class"])
+    assert set(load) == urls and sum(load.values()) > 0, verdict["evidence"]
+    # The two stand-in replicas run alike: judged while the router had work (the lab's 160 prompts are about 7 s
+    # of it in a 13 s benchmark), neither is a slow node for idling through bench_serving's start-up.
+    assert verdict["class"] not in ("slow-node", "slow-rank"), verdict["headline"]
+    for host in ("ct", "ct2"):
+        assert verdict["per_host"][host]["gpu_count"] == 8 and verdict["per_host"][host]["energy_j"] > 0
+    assert summary["record"]["recorded"]["fleet"].startswith("added")
+    entry = load_results("glm5-tp8-x2", fleet_work / "profiles").block.entries[-1]
+    assert entry.run_id == run_dir.name and entry.fleet is not None
+    assert [n.host for n in entry.fleet.nodes] == ["ct", "ct2"] and entry.provenance().kind == "stand-in"
+
+
+def test_a_rolling_change_stops_at_a_replica_that_fails_and_puts_it_back_on_its_old_unit(
+        lab2: LabState, fleet_work: Path, tmp_path: Path) -> None:
+    """A child of glm5-tp8-x2 with another max_running_requests over the replicas that serve, ct2's health made
+    to fail (the lab's inventory switch): ct takes the new unit, ct2 fails its health wait, is put back on its
+    previous unit and serves again; the run stops there with exit 1."""
+    import yaml
+
+    (fleet_work / "profiles" / "glm5-tp8-x2-mrr.yaml").write_text(
+        "schema_version: 1\nname: glm5-tp8-x2-mrr\nextends: glm5-tp8-x2\n"
+        "description: glm5-tp8-x2 with fewer requests at once per replica.\n"
+        "server:\n  max_running_requests: 768\n")
+    inv = yaml.safe_load(Path(lab2.inventory_path).read_text())
+    inv["all"]["children"]["gpu_containers"]["hosts"]["ct2"]["toolkit_lab_standin_fail_health"] = True
+    failing = tmp_path / "ct2-fails-health.yml"
+    failing.write_text(yaml.safe_dump(inv))
+    rc, summary, err = apply_profile(lab2, fleet_work, "glm5-tp8-x2-mrr", inventory=failing)
+    assert rc == 1, err[-4000:]
+    failures = summary["failures"]
+    assert {f["host"] for f in failures} == {"ct2"}, failures
+    message = "\n".join(f["message"] for f in failures)
+    assert "did not answer" in message and "back on its previous unit, serving again" in message, message
+    unit = {h: ok(lab2, h, "systemctl cat sglang") for h in ("ct", "ct2")}
+    assert "--max-running-requests 768" in unit["ct"], unit["ct"]
+    assert "--max-running-requests 1024" in unit["ct2"] and "768" not in unit["ct2"], unit["ct2"]
+    health = ok(lab2, "ct2", "python3 -c 'import urllib.request as u; "
+                             "print(u.urlopen(\"http://127.0.0.1:8000/health\", timeout=10).status)'")
+    assert health.strip() == "200", health
 
 
 def test_down_leaves_nothing_of_either_host(lab2: LabState) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from pathlib import Path
 
 import pytest
@@ -204,6 +205,22 @@ def test_state_round_trips_and_a_newer_schema_is_refused() -> None:
     assert err.value.problems[0].field == "schema"
     with pytest.raises(ToolkitError):
         LabState.from_json("{not json", "state.json")
+
+
+def test_a_state_with_keys_this_toolkit_lacks_is_refused_as_its_own_and_read_as_anothers() -> None:
+    # Another instance brought up by another branch of the toolkit (a key added since) must not stop this one's
+    # `lab up` from reading which networks it holds; this lab's own such state is refused with the fix.
+    state = default_state()
+    data = json.loads(state.to_json())
+    data["template_builder"] = [4242, 17]
+    data["config"]["gpu_fabric"] = "nvlink"
+    text = json.dumps(data)
+    with pytest.raises(ToolkitError) as err:
+        LabState.from_json(text, "/var/lib/toolkit-lab/state.json")
+    assert err.value.problems[0].field == "config.gpu_fabric"
+    assert "template_builder" in err.value.problems[0].message
+    other = LabState.from_json(text, "/var/lib/toolkit-lab-q3/state.json", tolerant=True)
+    assert other == state
 
 
 def test_ssh_args_pin_pve1s_host_key_and_refuse_unknown_hosts() -> None:

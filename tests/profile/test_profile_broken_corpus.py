@@ -53,7 +53,16 @@ def test_ok_base_is_valid(capsys) -> None:
 
 @pytest.mark.parametrize("case", ["malformed-yaml", "sm120-allreduce-fusion", "cycle-a", "newline-in-env",
                                   "public-bind-no-key"])
-def test_real_cli_exit_2_without_traceback(case: str) -> None:
+def test_the_text_error_names_file_line_and_fix(case: str, capsys) -> None:
+    assert main(["profile", "validate", case, "--profiles-dir", str(BROKEN)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and f"{EXPECTED[case]['file']}:{EXPECTED[case]['line']}:" in err
+    assert "\n  fix: " in err
+
+
+def test_real_cli_exit_2_without_traceback() -> None:
+    """The launcher (`python -m toolkit`): its exit code and stderr are main's, and no traceback."""
+    case = "malformed-yaml"
     proc = subprocess.run(
         [sys.executable, "-m", "toolkit", "profile", "validate", case, "--profiles-dir", str(BROKEN)],
         capture_output=True,

@@ -55,6 +55,14 @@ def test_replicas_need_an_address_the_router_reaches_and_ports_of_their_own(writ
     assert "the server's" in errors["replicas.router.port"]
 
 
+def test_replicas_benchmarked_through_the_router_need_a_backend_it_accepts(write_profiles, base_yaml) -> None:
+    """bench_serving's OpenAI completions carry best_of with stream, which the router answers with a 400."""
+    body = "server:\n  host: 0.0.0.0\nreplicas:\n  count: 2\n"
+    errors = _errors(write_profiles(_child(base_yaml, body + "bench:\n  backend: sglang-oai\n")), "c")
+    assert "best_of" in errors["bench.backend"] and "sglang" in errors["bench.backend"]
+    assert "bench.backend" not in _errors(write_profiles(_child(base_yaml, body + "bench:\n  backend: sglang\n")), "c")
+
+
 def test_replicas_of_a_multi_node_server_are_refused(write_profiles, base_yaml) -> None:
     body = TWO_NODE + "replicas:\n  count: 2\n"
     assert "not supported" in _errors(write_profiles(_child(base_yaml, body)), "c")["replicas"]

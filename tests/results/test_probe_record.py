@@ -3,6 +3,8 @@ into a scratch copy of the profiles; bad input is refused before anything runs."
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -13,14 +15,29 @@ import pytest
 
 from tests.results.conftest import REPO, Scratch
 from toolkit.app.record import load_results
+from toolkit.cli.main import main
+
+
+def _argv(s: Scratch, out: Path, *args: str, bench_s: float = 2.0) -> list[str]:
+    return ["probe", "run", *args, "--replay-gpu-trace", str(s.run / "trace.csv"), "--idle-s", "1", "--hz", "5",
+            "--live", "off", "--out", str(out), "--",
+            sys.executable, str(REPO / "loads" / "gpu_phases.py"), "idle", "--duration-s", str(bench_s)]
 
 
 def _probe(s: Scratch, out: Path, *args: str, bench_s: float = 2.0) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "toolkit", "probe", "run", *args, "--replay-gpu-trace", str(s.run / "trace.csv"),
-           "--idle-s", "1", "--hz", "5", "--live", "off", "--out", str(out), "--",
-           sys.executable, str(REPO / "loads" / "gpu_phases.py"), "idle", "--duration-s", str(bench_s)]
     env = {**os.environ, "TOOLKIT_PROFILES_DIR": str(s.profiles), "PYTHONPATH": str(REPO)}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False, cwd=s.root)
+    return subprocess.run([sys.executable, "-m", "toolkit", *_argv(s, out, *args, bench_s=bench_s)],
+                          capture_output=True, text=True, env=env, timeout=120, check=False, cwd=s.root)
+
+
+def _refused(s: Scratch, out: Path, *args: str) -> tuple[int, str]:
+    """A refusal is what the command prints, the same in this process: its exit code and stderr."""
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(err):
+        env.setenv("TOOLKIT_PROFILES_DIR", str(s.profiles))
+        env.chdir(s.root)
+        rc = main(_argv(s, out, *args))
+    return rc, err.getvalue()
 
 
 @pytest.mark.slow
@@ -43,12 +60,12 @@ def test_probe_run_record_writes_the_entry(scratch: Scratch) -> None:
 
 def test_record_without_profile_or_with_a_broken_block_runs_nothing(scratch: Scratch) -> None:
     out = scratch.root / "runs" / "never"
-    proc = _probe(scratch, out, "--record")
-    assert proc.returncode == 2 and "--record needs --profile" in proc.stderr
+    rc, err = _refused(scratch, out, "--record")
+    assert rc == 2 and "--record needs --profile" in err
     path = scratch.profiles / "glm5-tp8.yaml"
     path.write_text(path.read_text().replace("output_tok_per_s: 3740", "output_tok_per_s: 3740: 1"))
     before = scratch.snapshot()
-    proc = _probe(scratch, out, "--profile", "glm5-tp8", "--record")
-    assert proc.returncode == 2 and "results block is not valid YAML" in proc.stderr, proc.stderr
+    rc, err = _refused(scratch, out, "--profile", "glm5-tp8", "--record")
+    assert rc == 2 and "results block is not valid YAML" in err, err
     assert not out.exists(), "nothing may run when the results cannot be recorded"
     assert scratch.snapshot() == before

@@ -2,11 +2,14 @@
 
 The runner is the in-process one over the recorded 3 x 2 table (each point replays a recorded duration,
 so there is time to interrupt); the profiles are a copy of the shipped ones, so a promotion writes
-into the copy. The promoted profile must then validate and render through `toolkit profile`.
+into the copy. The promoted profile must then validate and render through `toolkit profile`. Bad input and
+skipped variants are about what the command prints, the same in this process: they run here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -20,11 +23,22 @@ from typing import Any
 import pytest
 import yaml
 
+from toolkit.cli.main import main
+
 from .conftest import FIXTURES
 
 REPO = Path(__file__).resolve().parents[2]
 VARY = ["--vary", "server.max_running_requests=256,512,1024", "--vary", "server.cuda_graph=on,off"]
 POINT_S = 0.3
+
+
+def in_process(*args: str, cwd: Path) -> tuple[int, str]:
+    """A command whose point is what it prints, not the process: run here, its exit code and stderr."""
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as env, contextlib.redirect_stderr(err):
+        env.chdir(cwd)
+        rc = main(list(args))
+    return rc, err.getvalue()
 
 
 def toolkit(*args: str, cwd: Path) -> subprocess.Popen[str]:
@@ -173,31 +187,17 @@ def test_bad_input_exits_2_and_writes_nothing(workdir: Path) -> None:
         (["sweep"], "which profile"),
     ]
     for args, needle in cases:
-        proc = toolkit(*args, *common(workdir), cwd=workdir)
-        _out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 2, (args, err)
-        assert needle in err and "fix:" in err and "Traceback" not in err, (args, err)
+        rc, err = in_process(*args, *common(workdir), cwd=workdir)
+        assert rc == 2, (args, err)
+        assert needle in err and "fix:" in err, (args, err)
     assert not (workdir / "sweeps").exists()
 
 
 def test_invalid_variants_are_skipped_with_their_rule(workdir: Path) -> None:
     table = workdir / "table.json"
-    proc = toolkit(
-        "sweep",
-        "glm5-tp8",
-        "--vary",
-        "server.allreduce_fusion=off,on",
-        "--concurrency",
-        "1024",
-        "--runner",
-        f"recorded:{table}",
-        "--budget",
-        "1",
-        *common(workdir),
-        cwd=workdir,
-    )
-    _out, err = proc.communicate(timeout=60)
+    rc, err = in_process("sweep", "glm5-tp8", "--vary", "server.allreduce_fusion=off,on", "--concurrency", "1024",
+                         "--runner", f"recorded:{table}", "--budget", "1", *common(workdir), cwd=workdir)
     # The one valid variant has no recorded result: it fails with that reason, nothing is ranked.
-    assert proc.returncode == 1, err
+    assert rc == 1, err
     assert "skipped v02 allreduce_fusion=on: invalid, rejected by sm120-allreduce-fusion" in err
     assert "no recorded result" in err

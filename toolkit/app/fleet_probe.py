@@ -300,7 +300,7 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     )
     from toolkit.core.probe.fleet_verdict import judge_fleet
     from toolkit.core.probe.records import RunRecord
-    from toolkit.core.probe.router_trace import LOAD_IS, backend_load
+    from toolkit.core.probe.router_trace import LOAD_IS, backend_load, busy_span
     from toolkit.core.probe.server_trace import counter_delta
 
     manifest = read_fleet_run(out)
@@ -328,11 +328,17 @@ def judge_fleet_dir(out: Path, *, write: bool) -> dict[str, Any]:
     # The classes are judged over the nodes' common judged (steady) window, the figures over the whole benchmark.
     spans = [fig["verdict"]["judged_s"] for fig in per_host.values()]
     judged_s = (max(a for a, _ in spans), min(b for _, b in spans)) if spans else (start_s, end_s)
+    router_text = router_trace_text(out)
+    busy = busy_span(router_text, start_s, end_s, str(out / "router_trace.csv")) if router_text else None
+    if busy is not None and min(judged_s[1], busy[1]) - max(judged_s[0], busy[0]) >= MIN_JUDGED_S:
+        # Replicas: judged while the router had requests in flight. A replica idle through the benchmark's
+        # start-up sits at its lowest clock; over half the window, its median clock would read as a slow node
+        # (seen in the lab with 160 prompts: 7 s of load in a 13 s window).
+        judged_s = (max(judged_s[0], busy[0]), min(judged_s[1], busy[1]))
     judged = ({r.host: host_figures(r, *judged_s) for r in runs} if judged_s[1] - judged_s[0] >= MIN_JUDGED_S
               else None)
     bench = normalize_bench_result(read_bench_jsonl(out / "bench.jsonl"))
     load, load_is = manifest.get("backend_load"), "as given"
-    router_text = router_trace_text(out)
     if router_text is not None:
         load, load_is = backend_load(router_text, start_s, end_s, str(out / "router_trace.csv")), LOAD_IS
     elif load is None:

@@ -10,7 +10,7 @@ import ipaddress
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import yaml
@@ -649,7 +649,10 @@ class LabState:
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, source: str) -> LabState:
+    def from_json(cls, text: str, source: str, *, tolerant: bool = False) -> LabState:
+        """The state `to_json` wrote. A key this toolkit does not know is refused (a newer toolkit made the lab:
+        its `down` knows what to undo); `tolerant` drops such keys instead, for reading another instance's state,
+        of which only the addresses and launchers are wanted (its up may run another branch of the toolkit)."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
@@ -661,9 +664,17 @@ class LabState:
                                   file=source, field="schema", fix="use the toolkit version that made the lab")
         data["config"]["extra_driver_versions"] = tuple(data["config"].get("extra_driver_versions", ()))
         data["config"]["clock_skew_ms"] = tuple(tuple(pair) for pair in data["config"].get("clock_skew_ms", ()))
-        data["config"] = LabConfig(**data["config"])
         data.pop("schema", None)
-        return cls(**data, schema=STATE_SCHEMA)
+        known = {f.name for f in fields(cls)}
+        known_config = {f.name for f in fields(LabConfig)}
+        unknown = sorted({*(k for k in data if k not in known), *(f"config.{k}" for k in data["config"]
+                                                                    if k not in known_config)})
+        if unknown and not tolerant:
+            raise ToolkitError.of(f"lab state has keys this toolkit does not know: {', '.join(unknown)}",
+                                  file=source, field=unknown[0],
+                                  fix="use the toolkit version that made the lab (its `toolkit lab down`)")
+        data["config"] = LabConfig(**{k: v for k, v in data["config"].items() if k in known_config})
+        return cls(**{k: v for k, v in data.items() if k in known}, schema=STATE_SCHEMA)
 
 
 # The container is re-created by the roles with fresh host keys each time (pct create makes new

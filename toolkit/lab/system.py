@@ -1158,7 +1158,7 @@ def other_running_labs() -> dict[str, LabState]:
         if state_file == STATE_FILE:
             continue
         try:
-            other = LabState.from_json(state_file.read_text(), str(state_file))
+            other = LabState.from_json(state_file.read_text(), str(state_file), tolerant=True)
         except (OSError, ToolkitError):
             continue
         if alive(other.holder_pid, other.holder_start_ticks):

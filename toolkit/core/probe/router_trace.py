@@ -43,3 +43,13 @@ def backend_load(text: str, start_s: float, end_s: float, file: str = "router_tr
         if worker and active and start_s <= float(t) <= end_s:
             seen.setdefault(worker, []).append(float(active))
     return {w: sum(v) / len(v) for w, v in sorted(seen.items())}
+
+
+def busy_span(text: str, start_s: float, end_s: float, file: str = "router_trace.csv") -> tuple[float, float] | None:
+    """The first and last scrape in [start_s, end_s] at which the router had a request in flight to any backend:
+    where the replica set worked (the benchmark's window also holds its client's start-up). None if never."""
+    _meta, rows = parse_rows(text, magic=ROUTER_TRACE_MAGIC, version=ROUTER_TRACE_SCHEMA_VERSION, columns=COLUMNS,
+                             file=file, what="router trace")
+    busy = [float(t) for t, worker, active, _error in rows
+            if worker and active and float(active) > 0 and start_s <= float(t) <= end_s]
+    return (min(busy), max(busy)) if busy else None

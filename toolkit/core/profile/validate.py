@@ -311,6 +311,12 @@ def _spanning(resolved: ResolvedProfile) -> list[Problem]:
     return out
 
 
+# bench_serving's backends whose requests are OpenAI completions (async_request_openai_completions): it sends
+# `best_of: 1` with `stream: true`, which smg's CompletionRequest validation refuses (seen in the lab: the pinned
+# smg 1.4.0 answered 400 to SGLang 0.5.9's bench_serving warm-up through the router).
+ROUTER_REFUSED_BENCH_BACKENDS = frozenset({"sglang-oai", "vllm", "lmdeploy"})
+
+
 def _replicas(resolved: ResolvedProfile) -> list[Problem]:
     spec = resolved.spec
     s, replicas = spec.server, spec.replicas
@@ -340,6 +346,12 @@ def _replicas(resolved: ResolvedProfile) -> list[Problem]:
         out.append(resolved.problem(
             "replicas.router.port", f"the router's port {replicas.router.port} is one of SGLang's own after "
             f"dist_init_addr's {dport}", "use a router port away from dist_init_addr's"))
+    if spec.bench.backend in ROUTER_REFUSED_BENCH_BACKENDS:
+        out.append(resolved.problem(
+            "bench.backend", f"bench_serving's {spec.bench.backend} backend sends every streamed completion with "
+            "best_of: 1, and SGLang's router refuses that (400: best_of is not supported when stream is enabled): "
+            "the benchmark through the router fails at its warm-up", "set bench.backend: sglang (SGLang's native "
+            "/generate, which the router serves)"))
     return out
 
 
