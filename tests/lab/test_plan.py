@@ -212,13 +212,13 @@ def test_a_state_with_keys_this_toolkit_lacks_is_refused_as_its_own_and_read_as_
     # `lab up` from reading which networks it holds; this lab's own such state is refused with the fix.
     state = default_state()
     data = json.loads(state.to_json())
-    data["template_builder"] = [4242, 17]
+    data["watchdog_pid"] = [4242, 17]
     data["config"]["gpu_fabric"] = "nvlink"
     text = json.dumps(data)
     with pytest.raises(ToolkitError) as err:
         LabState.from_json(text, "/var/lib/toolkit-lab/state.json")
     assert err.value.problems[0].field == "config.gpu_fabric"
-    assert "template_builder" in err.value.problems[0].message
+    assert "watchdog_pid" in err.value.problems[0].message
     other = LabState.from_json(text, "/var/lib/toolkit-lab-q3/state.json", tolerant=True)
     assert other == state
 

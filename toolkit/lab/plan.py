@@ -608,6 +608,9 @@ class LabState:
     mirror_dir: str = ""  # the stock flavour's package mirror on the controller (bound into pve1)
     # The launcher of each host after pve1 (pve1's is holder_pid): name -> [pid, start ticks].
     holders: dict[str, list[int]] = field(default_factory=dict)
+    # The CT templates' build when `up` found them not cached: [pid, start ticks] of the process (its own
+    # process group) that builds them beside the hosts' start and places them; empty when none was started.
+    template_builder: list[int] = field(default_factory=list)
 
     def holder(self, host: str) -> tuple[int, int]:
         """(pid, start ticks) of `host`'s launcher: (0, 0) when it was never started."""

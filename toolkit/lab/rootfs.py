@@ -85,7 +85,18 @@ def _mmdebstrap(suite: str, target: Path, mirror: str, packages: list[str] | tup
     `target`, as root. Debian's apt lists are kept as debootstrap left them (the lab mirror's Release follows
     them, aptrepo.py); the .debs are dropped (_strip_for_the_lab)."""
     return ["mmdebstrap", "--mode=root", "--variant=minbase", "--include=" + ",".join(packages),
-            "--skip=cleanup/apt/lists", *extra, suite, str(target), mirror]
+            "--skip=cleanup/apt/lists", *UNSAFE_IO_HOOKS, *extra, suite, str(target), mirror]
+
+
+# dpkg without its fsync of every file while the tree is built (as Docker's and debootstrap's builds of throwaway
+# trees run it), one sync of the filesystem at the end, before the cache marks the tree complete; the setting is
+# removed again, so a container made from the template runs dpkg as Proxmox's own does. mmdebstrap's --dpkgopt
+# would leave it in the tree for good. Measured back to back on the 2-core machine, pve1's userland: 26.7 s
+# against 35.7 s (load 2.3-2.6), 55.4 s against 68.7 s (load 2.5-5.1).
+UNSAFE_IO_HOOKS = (
+    '--setup-hook=mkdir -p "$1/etc/dpkg/dpkg.cfg.d" && echo force-unsafe-io > "$1/etc/dpkg/dpkg.cfg.d/99lab-build"',
+    '--customize-hook=rm "$1/etc/dpkg/dpkg.cfg.d/99lab-build" && sync --file-system "$1"',
+)
 
 
 def _build_locked(final: Path, cache_dir: Path, mirror: str) -> Path:
@@ -126,7 +137,7 @@ def build_template(suite: str = template.DEFAULT_SUITE, cache_dir: Path = CACHE_
     final = template_dir(suite, cache_dir)
     cache_lock.build_once(final, lambda: _template_done(final),
                           lambda: _build_template_locked(suite, final, cache_dir, mirror))
-    return final / template.APPLIANCES[suite].file_name
+    return template_file(suite, cache_dir)
 
 
 def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
@@ -148,6 +159,15 @@ def build_all(cache_dir: Path = CACHE_DIR, mirror: str = plan.DEBIAN_MIRROR,
 
 def _template_done(final: Path) -> bool:
     return (final / ".toolkit-lab-complete").is_file()
+
+
+def template_cached(suite: str, cache_dir: Path = CACHE_DIR) -> bool:
+    """Whether `suite`'s CT template is built in the cache (what `build_template` would return at once)."""
+    return _template_done(template_dir(suite, cache_dir))
+
+
+def template_file(suite: str, cache_dir: Path = CACHE_DIR) -> Path:
+    return template_dir(suite, cache_dir) / template.APPLIANCES[suite].file_name
 
 
 def _packages_index(mirror: str, suite: str) -> bytes:

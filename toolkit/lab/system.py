@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from importlib import resources
@@ -438,23 +439,51 @@ def _skew_clock(upper: Path, skew_ms: int) -> None:
         write_atomic(upper / rel.lstrip("/"), text)
 
 
-def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -> None:
-    """The appliance index and the templates (suite -> file) where pveam's stand-in downloads from, as
-    Proxmox's index lists them (debian-12-standard and debian-13-standard); none in
-    /var/lib/vz/template/cache (a fresh Proxmox host has none), and the toolkit's old template,
-    still inside cached userlands, hidden by an overlay whiteout."""
-    import hashlib
+# A host's appliance index (aplinfo.dat and the CT templates it lists), where pveam's stand-in downloads from: a
+# directory on the controller, bound into the host (stage1.sh, LAB_APLINFO), so that a template built after the
+# host started appears there whole. While APLINFO_PENDING is in it the templates are still being built and
+# pveam's stand-in waits; APLINFO_FAILED says why their build failed, and pveam's stand-in fails with it.
+APLINFO_MOUNT = "var/lib/lab-standin/aplinfo"
+APLINFO_PENDING = ".building"
+APLINFO_FAILED = ".failed"
+
+
+def aplinfo_dir(host: str) -> Path:
+    return host_dir(host) / "aplinfo"
+
+
+def place_templates(upper: Path, lower: Path) -> None:
+    """pveam's, pvesm's and pvesh's stand-ins, and the mount point of the appliance index; none in
+    /var/lib/vz/template/cache (a fresh Proxmox host has none), and the toolkit's old template, still inside
+    cached userlands, hidden by an overlay whiteout."""
     import stat
 
-    mirror = upper / "var/lib/lab-standin/aplinfo"
-    mirror.mkdir(parents=True, exist_ok=True)
+    (upper / APLINFO_MOUNT).mkdir(parents=True, exist_ok=True)
+    for name in ("pveam", "pvesm", "pvesh"):
+        write_atomic(upper / "usr/bin" / name, standin_bytes(name), mode=0o755)
+    cache = plan.TEMPLATE_DIR.lstrip("/")
+    (upper / cache).mkdir(parents=True, exist_ok=True)
+    for old in template.RETIRED_FILE_NAMES:
+        if (lower / cache / old).exists():
+            os.mknod(upper / cache / old, stat.S_IFCHR, os.makedev(0, 0))
+
+
+def place_index(mirror: Path, template_files: dict[str, Path]) -> None:
+    """The appliance index and the templates (suite -> file) in a host's aplinfo directory, as Proxmox's index
+    lists them (debian-12-standard and debian-13-standard); then the pending mark goes. Each file lands whole
+    (a link or copy under a temporary name, then a rename), so `up` and the template build may both place it."""
+    import hashlib
+
     sums: dict[str, str] = {}
     for template_file in template_files.values():
         dst = mirror / template_file.name
+        tmp = mirror / f".{template_file.name}.{os.getpid()}"
+        tmp.unlink(missing_ok=True)
         try:
-            os.link(template_file, dst)  # same filesystem: no 140 MB copy per up
+            os.link(template_file, tmp)  # same filesystem: no 140 MB copy per up
         except OSError:
-            shutil.copyfile(template_file, dst)
+            shutil.copyfile(template_file, tmp)
+        os.replace(tmp, dst)
         sums_file = template_file.with_name(template_file.name + ".sha512")
         if not sums_file.is_file():
             h = hashlib.sha512()
@@ -465,13 +494,47 @@ def place_templates(upper: Path, lower: Path, template_files: dict[str, Path]) -
         sums[template_file.name] = sums_file.read_text().strip()
     write_atomic(mirror / "aplinfo.dat", template.render_aplinfo(
         [template.APPLIANCES[suite] for suite in template_files], sums, "http://download.proxmox.com/images/system"))
-    for name in ("pveam", "pvesm", "pvesh"):
-        write_atomic(upper / "usr/bin" / name, standin_bytes(name), mode=0o755)
-    cache = plan.TEMPLATE_DIR.lstrip("/")
-    (upper / cache).mkdir(parents=True, exist_ok=True)
-    for old in template.RETIRED_FILE_NAMES:
-        if (lower / cache / old).exists():
-            os.mknod(upper / cache / old, stat.S_IFCHR, os.makedev(0, 0))
+    (mirror / APLINFO_PENDING).unlink(missing_ok=True)
+
+
+def start_template_builder(suites: tuple[str, ...], mirrors: list[Path]) -> subprocess.Popen[bytes]:
+    """The CT templates built beside the rest of `up` and the hosts' provisioning, then placed into each mirror
+    still pending (toolkit.lab.template_job): nothing needs a template before a container is created. Its own
+    process group, so that `down` stops it with its mmdebstrap."""
+    rootfs.CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with (rootfs.CACHE_DIR / "template-job.log").open("ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "toolkit.lab.template_job", *suites, "--into", *map(str, mirrors)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
+def _index_if_built(builder: subprocess.Popen[bytes], suites: tuple[str, ...], mirrors: list[Path]) -> None:
+    """Once the hosts' mirrors are marked pending: if the build has already ended, place its templates here
+    (it placed into no mirror marked after it looked), or raise its failure while `up` can still say so."""
+    if builder.poll() is None:
+        return
+    if all(rootfs.template_cached(s) for s in suites):
+        for mirror in mirrors:
+            place_index(mirror, {s: rootfs.template_file(s) for s in suites})
+        return
+    log = rootfs.CACHE_DIR / "template-job.log"
+    tail = log.read_text(errors="replace")[-2000:] if log.is_file() else ""
+    raise ToolkitError.of(f"building the CT template failed (exit {builder.returncode}):\n{tail}",
+                          exit_code=EXIT_FAILED, file=str(log),
+                          fix="fix what the log says, then `toolkit lab up` again")
+
+
+def stop_template_builder(state: LabState, progress: Progress) -> None:
+    pid, ticks = ([*state.template_builder, 0, 0])[:2]
+    if not alive(pid, ticks):
+        return
+    progress(f"stopping the CT template's build (pid {pid}; its cache directory is rebuilt by the next up)")
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and alive(pid, ticks):
+            time.sleep(0.05)
 
 
 # ---------------------------------------------------------------- stock flavours (issue 13)
@@ -752,6 +815,7 @@ def start_pve1(config: LabConfig, state: LabState, lower: Path, host: str = plan
         "LAB_GPUS": str(config.gpus), "LAB_HOSTNAME": host,
         "LAB_PREMADE_NODES": "0" if config.flavour_spec.stock else "1",
         "LAB_MIRROR": state.mirror_dir,
+        "LAB_APLINFO": str(aplinfo_dir(host)),
         "LAB_CLUSTER_NODES": str(CLUSTER_DIR) if config.cluster else "",
     }
     console = (hdir / "console.log").open("ab")
@@ -862,23 +926,41 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
     preflight(config)
 
     suites = template.suites_wanted(os.environ.get(template.TEMPLATES_ENV))
-    progress("Debian 12 userland and the CT template" + ("s" if len(suites) > 1 else "") + " with the package sets of "
-             "Proxmox's " + " and ".join(template.APPLIANCES[s].name for s in suites) + ", side by side (cached "
-             f"after the first up; {template.TEMPLATES_ENV}=all adds the others)")
+    templates = "the CT template" + ("s" if len(suites) > 1 else "") + " with the package sets of Proxmox's " + \
+        " and ".join(template.APPLIANCES[s].name for s in suites)
+    mirrors = [aplinfo_dir(h.name) for h in config.lab_hosts]
+    # Not cached: built beside the userland, then beside the hosts' start and provisioning (pveam's stand-in
+    # waits for them when the container role downloads one): they were the longer build, 87 s against the
+    # userland's 57 s in a cold demo.
+    builder = None
+    if not all(rootfs.template_cached(s) for s in suites):
+        progress(f"{templates}: built in the background, beside the userland and then the hosts' provisioning "
+                 f"(pveam on the hosts waits for them; {template.TEMPLATES_ENV}=all adds the others)")
+        builder = start_template_builder(suites, mirrors)
+    progress("Debian 12 userland (cached after the first up)")
     from concurrent.futures import ThreadPoolExecutor
 
-    # The stand-in installers need no userland: they are built (gcc, tar) while mmdebstrap waits on the mirror and dpkg.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
-        built = pool.submit(build_installers, config)
-        lower, template_files = rootfs.build_all(suites=suites)
-        progress("stand-ins: compiling libcuda, packing the driver installer (beside the userland)" +
-                 (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
-        installers, mirror = build_flavour(config, lower, built.result())
-    installer = installers[0]
-    key = ensure_ssh_key()
-    state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
-                     known_hosts_path=str(SSH_DIR / "known_hosts"))
-    save_state(state)
+    # Until the state names the template's build (then `down` stops it), a failure here stops it.
+    try:
+        # The stand-in installers need no userland: they are built (gcc, tar) while mmdebstrap waits on the mirror
+        # and dpkg.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="installers") as pool:
+            built = pool.submit(build_installers, config)
+            lower = rootfs.build()
+            progress("stand-ins: compiling libcuda, packing the driver installer (beside the userland)" +
+                     (f"; {config.flavour}'s package mirror" if config.flavour_spec.stock else ""))
+            installers, mirror = build_flavour(config, lower, built.result())
+        installer = installers[0]
+        key = ensure_ssh_key()
+        state = LabState(config=config, inventory_path=str(default_inventory_path()), ssh_key_path=str(key),
+                         known_hosts_path=str(SSH_DIR / "known_hosts"),
+                         template_builder=[builder.pid, start_ticks(builder.pid)] if builder else [])
+        save_state(state)
+    except BaseException:
+        if builder is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(builder.pid, signal.SIGTERM)
+        raise
     try:
         known = ""
         if config.cluster:
@@ -899,7 +981,14 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
             upper = hdir / "upper"
             upper.mkdir(parents=True, exist_ok=True)
             known += populate_upper(config, upper, key, installer, h.name)
-            place_templates(upper, lower, template_files)
+            place_templates(upper, lower)
+            mirror_dir = aplinfo_dir(h.name)
+            mirror_dir.mkdir()
+            if builder is None:
+                place_index(mirror_dir, {s: rootfs.template_file(s) for s in suites})
+            else:
+                write_atomic(mirror_dir / APLINFO_PENDING, f"{templates}: being built (log: "
+                             f"{rootfs.CACHE_DIR}/template-job.log)\n")
             if mirror is not None:
                 populate_flavour(config, upper, lower, mirror)
         # The inventory gives the roles each installer's sha256, so the lab's installer passes the check a
@@ -910,6 +999,8 @@ def up(config: LabConfig, progress: Progress = _quiet) -> LabState:
             state.mirror_dir = str(mirror.path)
             state.fm_archive_sha256 = {v: hashlib.sha256(p.read_bytes()).hexdigest()
                                        for v, p in mirror.fabricmanager_archives().items()}
+        if builder is not None:
+            _index_if_built(builder, suites, mirrors)
         write_atomic(Path(state.known_hosts_path), known, mode=0o600)
         netns = plan.NETNS if config.hosts == 1 else f"{plan.LAN_NETNS} and one a host"
         progress(f"network: netns {netns}, veth {plan.HOST_VETH}, {config.subnet} and {config.ct_subnet}")
@@ -978,6 +1069,7 @@ def down(purge_cache: bool = False, progress: Progress = _quiet) -> None:
         raise ToolkitError.of("taking the lab down needs root", field="user", fix="`sudo toolkit lab down`")
     state = load_state()
     if state is not None:
+        stop_template_builder(state, progress)
         for name in plan.host_names(state.config):
             _stop_host(state, name, progress)
     # By name: whatever is still in the lab's network namespaces or cgroups is the lab's.

@@ -12,6 +12,10 @@ if [ -n "${LAB_MIRROR:-}" ]; then
   mount --bind "$LAB_MIRROR" "$R/srv/lab-standin-mirror"
   mount -o remount,bind,ro "$R/srv/lab-standin-mirror"
 fi
+# The appliance index pveam downloads from: the controller's directory, so that a CT template built after
+# this host started appears whole (toolkit.lab.system.place_index).
+mount --bind "$LAB_APLINFO" "$R/var/lib/lab-standin/aplinfo"
+mount -o remount,bind,ro "$R/var/lib/lab-standin/aplinfo"
 # A cluster's /etc/pve/nodes: the same directory on every node, as pmxcfs shows it.
 if [ -n "${LAB_CLUSTER_NODES:-}" ]; then
   mount --bind "$LAB_CLUSTER_NODES" "$R/etc/pve/nodes"
