@@ -44,7 +44,10 @@ def _get(port: int, path: str) -> tuple[int, bytes]:
         return e.code, e.read()
 
 
-def _wait_status(port: int, path: str, want: int, timeout_s: float = 15) -> None:
+def _wait_status(port: int, path: str, want: int, *procs: subprocess.Popen[str], timeout_s: float = 90) -> None:
+    """Until `path` answers `want`. Generous: a CI run beside seven lab shards (load 10 on 2 cores) once saw 15 s
+    pass before rank 0 served, where a quiet machine takes about 1 s; a server that exits instead fails at once,
+    with its output."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -52,8 +55,13 @@ def _wait_status(port: int, path: str, want: int, timeout_s: float = 15) -> None
                 return
         except OSError:
             pass
+        for proc in procs:
+            if proc.poll() is not None:
+                out, err = proc.communicate(timeout=5)
+                raise AssertionError(f"{' '.join(map(str, proc.args))} exited {proc.returncode} before {path} on "
+                                     f"{port} answered {want}:\n{out[-2000:]}\n{err[-2000:]}")
         time.sleep(0.1)
-    raise AssertionError(f"{path} on {port} never answered {want}")
+    raise AssertionError(f"{path} on {port} never answered {want} in {timeout_s:g} s")
 
 
 def _refused(port: int) -> bool:
@@ -81,16 +89,16 @@ def test_rank_0_serves_only_once_rank_1_has_joined_and_rank_1_serves_only_health
         # SGLang starts its HTTP server only after the schedulers joined the group: nothing listens yet.
         assert _refused(port0)
         rank1 = _start(port1, 1, init_port)
-        _wait_status(port0, "/health", 200)
+        _wait_status(port0, "/health", 200, rank0, rank1)
         info = _get(port0, "/server_info")[1].decode()
         assert '"nnodes": 2' in info and '"node_rank": 0' in info
         # Rank 1 runs SGLang's dummy health server: an empty 200 for health, FastAPI's 404 for the API.
-        _wait_status(port1, "/health", 200)
+        _wait_status(port1, "/health", 200, rank0, rank1)
         assert _get(port1, "/health_generate") == (200, b"")
         assert _get(port1, "/v1/models") == (404, b'{"detail":"Not Found"}')
         # LAB ONLY: rank 1's simulated GPUs are rank 0's as it last sent them (a pipeline stage works when the
         # first does), so a fleet probe samples both hosts' GPUs.
-        _wait_status(port1, "/lab/gpus", 200)
+        _wait_status(port1, "/lab/gpus", 200, rank0, rank1)
         mine, first = (json.loads(_get(p, "/lab/gpus")[1]) for p in (port1, port0))
         assert [g["gpu"] for g in mine["gpus"]] == [g["gpu"] for g in first["gpus"]] == [0, 1]
         assert "node rank 1 mirrors node rank 0's GPUs" in mine["simulated"] and mine["topology"]["gpus"]
