@@ -58,7 +58,7 @@ def _wait_status(port: int, path: str, want: int, *procs: subprocess.Popen[str],
         for proc in procs:
             if proc.poll() is not None:
                 out, err = proc.communicate(timeout=5)
-                raise AssertionError(f"{' '.join(map(str, proc.args))} exited {proc.returncode} before {path} on "
+                raise AssertionError(f"{proc.args!r} exited {proc.returncode} before {path} on "
                                      f"{port} answered {want}:\n{out[-2000:]}\n{err[-2000:]}")
         time.sleep(0.1)
     raise AssertionError(f"{path} on {port} never answered {want} in {timeout_s:g} s")
