@@ -92,6 +92,8 @@ class Store:
     plan: Plan
     listener: socket.socket
     peers: dict[int, socket.socket] = field(default_factory=dict)
+    # Each peer's address as accept() gave it: getpeername() on a connection the peer already reset fails.
+    peer_addrs: dict[int, tuple[str, int]] = field(default_factory=dict)
     lost: list[int] = field(default_factory=list)
 
     def watch(self, on_lost: Callable[[int], None]) -> None:
@@ -178,7 +180,7 @@ def serve(plan: Plan, log: Callable[[str], None]) -> Store:
                                   f"Timed out after {elapsed} seconds waiting for clients. "
                                   f"{joined}/{plan.world} clients joined.")
         try:
-            conn, _ = listener.accept()
+            conn, addr = listener.accept()
         except TimeoutError:
             continue
         try:
@@ -195,7 +197,7 @@ def serve(plan: Plan, log: Callable[[str], None]) -> Store:
                 f"joined: {sorted(store.peers)})")
             conn.close()
             continue
-        store.peers[rank] = conn
+        store.peers[rank], store.peer_addrs[rank] = conn, (str(addr[0]), int(addr[1]))
         log(f"node rank {rank} joined ({plan.ranks_per_node * (1 + len(store.peers))}/{plan.world} ranks)")
     for conn in store.peers.values():
         conn.sendall(b"ready\n")

@@ -666,13 +666,11 @@ def scheduler_failed(error: str) -> NoReturn:
     raise SystemExit(1)  # not reached
 
 
-def peer_closed(conn: socket.socket) -> str:
+def peer_closed(addr: tuple[str, int]) -> str:
     """The error SGLang's scheduler raises when a node of its group goes: its next broadcast_pyobj over the gloo
-    CPU group fails on the closed pair."""
-    try:
-        host, port = conn.getpeername()[:2]
-    except OSError:
-        host, port = "unknown", 0
+    CPU group fails on the closed pair. The address is taken while the pair was up: once the peer has reset the
+    connection, getpeername() fails."""
+    host, port = addr
     return (f"RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
             f"[{host}]:{port}")
 
@@ -772,8 +770,12 @@ def serve_follower(args: argparse.Namespace, conn: socket.socket) -> NoReturn:
                                                                 lambda: latest[0] if latest else None))
     threading.Thread(target=server.serve_forever, name="health-check-server", daemon=True).start()
     log(f"Dummy health check server started in background thread at {args.host}:{args.port}")
+    try:
+        host, port = conn.getpeername()[:2]
+    except OSError:  # rank 0 already gone: the address it was reached at
+        host, port = rendezvous.split_addr(args.dist_init_addr)
     rendezvous.follow(conn, mirrored)
-    scheduler_failed(peer_closed(conn))
+    scheduler_failed(peer_closed((str(host), int(port))))
 
 
 # Written beside the venv by the deploy (roles/sglang_venv: the engine check and its inputs).
@@ -842,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
     server = _Server((args.host, args.port), make_handler(state))
     if store is not None:
         # A node that leaves breaks the group: rank 0's next broadcast fails and takes the server down.
-        store.watch(lambda rank: scheduler_failed(peer_closed(store.peers[rank])))
+        store.watch(lambda rank: scheduler_failed(peer_closed(store.peer_addrs[rank])))
         threading.Thread(target=lab_gpus_to_followers, args=(state, store), name="lab-gpus", daemon=True).start()
     log(
         f"SGLang server replaced by the {STANDIN} (no GPU in the lab): serving {state.served_model!r} "
