@@ -9,7 +9,11 @@ sure the profile is deployed, then each repeat runs, interleaved so drift hits a
   plain             `ansible-playbook -i INV playbooks/deploy.yml -e @extravars.json`, the same extravars
                     the toolkit computes, the same environment the adapter sets (pipelining on)
   plain, no reuse   the same with SSH pipelining off and ControlPersist off (a new SSH connection per task)
+  toolkit, linear   the toolkit with ansible-core's own strategy (ANSIBLE_STRATEGY=linear) in place of
+                    Mitogen's, which its Ansible config names
 Every run must report changed=0 (it is a no-change apply); a run that changed something is reported.
+Besides wall time, the whole machine's CPU over each run (/proc/stat: the controller, SSH, and the lab host's and
+container's side, which run on this machine): on a quiet machine that is the run's own.
 Prints one JSON object: medians in seconds, and ratios to `plain`.
 """
 
@@ -42,10 +46,16 @@ def _plan(profile: str, inventory: str) -> dict[str, object]:
     return deploy_plan.extravars
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, int]:
-    start = time.perf_counter()
+def _machine_cpu_s() -> float:
+    """This machine's busy CPU seconds since boot (user, nice, system, irq, softirq of /proc/stat's first line)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    return sum(int(fields[i]) for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, str, int, float]:
+    start, cpu0 = time.perf_counter(), _machine_cpu_s()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    return time.perf_counter() - start, proc.stdout + proc.stderr, proc.returncode
+    return time.perf_counter() - start, proc.stdout + proc.stderr, proc.returncode, _machine_cpu_s() - cpu0
 
 
 def _changed(output: str, *, json_summary: bool) -> int:
@@ -81,32 +91,39 @@ def main() -> int:
             "toolkit": (toolkit, base_env, True),
             "plain": (plain, ansible_env, False),
             "plain, no pipelining, no ControlPersist": (plain, no_reuse_env, False),
+            "toolkit, linear": (toolkit, {**base_env, "ANSIBLE_STRATEGY": "linear"}, True),
         }
-        warm_s, out, rc = _timed(toolkit, base_env)
+        warm_s, out, rc, _ = _timed(toolkit, base_env)
         if rc != 0:
             print(out[-3000:], file=sys.stderr)
             raise SystemExit("bench_apply: the warm-up apply failed; is the lab up and provisioned?")
         times: dict[str, list[float]] = {k: [] for k in variants}
+        cpus: dict[str, list[float]] = {k: [] for k in variants}
         changed: dict[str, list[int]] = {k: [] for k in variants}
         for i in range(args.repeats):
             order = list(variants) if i % 2 == 0 else list(reversed(variants))
             for name in order:
                 cmd, env, is_json = variants[name]
-                elapsed, out, rc = _timed(cmd, env)
+                elapsed, out, rc, cpu_s = _timed(cmd, env)
                 if rc != 0:
                     print(out[-3000:], file=sys.stderr)
                     raise SystemExit(f"bench_apply: {name} failed (rc {rc})")
                 times[name].append(elapsed)
+                cpus[name].append(cpu_s)
                 changed[name].append(_changed(out, json_summary=is_json))
     med = {k: statistics.median(v) for k, v in times.items()}
+    med_cpu = {k: statistics.median(v) for k, v in cpus.items()}
     print(json.dumps({
         "profile": args.profile,
         "repeats": args.repeats,
         "warmup_apply_s": round(warm_s, 2),
         "median_s": {k: round(v, 2) for k, v in med.items()},
         "ratio_to_plain": {k: round(v / med["plain"], 3) for k, v in med.items()},
+        "median_machine_cpu_s": {k: round(v, 2) for k, v in med_cpu.items()},
+        "cpu_ratio_to_plain": {k: round(v / med_cpu["plain"], 3) for k, v in med_cpu.items()},
         "changed_per_run": changed,
         "all_runs_s": {k: [round(t, 2) for t in v] for k, v in times.items()},
+        "all_runs_machine_cpu_s": {k: [round(t, 2) for t in v] for k, v in cpus.items()},
     }, indent=2))
     return 0
 

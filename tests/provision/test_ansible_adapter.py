@@ -320,19 +320,36 @@ POLL_BOOK = """\
     - name: Say it
       ansible.builtin.debug:
         msg: "poll={{ lookup('ansible.builtin.config', 'DEFAULT_INTERNAL_POLL_INTERVAL') }}"
+    - name: Which strategy
+      ansible.builtin.debug:
+        msg: "{{ lookup('ansible.builtin.config', 'DEFAULT_STRATEGY') }}"
+    # A module's shell is a child of the Python that runs the module: one per task under ansible-core's own
+    # strategies, the host's one persistent interpreter under Mitogen's.
+    - name: Whose child, first
+      ansible.builtin.shell: echo $PPID
+      changed_when: false
+    - name: Whose child, second
+      ansible.builtin.shell: echo $PPID
+      changed_when: false
 """
 
 
-def _poll_interval_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> str:
+def _config_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str, list[str]]:
+    """The poll interval and strategy a playbook ran with, and the parent pid of each of two tasks' shells."""
     _, inv, _ = local
     book = tmp_path / "poll.yml"
     book.write_text(POLL_BOOK)
     seen: list[PlaybookEvent] = []
     result = run_playbook(str(book), inventory=inv, private_data_dir=tmp_path / "runs", on_event=seen.append)
     assert result.rc == 0, result.failures
-    said = [e.result.get("msg") for e in seen if e.kind == "ok" and e.task == "Say it"]
-    assert len(said) == 1, said
-    return str(said[0])
+    said = {e.task: e.result.get("msg") for e in seen if e.kind == "ok" and e.task in ("Say it", "Which strategy")}
+    parents = [str(e.result.get("stdout")) for e in seen if e.kind == "ok" and e.task.startswith("Whose child")]
+    assert len(said) == 2 and len(parents) == 2, (said, parents)
+    return str(said["Say it"]), str(said["Which strategy"]), parents
+
+
+def _poll_interval_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> str:
+    return _config_seen(local, tmp_path)[0]
 
 
 def test_the_controller_polls_its_workers_every_10_ms_without_a_config_of_the_users(
@@ -352,3 +369,43 @@ def test_a_users_own_ansible_config_stays_in_force(local: tuple[Path, Path, Path
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.setenv("HOME", str(home))
     assert _poll_interval_seen(local, tmp_path) == "poll=0.05"
+
+
+def test_without_a_config_of_the_users_modules_run_in_one_mitogen_interpreter_per_host(
+        local: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if Path("/etc/ansible/ansible.cfg").is_file():
+        pytest.skip("this machine has /etc/ansible/ansible.cfg, which the toolkit leaves in force")
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _, strategy, parents = _config_seen(local, tmp_path)
+    assert strategy == "mitogen_linear"
+    assert parents[0] == parents[1], "two tasks' modules ran in two interpreters"
+
+
+def test_a_host_asking_for_accept_new_keeps_ansible_cores_strategy_for_the_run(
+        local: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Mitogen's SSH would put `StrictHostKeyChecking yes` before the host's own option and SSH takes the first:
+    # a new container's key, which accept-new trusts, would be refused.
+    if Path("/etc/ansible/ansible.cfg").is_file():
+        pytest.skip("this machine has /etc/ansible/ansible.cfg, which the toolkit leaves in force")
+    _, inv, _ = local
+    inv.write_text(inv.read_text() + "      ansible_ssh_common_args: -o StrictHostKeyChecking=accept-new\n")
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _, strategy, parents = _config_seen(local, tmp_path)
+    assert strategy == "linear" and parents[0] != parents[1]
+    # Told not to check the key at all, in Ansible's own words, the host is Mitogen's again.
+    inv.write_text(inv.read_text().replace("accept-new", "no") + "      ansible_host_key_checking: false\n")
+    assert _config_seen(local, tmp_path)[1] == "mitogen_linear"
+
+
+def test_ansible_strategy_in_the_environment_puts_ansible_cores_own_back(
+        local: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
+    monkeypatch.setenv("ANSIBLE_STRATEGY", "linear")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    _, strategy, parents = _config_seen(local, tmp_path)
+    assert strategy == "linear"
+    assert parents[0] != parents[1], "ansible-core's linear strategy starts a Python per task"

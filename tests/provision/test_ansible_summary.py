@@ -38,3 +38,14 @@ def test_an_unknown_host_key_gets_the_fix_naming_its_address() -> None:
     assert "ssh-keyscan -H 192.0.2.10 >> ~/.ssh/known_hosts" in message and "ssh-keygen -R 192.0.2.10" in message
     assert "StrictHostKeyChecking=accept-new" in message
     assert host_key_fix("Connection timed out during banner exchange") == "Connection timed out during banner exchange"
+
+
+def test_mitogens_refusal_of_a_host_key_gets_the_fix_with_the_address_from_the_inventory() -> None:
+    # Mitogen's SSH (the toolkit's strategy) names no address: the adapter passes the inventory's.
+    raw = {"event": "runner_on_unreachable", "counter": 4, "event_data": {
+        "host": "pve1", "task": "ping", "res": {"unreachable": True, "msg": (
+            "Host key checking is enabled, and SSH reported an unrecognized or mismatching host key.")}}}
+    message = event_from_runner(raw, {"pve1": "192.0.2.11"}).message
+    assert message.startswith("Host key checking is enabled")
+    assert "ssh-keyscan -H 192.0.2.11 >> ~/.ssh/known_hosts" in message
+    assert "ssh-keyscan -H ADDRESS" in event_from_runner(raw).message

@@ -140,13 +140,19 @@ def diff_text(result: Mapping[str, Any]) -> str:
     return "\n".join(t for t in out if t)
 
 
-def host_key_fix(message: str) -> str:
+# What SSH's refusal of a host key reads as: through ansible-core's own SSH connection (with the address), and
+# through Mitogen's (the toolkit's strategy, adapters/ansible.py), which names no address.
+_HOST_KEY_REFUSED = ("Host key verification failed", "SSH reported an unrecognized or mismatching host key")
+
+
+def host_key_fix(message: str, address: str | None = None) -> str:
     """The fix for an SSH host key that known_hosts lacks or contradicts (host-key checking is on: run_playbook),
-    appended to Ansible's "Host key verification failed"; other messages unchanged."""
-    if "Host key verification failed" not in message:
+    appended to the connection's refusal; other messages unchanged. `address` is the host's, where the message
+    names none."""
+    if not any(refused in message for refused in _HOST_KEY_REFUSED):
         return message
     found = re.search(r'remote host "([^"]+)"', message)
-    address = found.group(1) if found else "ADDRESS"
+    address = found.group(1) if found else (address or "ADDRESS")
     return (f"{message}\nFix: the host's SSH key is not in known_hosts, or differs from the one there. Check that "
             f"{address} is the machine you mean, then `ssh-keyscan -H {address} >> ~/.ssh/known_hosts` (a "
             f"reinstalled host or a re-created container: `ssh-keygen -R {address}` first); or give the host the "
@@ -155,8 +161,9 @@ def host_key_fix(message: str) -> str:
             "containers the toolkit creates), or '-o UserKnownHostsFile=FILE' where its key is pinned")
 
 
-def event_from_runner(raw: Mapping[str, Any]) -> PlaybookEvent:
-    """Translate one ansible-runner event dict."""
+def event_from_runner(raw: Mapping[str, Any], addresses: Mapping[str, str] | None = None) -> PlaybookEvent:
+    """Translate one ansible-runner event dict. `addresses`: each inventory host's address, for a fix whose
+    message names none."""
     name = str(raw.get("event", ""))
     data = raw.get("event_data") or {}
     kind = _KINDS.get(name, "other")
@@ -168,7 +175,7 @@ def event_from_runner(raw: Mapping[str, Any]) -> PlaybookEvent:
     if kind in ("failed", "unreachable", "item_failed"):
         message = failure_message(res)
     if kind == "unreachable":
-        message = host_key_fix(message)
+        message = host_key_fix(message, (addresses or {}).get(str(data.get("host") or "")))
     elif kind == "play_start":
         message = str(data.get("name") or data.get("play") or "")
     return PlaybookEvent(
@@ -201,13 +208,14 @@ def summarize(
     rc: int,
     status: str,
     artifacts_dir: Path | None,
+    addresses: Mapping[str, str] | None = None,
 ) -> PlaybookResult:
     """Fold a run's events into one result. Ignored failures (`ignore_errors: true`) are not failures."""
     events: list[PlaybookEvent] = []
     hosts: dict[str, HostStats] = {}
     failures: list[TaskFailure] = []
     for raw in raw_events:
-        event = event_from_runner(raw)
+        event = event_from_runner(raw, addresses)
         events.append(event)
         if event.kind == "stats":
             hosts = stats_from_event(raw.get("event_data") or {})

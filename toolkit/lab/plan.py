@@ -760,6 +760,9 @@ def render_inventory(state: LabState) -> str:
                 "ansible_ssh_private_key_file": state.ssh_key_path,
                 "ansible_python_interpreter": "/usr/bin/python3",
                 "ansible_ssh_args": LAB_SSH_ARGS,
+                # Mitogen's SSH (the toolkit's Ansible strategy) compresses unless told: the same CPU on both ends
+                # for nothing over the lab's veth as `-C` above.
+                "mitogen_ssh_compression": False,
                 "toolkit_overlay": "lab",
                 "toolkit_notes": inventory_notes(c),
                 # pve1's network namespace: gone when the lab is down or the machine rebooted, and with it the
@@ -787,6 +790,9 @@ def render_inventory(state: LabState) -> str:
                         h.ct_name: {
                             "ansible_host": h.ct_address,
                             "ansible_ssh_common_args": ct_ssh,
+                            # Said to Ansible too, not only to ssh: Mitogen's SSH puts its own
+                            # StrictHostKeyChecking before the inventory's ssh args, and the first wins.
+                            "ansible_host_key_checking": False,
                             "lxc_gpu_container_proxmox_host": h.name,
                             "lxc_gpu_container_vmid": h.ct_vmid,
                             "lxc_gpu_container_net0":
