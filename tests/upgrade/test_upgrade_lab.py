@@ -1,4 +1,4 @@
-"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made 25 % faster, 25 %
+"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made 50 % faster, 25 %
 slower or broken for 0.5.23 through the inventory (toolkit_lab_release_speed, toolkit_lab_release_health), the
 0.5.23 venv installed beside 0.5.9's, old and new applied and probed in alternation, the decision, the rollback.
 
@@ -86,13 +86,15 @@ def lab_ct(lab: Any, tmp_path_factory: pytest.TempPathFactory) -> Lab:
 TIMES: dict[str, float] = {}
 
 
-def test_a_quarter_faster_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
-    # 25 %, not 10 %: the engine model runs on the CI machine's CPU, and beside seven shards its throughput drifted
-    # by 5 % over the run; +10 % showed as +6.1 %, 99 % [-1.2 %, +13.8 %] after 6 pairs: refused, rightly.
-    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 1.25})
+def test_half_again_as_fast_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
+    # 50 %, not 10 %: the engine model runs on the CI machine's CPU, and beside seven shards its throughput drifted
+    # by 5 % over the run; +10 % showed as +6.1 %, 99 % [-1.2 %, +13.8 %] after 6 pairs: refused, rightly. +25 %
+    # was promoted, but only after 5 pairs at load 10-12 (2 more than the gate's least, about 4 min of this shard,
+    # the CI run's longest); the gate's power for smaller effects is benchmarks/bench_upgrade_gate.py's to show.
+    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 1.5})
     rc, out, err, wall = lab_ct.upgrade(inv)
     TIMES["promoted_s"] = wall
-    print(f"\n25 % faster: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
+    print(f"\n50 % faster: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
     assert rc == 0 and out["decision"] == "promoted", err[-4000:]
     assert out["change"]["low"] > 0 and out["rollback_s"] is None
     assert lab_ct.serving() == (200, NEW)
