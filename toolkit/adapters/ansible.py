@@ -213,17 +213,16 @@ def run_playbook(
     secret_dir = Path(tempfile.mkdtemp(prefix="toolkit-secrets-"))  # mode 0700
     raw_events: list[dict[str, Any]] = []
     _runner_settings(private_data_dir)
-    config_env = _ansible_config(private_data_dir)
-    if MITOGEN_STRATEGY in config_env.get(_TOOLKIT_STRATEGY_ENV, "") and _mitogen_overridden(inv):
-        config_env["ANSIBLE_STRATEGY"] = "linear"
-    config_env.pop(_TOOLKIT_STRATEGY_ENV, None)
+    inventory_hosts = _LazyInventory(inv)
+    config_env = _ansible_config(private_data_dir, inventory_hosts)
     interrupt = _Interrupt(timeout_s)
     addresses: dict[str, str] = {}
 
     def handle(raw: dict[str, Any]) -> bool:
         raw_events.append(raw)
         if raw.get("event") == "runner_on_unreachable" and not addresses:
-            addresses.update(_addresses(inv))  # Mitogen's refusal of a host key names no address
+            # Mitogen's refusal of a host key names no address.
+            addresses.update({n: str(h.vars.get("ansible_host") or n) for n, h in inventory_hosts().items()})
         if on_event is not None:
             on_event(event_from_runner(raw, addresses))
         return True  # keep the event on disk: artifacts are the run's record
@@ -515,10 +514,27 @@ def _toolkit_ansible_cfg() -> str:
     return "\n".join(lines) + "\n"
 
 
-_TOOLKIT_STRATEGY_ENV = "_TOOLKIT_STRATEGY"  # _ansible_config's word to run_playbook, never passed on
+class _LazyInventory:
+    """The run's inventory as read_inventory reads it, read at the first call and only then; empty where it does
+    not parse (ansible-playbook then says why)."""
+
+    def __init__(self, inventory: Path) -> None:
+        self.inventory = inventory
+        self.hosts: dict[str, InventoryHost] | None = None
+
+    def __call__(self) -> dict[str, InventoryHost]:
+        if self.hosts is None:
+            try:
+                self.hosts = read_inventory(self.inventory)
+            except ToolkitError:
+                self.hosts = {}
+        return self.hosts
 
 
-def _ansible_config(private_data_dir: Path) -> dict[str, str]:
+def _ansible_config(private_data_dir: Path, inventory_hosts: Callable[[], dict[str, InventoryHost]]
+                    ) -> dict[str, str]:
+    """The environment that names the toolkit's ansible.cfg, where the user has no Ansible config of their own;
+    with ANSIBLE_STRATEGY=linear beside it when a host's SSH options would be overridden by Mitogen's."""
     if os.environ.get("ANSIBLE_CONFIG") or any(
             path.is_file() for path in (Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg"))):
         return {}
@@ -527,43 +543,34 @@ def _ansible_config(private_data_dir: Path) -> dict[str, str]:
     if not (path.is_file() and path.read_text() == text):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, text, mode=0o600)
-    strategy = "" if os.environ.get("ANSIBLE_STRATEGY") or MITOGEN_STRATEGY not in text else MITOGEN_STRATEGY
-    return {"ANSIBLE_CONFIG": str(path), _TOOLKIT_STRATEGY_ENV: strategy}
+    env = {"ANSIBLE_CONFIG": str(path)}
+    if MITOGEN_STRATEGY in text and not os.environ.get("ANSIBLE_STRATEGY") and _mitogen_overridden(inventory_hosts()):
+        env["ANSIBLE_STRATEGY"] = "linear"
+    return env
 
 
 _STRICT_HOST_KEY = re.compile(r"StrictHostKeyChecking\s*[= ]\s*(\S+)", re.IGNORECASE)
 
 
-def _mitogen_overridden(inventory: Path) -> list[str]:
+def _mitogen_overridden(hosts: Mapping[str, InventoryHost]) -> list[str]:
     """The hosts whose own SSH options Mitogen's SSH would override: it puts `StrictHostKeyChecking yes` (host-key
     checking on) or `no` (off) before the inventory's options, and SSH takes an option's first value. A host that
     asks for another (`accept-new`, the example inventory's for the containers the toolkit creates) with checking
     on would be refused; for such an inventory the run keeps ansible-core's own strategy, which passes the
-    host's options as they are. An inventory that does not parse is not this check's to refuse (ansible-playbook
-    says why)."""
-    try:
-        hosts = read_inventory(inventory)
-    except ToolkitError:
-        return []
-    checking_default = os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True").lower() not in ("0", "false", "no", "off")
+    host's options as they are. Checking on or off is read as Ansible reads it (its own boolean parser)."""
+    from ansible.module_utils.parsing.convert_bool import boolean  # type: ignore[import-untyped]
+
+    checking_default = boolean(os.environ.get("ANSIBLE_HOST_KEY_CHECKING", "True"), strict=False)
     overridden = []
     for name, host in hosts.items():
         said = host.vars.get("ansible_ssh_host_key_checking", host.vars.get("ansible_host_key_checking"))
-        checking = checking_default if said is None else str(said).lower() not in ("0", "false", "no", "off")
+        checking = checking_default if said is None else boolean(said, strict=False)
         options = " ".join(str(host.vars.get(k) or "") for k in
                            ("ansible_ssh_args", "ansible_ssh_common_args", "ansible_ssh_extra_args"))
         asked = [m.lower() for m in _STRICT_HOST_KEY.findall(options)]
         if asked and asked[0] != ("yes" if checking else "no"):
             overridden.append(name)
     return overridden
-
-
-def _addresses(inventory: Path) -> dict[str, str]:
-    """Each host's address (ansible_host, else its name); empty where the inventory does not parse."""
-    try:
-        return {name: str(h.vars.get("ansible_host") or name) for name, h in read_inventory(inventory).items()}
-    except ToolkitError:
-        return {}
 
 
 def _runner_settings(private_data_dir: Path) -> None:
