@@ -1,9 +1,11 @@
 """`toolkit profile lock` end to end with pip's real resolver, against a package index built here (PEP 503 pages
 over wheels made in the test), so it runs without a network: the lock written, re-run unchanged, `--check`
-finding a moved dependency, a release the index cannot complete refused with what pins the missing requirement."""
+passing a lock the index has moved past and failing one that is not closed or whose pins conflict, a release
+the index cannot complete refused with what pins the missing requirement."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import zipfile
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolkit.cli.main import main
-from toolkit.core.engine_lock import lock_path, parse_lock, parse_refusal, refusal_path
+from toolkit.core.engine_lock import format_lock, lock_path, parse_lock, parse_refusal, refusal_path
 
 pytestmark = pytest.mark.slow
 
@@ -53,10 +55,24 @@ def test_lock_check_and_refusal_against_an_index(tmp_path: Path, capsys) -> None
     assert main(["profile", "lock", "--sglang-version", "0.0.1", *common]) == 0
     assert "unchanged" in capsys.readouterr().out and lock_file.read_text() == before
 
-    _publish(index, "depb", "2.2")  # a newer depb: the committed lock is no longer what pip picks
-    assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 1
-    assert "~ depb==2.1 -> depb==2.2 (version)" in capsys.readouterr().out
+    # A newer depb: the committed lock is no longer what pip would pick, but it is still a whole engine on the
+    # index: the check passes (a re-lock is what moves it).
+    _publish(index, "depb", "2.2")
+    assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 0
+    assert "closed" in capsys.readouterr().out
     assert lock_file.read_text() == before  # --check wrote nothing
+    # A lock that lacks a package is not closed: pip adds it.
+    lock_file.write_text(format_lock(dataclasses.replace(lock, entries=tuple(e for e in lock.entries
+                                                                             if e.name != "depb"))))
+    assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 1
+    assert "+ depb==2.2 (pip adds it)" in capsys.readouterr().out
+    # Pins that cannot hold together (depa needs depb>=2): pip's own account of the conflict.
+    _publish(index, "depb", "1.5")
+    lock_file.write_text(before.replace("depb==2.1", "depb==1.5"))
+    assert main(["profile", "lock", "--sglang-version", "0.0.1", "--check", *common]) == 1
+    out = capsys.readouterr().out
+    assert "the committed versions cannot all be installed together" in out and "depb" in out
+    lock_file.write_text(before)
 
     assert main(["profile", "lock", "--sglang-version", "0.0.2", *common]) == 2
     err = capsys.readouterr().err

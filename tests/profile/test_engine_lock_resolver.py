@@ -35,6 +35,38 @@ ERROR: Could not find a version that satisfies the requirement nvidia-nccl-cu13=
 ERROR: No matching distribution found for nvidia-nccl-cu13==2.30.7
 """
 
+# pip 26.3's words for sglang==0.5.9 under the committed 0.5.9 lock's pins with torch==2.8.0 put in (as it printed
+# them, resolving from PyPI): pins that cannot all hold.
+PIP_CONFLICT = """\
+Collecting torch_memory_saver==0.0.9 (from sglang==0.5.9)
+  Obtaining dependency information from torch-memory-saver 0.0.9
+ERROR: Cannot install sglang==0.5.9 because these package versions have conflicting dependencies.
+
+The conflict is caused by:
+    sglang 0.5.9 depends on torch==2.9.1
+    The user requested (constraint) torch==2.8.0
+
+Additionally, some packages in these conflicts have no matching distributions available for your environment:
+    torch
+
+To fix this you could try to:
+1. loosen the range of package versions you've specified
+2. remove package versions to allow pip to attempt to solve the dependency conflict
+
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts
+"""
+
+
+def test_pins_that_conflict_are_told_in_pips_words_without_its_advice() -> None:
+    lines = PIP_CONFLICT.splitlines()
+    conflict = pip_resolver.conflict_from_output(lines)
+    assert conflict[0].startswith("ERROR: Cannot install sglang==0.5.9")
+    assert "    The user requested (constraint) torch==2.8.0" in conflict
+    assert not any("loosen" in line or "pip.pypa.io" in line for line in conflict)
+    # Not a requirement the index lacks: the check reports the conflict rather than a refusal.
+    assert pip_resolver.refusal_from_output(lines, "0.5.9", "3.11", index_url="x", pip_version="26.3") is None
+    assert pip_resolver.conflict_from_output(PIP_REFUSED.splitlines()) == ()
+
 
 @pytest.mark.parametrize(("output", "missing", "by"), [
     (PIP_REFUSED, "outlines_core==0.1.26", "outlines==0.1.11"),
@@ -63,12 +95,18 @@ def test_pip_runs_without_this_machines_configuration(monkeypatch) -> None:
     cmd = pip_resolver.resolve_command("0.5.9", "3.11", "https://pypi.org/simple", Path("r.json"), Path("t"))
     assert "--isolated" in cmd and cmd[cmd.index("--index-url") + 1] == "https://pypi.org/simple"
     assert "manylinux_2_27_x86_64" in cmd and "cp311" in cmd
+    assert "--constraint" not in cmd
+    pinned = pip_resolver.resolve_command("0.5.9", "3.11", "https://pypi.org/simple", Path("r.json"), Path("t"),
+                                          constraints=Path("pins.txt"))
+    assert pinned[pinned.index("--constraint") + 1] == "pins.txt" and pinned[-1] == "sglang==0.5.9"
 
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("pypi")
 def test_pips_resolver_adds_nothing_to_the_committed_0_5_9_lock(tmp_path: Path) -> None:
-    """A closed lock: pip, resolving sglang==0.5.9 for CPython 3.11 from PyPI alone, wants exactly its lines."""
+    """A closed lock: pip, resolving sglang==0.5.9 for CPython 3.11 from PyPI alone under the lock's own pins,
+    wants exactly its lines, files included. (Unpinned, it failed the day lxml 6.2.1 shipped: PyPI moves, the
+    lock does not, and a re-lock is the way to follow it.)"""
     committed = REPO / lock_path("0.5.9", "3.11")
     (tmp_path / committed.relative_to(REPO)).parent.mkdir(parents=True)
     (tmp_path / committed.relative_to(REPO)).write_bytes(committed.read_bytes())

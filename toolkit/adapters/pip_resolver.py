@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +39,13 @@ from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
 @dataclass(frozen=True)
 class Resolution:
-    """What pip said: the lock, or the refusal (one of them), and how long it took."""
+    """What pip said: the lock, or the refusal, or (resolving under constraints) the conflict; and how long it
+    took."""
 
     lock: EngineLock | None
     refusal: LockRefusal | None
     duration_s: float
+    conflict: tuple[str, ...] = ()  # pip's ERROR lines where the constraints cannot all hold
 
 
 def isolated_env() -> dict[str, str]:
@@ -86,26 +88,37 @@ FAST_DEPS = ["--use-feature=fast-deps"]
 
 
 def resolve_command(sglang_version: str, python: str, index_url: str, report: Path, target: Path, *,
-                    fast_deps: bool = True) -> list[str]:
+                    fast_deps: bool = True, constraints: Path | None = None) -> list[str]:
     return [sys.executable, "-m", "pip", "--isolated", *ca_options(), "install", *(FAST_DEPS if fast_deps else []),
             "--dry-run", "--ignore-installed", "--report", str(report), "--target", str(target),
-            "--index-url", index_url, "--progress-bar", "off", *target_options(python), f"sglang=={sglang_version}"]
+            "--index-url", index_url, "--progress-bar", "off", *target_options(python),
+            *(["--constraint", str(constraints)] if constraints is not None else []), f"sglang=={sglang_version}"]
 
 
-def resolve(sglang_version: str, python: str, *, index_url: str = PYPI_SIMPLE,
+def resolve(sglang_version: str, python: str, *, index_url: str = PYPI_SIMPLE, pins: Sequence[str] = (),
             on_line: Callable[[str], None] | None = None) -> Resolution:
     """Resolve sglang==RELEASE for CPython `python` on Linux x86_64 from `index_url` alone.
 
-    `on_line` gets pip's lines as they come (what it is collecting), for a progress display. Raises when pip
-    fails for another reason than a requirement the index lacks (no network, a bad index URL)."""
+    `pins` (`name==version` lines, a committed lock's) constrain the resolution: pip then answers whether those
+    versions, as they stand on the index, are a whole engine (what it adds, drops or cannot reconcile), not what
+    it would pick today. `on_line` gets pip's lines as they come (what it is collecting), for a progress
+    display. Raises when pip fails for another reason than a requirement the index lacks or pins that conflict
+    (no network, a bad index URL)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="toolkit-lock-") as tmp:
         report = Path(tmp) / "report.json"
-        cmd = resolve_command(sglang_version, python, index_url, report, Path(tmp) / "target")
-        lines = list(_run(cmd, on_line))
+        constraints = None
+        if pins:
+            constraints = Path(tmp) / "pins.txt"
+            constraints.write_text("".join(f"{pin}\n" for pin in pins))
+
+        def run(fast_deps: bool) -> list[str]:
+            return list(_run(resolve_command(sglang_version, python, index_url, report, Path(tmp) / "target",
+                                             fast_deps=fast_deps, constraints=constraints), on_line))
+
+        lines = run(fast_deps=True)
         if not report.is_file() and any("fast-deps" in line and "invalid choice" in line for line in lines):
-            cmd = resolve_command(sglang_version, python, index_url, report, Path(tmp) / "target", fast_deps=False)
-            lines = list(_run(cmd, on_line))
+            lines = run(fast_deps=False)
         duration = time.monotonic() - started
         pip_version = _pip_version()
         if report.is_file():
@@ -114,6 +127,9 @@ def resolve(sglang_version: str, python: str, *, index_url: str = PYPI_SIMPLE,
                                     pip_version=str(data.get("pip_version") or pip_version))
             return Resolution(lock, None, duration)
     refusal = refusal_from_output(lines, sglang_version, python, index_url=index_url, pip_version=pip_version)
+    conflict = conflict_from_output(lines) if pins else ()
+    if conflict and refusal is None:
+        return Resolution(None, None, duration, conflict)
     if refusal is None:
         tail = "\n".join(lines[-12:])
         raise ToolkitError.of(
@@ -156,6 +172,22 @@ def lock_from_report(report: dict[str, Any], sglang_version: str, python: str, *
         entries.append(LockEntry(normalize_name(str(meta["name"])), str(meta["version"]), (digest,),
                                  wheel=url.rsplit("/", 1)[-1].split("#", 1)[0]))
     return EngineLock(sglang_version, python, tuple(entries), index_url=index_url, pip_version=pip_version)
+
+
+def conflict_from_output(lines: list[str]) -> tuple[str, ...]:
+    """pip's account of requirements that cannot all hold ("conflicting dependencies", ResolutionImpossible):
+    its lines from the first ERROR to its advice ("To fix this you could try"), which is about loosening a
+    requirement and not about a lock; empty when it says no such thing."""
+    if not any("ResolutionImpossible" in line or "conflicting dependencies" in line for line in lines):
+        return ()
+    start = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), 0)
+    out = []
+    for line in lines[start:]:
+        if line.startswith("To fix this"):
+            break
+        if line.strip():
+            out.append(line.rstrip())
+    return tuple(out)
 
 
 # pip 23-25: "ERROR: Could not find a version that satisfies the requirement X==Y (from torch) (from versions: ...)"

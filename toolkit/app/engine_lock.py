@@ -3,7 +3,8 @@
 For each container CPython, pip's resolver (toolkit/adapters/pip_resolver.py) resolves `sglang==RELEASE` from the
 index alone; the result is written atomically as the lock (toolkit/core/engine_lock.py), or, when the index lacks
 a requirement, as the refusal record that names it. The two never stand side by side: writing one removes the
-other. `check=True` writes nothing and compares a fresh resolution with what is committed.
+other. `check=True` writes nothing: it resolves under the committed lock's pins and compares (a refusal, or no
+file, is compared with a fresh resolution).
 """
 
 from __future__ import annotations
@@ -96,8 +97,14 @@ def lock_release(
     for python in pythons:
         if on_start is not None:
             on_start(f"SGLang {sglang_version}, CPython {python}")
-        res = pip_resolver.resolve(sglang_version, python, index_url=index_url, on_line=on_line)
-        out.append(_compare(repo_root, sglang_version, python, res) if check
+        committed = read_committed(repo_root, sglang_version, python) if check else None
+        # A check resolves under the committed lock's own pins: it asks whether those versions are still a whole
+        # engine on the index (closed, consistent, every file there), which holds until the lock is wrong. Asked
+        # unpinned, it would fail whenever any of ~170 packages shipped a release: that is what a re-lock (and
+        # its git diff) shows, not a fault of the committed file.
+        pins = committed.pins if isinstance(committed, EngineLock) else ()
+        res = pip_resolver.resolve(sglang_version, python, index_url=index_url, pins=pins, on_line=on_line)
+        out.append(_compare(committed, sglang_version, python, res) if check
                    else _write(repo_root, sglang_version, python, res))
     return out
 
@@ -127,9 +134,12 @@ def _same_engine(path: Path, lock: EngineLock | None) -> bool:
     return lock is not None and committed.entries == lock.entries and committed.index_url == lock.index_url
 
 
-def _compare(repo_root: Path, sglang_version: str, python: str, res: pip_resolver.Resolution) -> LockOutcome:
-    committed = read_committed(repo_root, sglang_version, python)
+def _compare(committed: EngineLock | LockRefusal | None, sglang_version: str, python: str,
+             res: pip_resolver.Resolution) -> LockOutcome:
     lock_rel = lock_path(sglang_version, python)
+    if res.conflict:
+        return LockOutcome(sglang_version, python, DIFFERS, lock_rel, None, None, res.duration_s,
+                           ("the committed versions cannot all be installed together; pip says:", *res.conflict))
     if isinstance(committed, EngineLock) and res.lock is not None:
         diff: LockDifference = compare(committed, res.lock)
         return LockOutcome(sglang_version, python, DIFFERS if diff else CLOSED, lock_rel, res.lock, None,

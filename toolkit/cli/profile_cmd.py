@@ -90,7 +90,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="the package index to resolve from (default: https://pypi.org/simple; this machine's pip "
                    "configuration is never used)")
     p.add_argument("--check", action="store_true",
-                   help="write nothing: re-resolve and compare with the committed lock (exit 1 on a difference)")
+                   help="write nothing: resolve under the committed lock's pins and compare (exit 1 when pip adds, "
+                   "drops or cannot reconcile anything, or a file is gone); a re-lock shows what newer releases "
+                   "change")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_lock)
     p = add("import", "write a new profile from a running SGLang server (its /server_info, and its command line)")

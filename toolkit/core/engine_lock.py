@@ -140,6 +140,11 @@ class EngineLock:
     def path(self) -> str:
         return lock_path(self.sglang_version, self.python)
 
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """`name==version` of every package: the constraints a check resolves under."""
+        return tuple(e.requirement() for e in self.entries)
+
     def requirements_text(self) -> str:
         """The part pip reads: what the venv gets, nothing about how it was found."""
         return "".join(_entry_text(e) for e in self.entries)
@@ -327,8 +332,8 @@ def parse_refusal(text: str, source: str) -> LockRefusal:
 
 @dataclass(frozen=True)
 class LockDifference:
-    """How a fresh resolution differs from the committed lock. Empty: the lock is closed (pip adds nothing,
-    drops nothing, moves nothing)."""
+    """How a resolution (under the lock's pins, or fresh) differs from the committed lock. Empty: the lock is
+    closed (pip adds nothing, drops nothing, moves nothing)."""
 
     added: tuple[LockEntry, ...] = ()  # pip wants these and the lock lacks them
     dropped: tuple[LockEntry, ...] = ()  # the lock has these and pip no longer wants them
