@@ -54,7 +54,11 @@ def test_a_failed_new_unit_is_replaced_by_the_old_one_serving_again(unit: Any, t
     lab = unit
     first = run(lab, tmp_path, OLD, ["sglang_service_install"])
     assert first.rc == 0, [f.message for f in first.failures]
-    assert pve(lab, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{PORT}/health || true") in ("200", "")
+    # The old unit serves before the roll (systemd started it; Python's http.server binds a moment later: asked
+    # at once, curl found nothing listening yet under load, which this assertion once took for a failure).
+    assert pve(lab, f"for i in $(seq 100); do code=$(curl -s -o /dev/null -w '%{{http_code}}' "
+                    f"http://127.0.0.1:{PORT}/health); [ \"$code\" = 200 ] && break; sleep 0.1; done; "
+                    "echo $code").strip() == "200"
     rolled = run(lab, tmp_path, NEW, ["sglang_service_install", "sglang_service_run"],
                  sglang_service_restore_on_failure=True)
     assert rolled.rc != 0
