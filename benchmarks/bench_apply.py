@@ -11,6 +11,8 @@ sure the profile is deployed, then each repeat runs, interleaved so drift hits a
   plain, no reuse   the same with SSH pipelining off and ControlPersist off (a new SSH connection per task)
   toolkit, linear   the toolkit with ansible-core's own strategy (ANSIBLE_STRATEGY=linear) in place of
                     Mitogen's, which its Ansible config names
+  toolkit, no gc.freeze  the toolkit with its Ansible config less the gc.freeze callback
+                    (adapters/ansible_callbacks/toolkit_gc_freeze.py)
 Every run must report changed=0 (it is a no-change apply); a run that changed something is reported.
 Besides wall time, the whole machine's CPU over each run (/proc/stat: the controller, SSH, and the lab host's and
 container's side, which run on this machine): on a quiet machine that is the run's own.
@@ -87,11 +89,18 @@ def main() -> int:
         plain = [str(bindir / "ansible-playbook"), "-i", args.inventory, str(REPO / "playbooks" / "deploy.yml"),
                  "-e", f"@{ev_file}"]
         toolkit = [sys.executable, "-m", "toolkit", "apply", "profile", args.profile, "-i", args.inventory, "--json"]
+        # The toolkit's own Ansible config less its gc.freeze callback, named as a user's config is.
+        from toolkit.adapters.ansible import GC_FREEZE_CALLBACK, _toolkit_ansible_cfg
+
+        no_freeze_cfg = Path(tmp) / "no-gc-freeze.cfg"
+        no_freeze_cfg.write_text("".join(line for line in _toolkit_ansible_cfg().splitlines(keepends=True)
+                                         if GC_FREEZE_CALLBACK not in line))
         variants: dict[str, tuple[list[str], dict[str, str], bool]] = {
             "toolkit": (toolkit, base_env, True),
             "plain": (plain, ansible_env, False),
             "plain, no pipelining, no ControlPersist": (plain, no_reuse_env, False),
             "toolkit, linear": (toolkit, {**base_env, "ANSIBLE_STRATEGY": "linear"}, True),
+            "toolkit, no gc.freeze": (toolkit, {**base_env, "ANSIBLE_CONFIG": str(no_freeze_cfg)}, True),
         }
         warm_s, out, rc, _ = _timed(toolkit, base_env)
         if rc != 0:

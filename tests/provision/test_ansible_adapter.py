@@ -323,6 +323,9 @@ POLL_BOOK = """\
     - name: Which strategy
       ansible.builtin.debug:
         msg: "{{ lookup('ansible.builtin.config', 'DEFAULT_STRATEGY') }}"
+    - name: Which callbacks
+      ansible.builtin.debug:
+        msg: "{{ lookup('ansible.builtin.config', 'CALLBACKS_ENABLED') | join(',') }}"
     # A module's shell is a child of the Python that runs the module: one per task under ansible-core's own
     # strategies, the host's one persistent interpreter under Mitogen's.
     - name: Whose child, first
@@ -336,16 +339,23 @@ POLL_BOOK = """\
 
 def _config_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str, list[str]]:
     """The poll interval and strategy a playbook ran with, and the parent pid of each of two tasks' shells."""
+    return _run_seen(local, tmp_path)[:3]  # type: ignore[return-value]
+
+
+def _run_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str, list[str], str, str]:
+    """_config_seen's, then the callbacks enabled and ansible-playbook's own output."""
     _, inv, _ = local
     book = tmp_path / "poll.yml"
     book.write_text(POLL_BOOK)
     seen: list[PlaybookEvent] = []
     result = run_playbook(str(book), inventory=inv, private_data_dir=tmp_path / "runs", on_event=seen.append)
     assert result.rc == 0, result.failures
-    said = {e.task: e.result.get("msg") for e in seen if e.kind == "ok" and e.task in ("Say it", "Which strategy")}
+    said = {e.task: e.result.get("msg") for e in seen
+            if e.kind == "ok" and e.task in ("Say it", "Which strategy", "Which callbacks")}
     parents = [str(e.result.get("stdout")) for e in seen if e.kind == "ok" and e.task.startswith("Whose child")]
-    assert len(said) == 2 and len(parents) == 2, (said, parents)
-    return str(said["Say it"]), str(said["Which strategy"]), parents
+    assert len(said) == 3 and len(parents) == 2, (said, parents)
+    stdout = (Path(result.artifacts_dir) / "stdout").read_text()
+    return str(said["Say it"]), str(said["Which strategy"]), parents, str(said["Which callbacks"]), stdout
 
 
 def _poll_interval_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> str:
@@ -358,7 +368,31 @@ def test_the_controller_polls_its_workers_every_10_ms_without_a_config_of_the_us
         pytest.skip("this machine has /etc/ansible/ansible.cfg, which the toolkit leaves in force")
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert _poll_interval_seen(local, tmp_path) == "poll=0.01"
+    poll, _, _, callbacks, stdout = _run_seen(local, tmp_path)
+    assert poll == "poll=0.01"
+    # The toolkit's gc.freeze callback is enabled and found (Ansible warns of an enabled one it cannot load).
+    assert "toolkit_gc_freeze" in callbacks.split(",")
+    assert "Skipping callback plugin 'toolkit_gc_freeze', unable to load" not in stdout, stdout[-2000:]
+
+
+def test_the_gc_freeze_callback_freezes_what_the_controller_holds_at_a_plays_start() -> None:
+    import gc
+    import importlib.util
+
+    from toolkit.adapters import ansible as adapter
+
+    path = adapter._CALLBACK_DIR / f"{adapter.GC_FREEZE_CALLBACK}.py"
+    spec = importlib.util.spec_from_file_location("toolkit_gc_freeze_plugin", path)
+    assert spec is not None and spec.loader is not None
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+    assert plugin.CallbackModule.CALLBACK_NAME == adapter.GC_FREEZE_CALLBACK
+    assert gc.get_freeze_count() == 0
+    try:
+        plugin.CallbackModule().v2_playbook_on_play_start(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_a_users_own_ansible_config_stays_in_force(local: tuple[Path, Path, Path], tmp_path: Path,

@@ -506,8 +506,15 @@ def _mitogen_strategy_dir() -> Path | None:
     return next((d for d in found if (d / f"{MITOGEN_STRATEGY}.py").is_file()), None)
 
 
+# The toolkit's callback plugin (ansible_callbacks/toolkit_gc_freeze.py): gc.freeze() at each play's start, so a
+# worker's garbage collection does not walk, and copy, the controller's heap. Enabled in the toolkit's own file;
+# its directory goes in ANSIBLE_CALLBACK_PLUGINS, where ansible-runner adds its own beside it.
+GC_FREEZE_CALLBACK = "toolkit_gc_freeze"
+_CALLBACK_DIR = Path(__file__).parent / "ansible_callbacks"
+
+
 def _toolkit_ansible_cfg() -> str:
-    lines = ["[defaults]", _POLL_CFG]
+    lines = ["[defaults]", _POLL_CFG, f"callbacks_enabled = {GC_FREEZE_CALLBACK}"]
     strategy_dir = _mitogen_strategy_dir()
     if strategy_dir is not None:
         lines += [f"strategy_plugins = {strategy_dir}", f"strategy = {MITOGEN_STRATEGY}"]
@@ -543,7 +550,8 @@ def _ansible_config(private_data_dir: Path, inventory_hosts: Callable[[], dict[s
     if not (path.is_file() and path.read_text() == text):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, text, mode=0o600)
-    env = {"ANSIBLE_CONFIG": str(path)}
+    env = {"ANSIBLE_CONFIG": str(path), "ANSIBLE_CALLBACK_PLUGINS": ":".join(
+        filter(None, (os.environ.get("ANSIBLE_CALLBACK_PLUGINS"), str(_CALLBACK_DIR))))}
     if MITOGEN_STRATEGY in text and not os.environ.get("ANSIBLE_STRATEGY") and _mitogen_overridden(inventory_hosts()):
         env["ANSIBLE_STRATEGY"] = "linear"
     return env
