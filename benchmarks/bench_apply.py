@@ -90,10 +90,10 @@ def main() -> int:
                  "-e", f"@{ev_file}"]
         toolkit = [sys.executable, "-m", "toolkit", "apply", "profile", args.profile, "-i", args.inventory, "--json"]
         # The toolkit's own Ansible config less its gc.freeze callback, named as a user's config is.
-        from toolkit.adapters.ansible import GC_FREEZE_CALLBACK, _toolkit_ansible_cfg
+        from toolkit.adapters.ansible import GC_FREEZE_CALLBACK, toolkit_ansible_cfg
 
         no_freeze_cfg = Path(tmp) / "no-gc-freeze.cfg"
-        no_freeze_cfg.write_text("".join(line for line in _toolkit_ansible_cfg().splitlines(keepends=True)
+        no_freeze_cfg.write_text("".join(line for line in toolkit_ansible_cfg().splitlines(keepends=True)
                                          if GC_FREEZE_CALLBACK not in line))
         variants: dict[str, tuple[list[str], dict[str, str], bool]] = {
             "toolkit": (toolkit, base_env, True),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -337,13 +338,19 @@ POLL_BOOK = """\
 """
 
 
-def _config_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str, list[str]]:
-    """The poll interval and strategy a playbook ran with, and the parent pid of each of two tasks' shells."""
-    return _run_seen(local, tmp_path)[:3]  # type: ignore[return-value]
+@dataclass(frozen=True)
+class _Seen:
+    """What a playbook ran with: the poll interval, the strategy, the callbacks enabled; the parent pid of each of
+    two tasks' shells; ansible-playbook's own output."""
+
+    poll: str
+    strategy: str
+    parents: list[str]
+    callbacks: str
+    stdout: str
 
 
-def _run_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str, list[str], str, str]:
-    """_config_seen's, then the callbacks enabled and ansible-playbook's own output."""
+def _config_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> _Seen:
     _, inv, _ = local
     book = tmp_path / "poll.yml"
     book.write_text(POLL_BOOK)
@@ -354,12 +361,8 @@ def _run_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> tuple[str, str,
             if e.kind == "ok" and e.task in ("Say it", "Which strategy", "Which callbacks")}
     parents = [str(e.result.get("stdout")) for e in seen if e.kind == "ok" and e.task.startswith("Whose child")]
     assert len(said) == 3 and len(parents) == 2, (said, parents)
-    stdout = (Path(result.artifacts_dir) / "stdout").read_text()
-    return str(said["Say it"]), str(said["Which strategy"]), parents, str(said["Which callbacks"]), stdout
-
-
-def _poll_interval_seen(local: tuple[Path, Path, Path], tmp_path: Path) -> str:
-    return _config_seen(local, tmp_path)[0]
+    return _Seen(str(said["Say it"]), str(said["Which strategy"]), parents, str(said["Which callbacks"]),
+                 (Path(result.artifacts_dir) / "stdout").read_text())
 
 
 def test_the_controller_polls_its_workers_every_10_ms_without_a_config_of_the_users(
@@ -368,11 +371,11 @@ def test_the_controller_polls_its_workers_every_10_ms_without_a_config_of_the_us
         pytest.skip("this machine has /etc/ansible/ansible.cfg, which the toolkit leaves in force")
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    poll, _, _, callbacks, stdout = _run_seen(local, tmp_path)
-    assert poll == "poll=0.01"
+    seen = _config_seen(local, tmp_path)
+    assert seen.poll == "poll=0.01"
     # The toolkit's gc.freeze callback is enabled and found (Ansible warns of an enabled one it cannot load).
-    assert "toolkit_gc_freeze" in callbacks.split(",")
-    assert "Skipping callback plugin 'toolkit_gc_freeze', unable to load" not in stdout, stdout[-2000:]
+    assert "toolkit_gc_freeze" in seen.callbacks.split(",")
+    assert "Skipping callback plugin 'toolkit_gc_freeze', unable to load" not in seen.stdout, seen.stdout[-2000:]
 
 
 def test_the_gc_freeze_callback_freezes_what_the_controller_holds_at_a_plays_start() -> None:
@@ -402,7 +405,7 @@ def test_a_users_own_ansible_config_stays_in_force(local: tuple[Path, Path, Path
     (home / ".ansible.cfg").write_text("[defaults]\ninternal_poll_interval = 0.05\n")
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.setenv("HOME", str(home))
-    assert _poll_interval_seen(local, tmp_path) == "poll=0.05"
+    assert _config_seen(local, tmp_path).poll == "poll=0.05"
 
 
 def test_without_a_config_of_the_users_modules_run_in_one_mitogen_interpreter_per_host(
@@ -412,9 +415,9 @@ def test_without_a_config_of_the_users_modules_run_in_one_mitogen_interpreter_pe
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    _, strategy, parents = _config_seen(local, tmp_path)
-    assert strategy == "mitogen_linear"
-    assert parents[0] == parents[1], "two tasks' modules ran in two interpreters"
+    seen = _config_seen(local, tmp_path)
+    assert seen.strategy == "mitogen_linear"
+    assert seen.parents[0] == seen.parents[1], "two tasks' modules ran in two interpreters"
 
 
 def test_a_host_asking_for_accept_new_keeps_ansible_cores_strategy_for_the_run(
@@ -428,11 +431,11 @@ def test_a_host_asking_for_accept_new_keeps_ansible_cores_strategy_for_the_run(
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.delenv("ANSIBLE_STRATEGY", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    _, strategy, parents = _config_seen(local, tmp_path)
-    assert strategy == "linear" and parents[0] != parents[1]
+    seen = _config_seen(local, tmp_path)
+    assert seen.strategy == "linear" and seen.parents[0] != seen.parents[1]
     # Told not to check the key at all, in Ansible's own words, the host is Mitogen's again.
     inv.write_text(inv.read_text().replace("accept-new", "no") + "      ansible_host_key_checking: false\n")
-    assert _config_seen(local, tmp_path)[1] == "mitogen_linear"
+    assert _config_seen(local, tmp_path).strategy == "mitogen_linear"
 
 
 def test_ansible_strategy_in_the_environment_puts_ansible_cores_own_back(
@@ -440,6 +443,6 @@ def test_ansible_strategy_in_the_environment_puts_ansible_cores_own_back(
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     monkeypatch.setenv("ANSIBLE_STRATEGY", "linear")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    _, strategy, parents = _config_seen(local, tmp_path)
-    assert strategy == "linear"
-    assert parents[0] != parents[1], "ansible-core's linear strategy starts a Python per task"
+    seen = _config_seen(local, tmp_path)
+    assert seen.strategy == "linear"
+    assert seen.parents[0] != seen.parents[1], "ansible-core's linear strategy starts a Python per task"

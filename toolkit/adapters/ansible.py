@@ -513,7 +513,9 @@ GC_FREEZE_CALLBACK = "toolkit_gc_freeze"
 _CALLBACK_DIR = Path(__file__).parent / "ansible_callbacks"
 
 
-def _toolkit_ansible_cfg() -> str:
+def toolkit_ansible_cfg() -> str:
+    """The text of the toolkit's own ansible.cfg, named where the user has none (benchmarks/bench_apply.py runs a
+    variant of it)."""
     lines = ["[defaults]", _POLL_CFG, f"callbacks_enabled = {GC_FREEZE_CALLBACK}"]
     strategy_dir = _mitogen_strategy_dir()
     if strategy_dir is not None:
@@ -546,7 +548,7 @@ def _ansible_config(private_data_dir: Path, inventory_hosts: Callable[[], dict[s
             path.is_file() for path in (Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg"))):
         return {}
     path = private_data_dir / "env" / "ansible.cfg"
-    text = _toolkit_ansible_cfg()
+    text = toolkit_ansible_cfg()
     if not (path.is_file() and path.read_text() == text):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(path, text, mode=0o600)
