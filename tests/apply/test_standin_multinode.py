@@ -162,3 +162,34 @@ def test_what_the_stand_in_cannot_place_exits_2_and_says_why() -> None:
     proc = subprocess.run([sys.executable, str(SERVER_PATH), "--model-path", "m", "--port", str(port), "--nnodes", "2"],
                           capture_output=True, text=True, timeout=30, env={**os.environ, "SGLANG_STANDIN_FLAGS": FLAGS})
     assert proc.returncode == 2 and "without --dist-init-addr" in proc.stderr
+
+
+def test_a_follower_slow_to_read_ready_still_joins_and_keeps_rank_0s_next_line() -> None:
+    """Under load rank 0 may have sent `ready` and its first lab-gpus line before rank 1 reads: rank 1 must take
+    `ready` alone (once it read both as one answer, took that for a refusal, and the group fell apart) and hand
+    the lab-gpus line on to follow()."""
+    import threading
+
+    from toolkit.lab.standin_server import rendezvous
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    joined: list[str] = []
+
+    def rank_0() -> None:
+        conn, _ = listener.accept()
+        joined.append(rendezvous._readline(conn, time.monotonic() + 10))
+        conn.sendall(b'ready\nlab-gpus {"gpus": [0, 1]}\n')  # both before the follower reads anything
+        time.sleep(0.3)
+        conn.close()
+
+    thread = threading.Thread(target=rank_0)
+    thread.start()
+    plan = rendezvous.Plan(nnodes=2, node_rank=1, host="127.0.0.1", port=port, world=2, timeout_s=10)
+    conn = rendezvous.join(plan, lambda _: None)
+    got: list[dict[str, object]] = []
+    rendezvous.follow(conn, got.append)  # returns when rank 0 closes
+    thread.join()
+    listener.close()
+    assert joined == ["join 1 2 1"]
+    assert got == [{"gpus": [0, 1]}]

@@ -149,13 +149,16 @@ def follow(conn: socket.socket, on_lab_gpus: Callable[[dict[str, Any]], None]) -
 
 
 def _readline(conn: socket.socket, deadline: float) -> str:
+    """One handshake line, read a byte at a time: what follows it on the connection (rank 0's lab-gpus lines,
+    which may already be there when a loaded follower reads its `ready`) stays there for follow(). Read in
+    blocks, `ready` and the next line came as one answer, and the follower took it for a refusal."""
     data = b""
     while not data.endswith(b"\n"):
         conn.settimeout(max(0.01, deadline - time.monotonic()))
-        chunk = conn.recv(256)
-        if not chunk:
+        byte = conn.recv(1)
+        if not byte:
             break
-        data += chunk
+        data += byte
     return data.decode(errors="replace").strip()
 
 
