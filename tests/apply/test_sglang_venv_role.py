@@ -22,7 +22,7 @@ import pytest
 
 from tests.apply.test_engine_check import make_wheel
 from toolkit.adapters.ansible import run_playbook
-from toolkit.adapters.wheelhouse import tarball_path
+from toolkit.adapters.wheelhouse import installer_binary, tarball_path
 from toolkit.core.deploy import EngineImport, engine_check_inputs
 from toolkit.core.engine_lock import EngineLock, LockEntry, format_lock
 
@@ -94,6 +94,8 @@ def _run(tmp: Path, wheelhouse: Path, patches: list[dict[str, Any]], **extra: An
             "sglang_venv_hf_home": str(tmp / "hf"),
             "sglang_venv_python": "/usr/bin/python3",
             "sglang_venv_patches": patches,
+            # The installer `toolkit apply` passes (the pinned uv); a test that passes "" runs the venv's pip.
+            "sglang_venv_uv_src": str(installer_binary("3.11")),
             **extra,
         },
     )
@@ -126,6 +128,10 @@ def test_the_lock_is_installed_into_its_own_venv_checked_switched_and_never_topp
     freeze = subprocess.run([str(tmp_path / "venv/bin/python"), "-m", "pip", "list", "--format=freeze"],
                             capture_output=True, text=True, check=True).stdout
     assert "toolkit_lock_check==1.0" in freeze.replace("-", "_") and f"sglang=={SGLANG_VERSION}" in freeze
+    # Installed by the pinned uv, copied beside the venvs under its own version's directory.
+    assert _installer(tmp_path) == "uv"
+    (uv,) = (tmp_path / "tools").glob("uv-*/uv")
+    assert uv.stat().st_mode & 0o111 and uv.parent.name.startswith("uv-0.")
 
     again = _run(tmp_path, wheelhouse, [], sglang_venv_lock_src=str(tmp_path / "engine.lock"),
                  sglang_venv_engine_check=check)
@@ -154,6 +160,11 @@ def test_the_lock_is_installed_into_its_own_venv_checked_switched_and_never_topp
     assert _venvs(tmp_path) == sorted([digest, newer["lock_digest"][:12], "pre-lock"])
     assert (tmp_path / "venv").resolve() == tmp_path / "venvs" / newer["lock_digest"][:12]
     assert any(e.task.startswith("Service restart asked for") for e in moved.events)
+
+
+def _installer(tmp: Path) -> str:
+    """What installed the lock's sglang (its dist-info's INSTALLER: `uv` or `pip`)."""
+    return next(_site(tmp).glob("sglang-*.dist-info")).joinpath("INSTALLER").read_text().strip()
 
 
 def _system_python() -> str:
@@ -258,8 +269,10 @@ def test_extra_wheels_installed_without_dependencies_again_only_when_changed(tmp
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     wheel = _wheel(wheels, 1)
-    first = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(wheel)])
+    # Without the toolkit's installer the role installs the lock with the venv's pip, the same options.
+    first = _run(tmp_path, wheelhouse, [], sglang_venv_extra_wheels=[str(wheel)], sglang_venv_uv_src="")
     assert first.rc == 0, first.failures
+    assert _installer(tmp_path) == "pip" and not (tmp_path / "tools").exists()
     assert _value(tmp_path) == "1"
     assert (tmp_path / "extra-wheels" / wheel.name).is_file()  # beside the wheelhouse, not in it
     assert not (tmp_path / "wheelhouse" / wheel.name).exists()

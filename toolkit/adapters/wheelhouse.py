@@ -28,6 +28,7 @@ from pathlib import Path
 
 from toolkit.adapters import cache_lock, pip_resolver
 from toolkit.adapters.files import write_atomic
+from toolkit.core import installer
 from toolkit.core.engine_lock import PLATFORM_TAGS, PYPI_SIMPLE, EngineLock, LockEntry, redact_url
 from toolkit.core.errors import EXIT_FAILED, ToolkitError
 
@@ -355,4 +356,23 @@ def lock_wheelhouse(lock: EngineLock, name: str, also: Sequence[Path] = (),
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     cache_lock.build_once(dest, lambda: tar.exists() and stamp.exists() and stamp.read_text() == wanted, build)
+    return dest
+
+
+def installer_binary(python: str, root: Path | None = None) -> Path:
+    """The pinned uv executable on the controller (toolkit.core.installer), taken out of its wheel: the wheel
+    downloaded once into the content-addressed cache and checked against its sha256 like a lock's line, the
+    executable written beside it under `tools/` (mode 0755, atomically). The sglang_venv role copies it to a host
+    and installs the engine lock with it."""
+    wheel = fill_from_lock([installer.UV], python, root=root).files[installer.UV.name]
+    dest = (root or cache_root()) / "tools" / f"uv-{installer.UV_VERSION}-{wheel.parent.name[:16]}" / "uv"
+
+    def build() -> None:
+        import zipfile
+
+        with zipfile.ZipFile(wheel) as zf:
+            data = zf.read(installer.UV_WHEEL_MEMBER)
+        write_atomic(dest, data, mode=0o755)
+
+    cache_lock.build_once(dest, dest.is_file, build)
     return dest

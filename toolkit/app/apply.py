@@ -36,7 +36,7 @@ from toolkit.adapters.wheelhouse import tarball_path
 from toolkit.app import plugins
 from toolkit.app.fleet_probe import FleetProbeOutcome
 from toolkit.app.profiles import CheckedProfile, resolve_checked
-from toolkit.core import deploy, fleet, nccl
+from toolkit.core import deploy, fleet, installer, nccl
 from toolkit.core.ansible_summary import PlaybookEvent, PlaybookResult
 from toolkit.core.engine_lock import parse_lock
 from toolkit.core.errors import EXIT_FAILED, EXIT_OK, Problem, ToolkitError
@@ -372,6 +372,10 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.setdefault("sglang_venv_lock_src", str(lock_src))
+    # The lock is installed on the host with the pinned uv (toolkit.core.installer), copied there beside the
+    # wheelhouse; its wheel is downloaded once, checked against its sha256.
+    status(f"the installer (uv {installer.UV_VERSION}: its wheel from PyPI, once)")
+    extravars["sglang_venv_uv_src"] = str(wheelhouse_adapter.installer_binary(lock.python))
     extravars["sglang_venv_python_refusals"] = python_refusals(resolved, checked.store.dir.resolve().parent)
     if "sglang_venv_wheelhouse_src" not in amendment.extravars:
         # What a host installs from: every wheel of the lock, torch and the CUDA wheels included, and the probe's
