@@ -4,6 +4,7 @@ names them; a stand-in wheel installed by pip into a real venv and imported ther
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,7 +41,11 @@ def test_the_lab_lock_replaces_the_gpu_only_lines_marks_them_and_keeps_the_rest(
 def test_a_standin_installs_under_its_real_name_and_says_what_it_is_when_imported(tmp_path: Path) -> None:
     real = parse_lock((REPO / LOCK).read_text(), LOCK)
     lab = lab_lock(real, Path(LOCK).name, tmp_path / "wheels", {"torch", "flashinfer-python"})
-    venv = make_venv(tmp_path, tmp_path / "wheels", "torch==2.9.1", "flashinfer-python==0.6.3", "torchvision==0.24.1")
+    flat = tmp_path / "flat"  # one --find-links directory, as a lock's wheelhouse is
+    flat.mkdir()
+    for wheel in lab.standins.values():
+        shutil.copy(wheel, flat)
+    venv = make_venv(tmp_path, flat, "torch==2.9.1", "flashinfer-python==0.6.3", "torchvision==0.24.1")
     proc = subprocess.run([str(venv / "bin/python"), "-c",
                            "import importlib.metadata as m, importlib.util as u, torch, flashinfer; "
                            "print(torch.__version__, m.version('torch'), torch.LAB_STANDIN, m.version('torchvision'), "
@@ -52,6 +57,19 @@ def test_a_standin_installs_under_its_real_name_and_says_what_it_is_when_importe
     assert "[lab] flashinfer is a lab stand-in for flashinfer-python 0.6.3" in proc.stderr
     assert "AttributeError: torch.cuda: torch is a lab stand-in for torch 2.9.1 and has nothing of it" in proc.stderr
     assert set(lab.standins) >= {"torch", "flashinfer-python"}
+
+
+def test_a_lab_lock_whose_engine_check_imports_a_standin_keeps_its_file_when_another_is_built_beside_it(
+        tmp_path: Path) -> None:
+    # Two profiles of one release: the engine check of one imports flashinfer, of the other not. Their stand-ins
+    # of flashinfer-python share a file name; built into one directory, the second build rewrote the file the
+    # first lock had hashed, and installing the first lock then met the second's bytes (a hash mismatch).
+    real = parse_lock((REPO / LOCK).read_text(), LOCK)
+    imports_it = lab_lock(real, Path(LOCK).name, tmp_path, {"flashinfer-python"})
+    lab_lock(real, Path(LOCK).name, tmp_path)  # the other profile's, beside it
+    for name, wheel in imports_it.standins.items():
+        entry = imports_it.lock.get(name)
+        assert entry is not None and entry.sha256s == (hashlib.sha256(wheel.read_bytes()).hexdigest(),), name
 
 
 def test_the_lab_checks_the_standins_imports_and_says_which_it_drops() -> None:

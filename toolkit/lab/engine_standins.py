@@ -125,7 +125,13 @@ def lab_lock(real: EngineLock, source: str, standin_dir: Path, importable: Colle
     entries = []
     for e in real.entries:
         if is_standin(e):
-            wheel = build_standin(e, standin_dir, importable=e.name in importable)
+            # A stand-in's two builds (its module under the real name or not) have one file name: each in a
+            # directory of its own, so a path's bytes never change. In one directory, a shard's apply of a profile
+            # whose engine check imports flashinfer rewrote the wheel another shard had just hashed into its lab
+            # lock, and that lock's install met the other build (a hash mismatch; seen in a cold CI run).
+            importable_here = e.name in importable
+            wheel = build_standin(e, standin_dir / ("real-module" if importable_here else "lab-module"),
+                                  importable=importable_here)
             wheels[e.name] = wheel
             e = replace(e, sha256s=(hashlib.sha256(wheel.read_bytes()).hexdigest(),), wheel=wheel.name)
         entries.append(e)
