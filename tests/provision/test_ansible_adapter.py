@@ -102,6 +102,22 @@ def test_secrets_never_reach_artifacts(local: tuple[Path, Path, Path], tmp_path:
     assert secrets_from_environment()["tiny_secret"] == env_secret
 
 
+def test_a_run_scrubs_its_own_artifacts_and_leaves_other_runs_to_theirs(tmp_path: Path) -> None:
+    # Several processes share the runs directory and rotate each other's runs: a run that walked all of them died
+    # on one removed meanwhile (FileNotFoundError). Each run scrubs what it wrote: its artifacts, the runner's files.
+    from toolkit.adapters.ansible import _scrub_artifacts
+
+    secret = "scrub-me-5d1a"
+    current, other = tmp_path / "artifacts" / "run-2", tmp_path / "artifacts" / "run-1"
+    for d in (current / "job_events", other / "job_events", tmp_path / "env"):
+        d.mkdir(parents=True)
+        (d / "1.json").write_text(f'{{"stdout": "{secret}"}}')
+    _scrub_artifacts(tmp_path, current, [secret])
+    assert secret not in (current / "job_events" / "1.json").read_text()
+    assert secret not in (tmp_path / "env" / "1.json").read_text()
+    assert secret in (other / "job_events" / "1.json").read_text()  # not walked: that run scrubbed its own
+
+
 def test_secret_also_given_as_extravar_is_refused(local: tuple[Path, Path, Path], tmp_path: Path) -> None:
     book, inv, out = local
     with pytest.raises(ToolkitError, match="both as a secret and as a plain extra var"):

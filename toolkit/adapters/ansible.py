@@ -137,18 +137,28 @@ def _without_secret_environment() -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _scrub_artifacts(root: Path, secret_values: list[str]) -> None:
-    """Mask any secret value left in the runner's files (atomic rewrite of each file that holds one)."""
+def _scrub_artifacts(root: Path, current: Path, secret_values: list[str]) -> None:
+    """Mask any secret value left in the runner's files of this run (atomic rewrite of each file that holds one):
+    its artifacts (`current`) and the runner's files outside `artifacts/`. Other runs' artifacts were scrubbed by
+    their own runs; several processes share the directory, and one's rotation removed a run while another walked
+    all of them (FileNotFoundError from rglob, that apply lost: seen in a CI run). What vanishes is skipped."""
     if not secret_values:
         return
     needles = [v.encode() for v in secret_values if v]
-    for path in root.rglob("*"):
-        if not path.is_file() or path.is_symlink():
-            continue
-        data = path.read_bytes()
-        if not any(n in data for n in needles):
-            continue
-        write_atomic(path, redact(data.decode("utf-8", errors="replace"), secret_values), mode=0o600)
+    for dirpath, dirnames, filenames in os.walk(root):  # a directory gone meanwhile is skipped (onerror=None)
+        here = Path(dirpath)
+        if here == root / "artifacts":
+            dirnames[:] = [d for d in dirnames if here / d == current]
+        for name in filenames:
+            path = here / name
+            try:
+                if path.is_symlink() or not path.is_file():
+                    continue
+                data = path.read_bytes()
+            except OSError:
+                continue
+            if any(n in data for n in needles):
+                write_atomic(path, redact(data.decode("utf-8", errors="replace"), secret_values), mode=0o600)
 
 
 def run_playbook(
@@ -270,7 +280,7 @@ def run_playbook(
         shutil.rmtree(secret_dir, ignore_errors=True)
 
     artifacts = Path(runner.config.artifact_dir)
-    _scrub_artifacts(private_data_dir, list(all_secrets.values()))
+    _scrub_artifacts(private_data_dir, artifacts, list(all_secrets.values()))
     _rotate_artifacts(private_data_dir, keep=20, current=artifacts)
     if interrupt.seen:
         raise PlaybookInterrupted(artifacts)
