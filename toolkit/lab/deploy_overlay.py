@@ -314,12 +314,13 @@ def amend(ctx: OverlayContext) -> Amendment:
 
 def prefill(profile: str, profiles_dir: str | None = None) -> tuple[Path, engine_standins.LabLock | None]:
     """What a lab apply of `profile` builds on the controller before it touches a host, built now: the probe's
-    wheels and the lab lock's wheelhouse (its real wheels downloaded into the cache, the stand-ins built), the same
-    calls `amend` makes, so the apply finds them done. The lab need not be up: `scripts/demo` runs this beside
-    `lab up`, whose Debian builds wait mostly on dpkg while this waits on PyPI. The wheelhouse's locks let an apply
-    that starts first wait for it instead of downloading the same files. Returns the lab lock file and the lab lock."""
+    wheels, the installer (the pinned uv) and the lab lock's wheelhouse (its real wheels downloaded into the cache,
+    the stand-ins built), the same calls the apply and `amend` make, so the apply finds them done. The lab need not
+    be up: `scripts/demo` runs this beside `lab up`, whose Debian builds wait mostly on dpkg while this waits on
+    PyPI. The wheelhouse's locks let an apply that starts first wait for it instead of downloading the same files.
+    Returns the lab lock file and the lab lock."""
     from toolkit.adapters.ansible import share_dir
-    from toolkit.adapters.wheelhouse import probe_wheels
+    from toolkit.adapters.wheelhouse import installer_binary, probe_wheels
     from toolkit.app.apply import engine_lock_src
     from toolkit.app.profiles import resolve_checked
     from toolkit.core.deploy import inputs_from_resolved
@@ -328,7 +329,9 @@ def prefill(profile: str, profiles_dir: str | None = None) -> tuple[Path, engine
     checked = resolve_checked(profile, profiles_dir)
     repo_root = checked.store.dir.resolve().parent
     lock_src = engine_lock_src(checked.resolved, repo_root)
-    probe = probe_wheels(parse_lock(lock_src.read_text(), str(lock_src)).python, repo_root=share_dir())
+    python = parse_lock(lock_src.read_text(), str(lock_src)).python
+    probe = probe_wheels(python, repo_root=share_dir())
+    installer_binary(python)
     if inputs_from_resolved(checked.resolved, repo_root=repo_root).sglang_version != bench_client.RELEASE:
         bench_client_wheel(bench_client.RELEASE)
     lock_file, _dest, lab = lab_wheelhouse(lock_src, probe.runtime, importable=engine_imports(checked.resolved))
