@@ -372,8 +372,8 @@ def plan(req: ApplyRequest, checked: CheckedProfile, inventory: Path, hosts: dic
         nodes=nodes,
     )
     extravars.setdefault("sglang_venv_lock_src", str(lock_src))
-    # The lock is installed on the host with the pinned uv (toolkit.core.installer), copied there beside the
-    # wheelhouse; its wheel is downloaded once, checked against its sha256.
+    # The lock is installed on the host with the pinned uv (toolkit.core.installer), which the sglang_venv role
+    # copies to the host's tools/ beside the venvs; its wheel is downloaded once, checked against its sha256.
     status(f"the installer (uv {installer.UV_VERSION}: its wheel from PyPI, once)")
     extravars["sglang_venv_uv_src"] = str(wheelhouse_adapter.installer_binary(lock.python))
     extravars["sglang_venv_python_refusals"] = python_refusals(resolved, checked.store.dir.resolve().parent)

@@ -6,8 +6,8 @@ does eleven times) Debian 12's pip 23.0.1 took 16.8 s of CPU, 9.8 of them in use
 user space, in a third of pip's wall time (benchmarks/bench_lock_install.py, medians of 3; docs/apply.md).
 SGLang's own install guide uses uv. What is installed is the same: the lock's files, each wheel
 checked against its sha256, nothing outside the lock. The binary comes from uv's own wheel on PyPI, checked
-against the sha256 below like a lock's line, and is copied to the host with the wheelhouse (it needs no Python
-and no internet there).
+against the sha256 below like a lock's line, and is copied to the host's tools/ directory beside the venvs when a
+venv is to be installed (it needs no Python and no internet there).
 """
 
 from __future__ import annotations
