@@ -1,7 +1,7 @@
 """Hostile profiles by class (tests/profile/hostile_cases.py): each refused by `toolkit profile validate` with exit
 2 and a located error that says what is wrong, no traceback, nothing it must not show (the content of a file out
 of the profiles directory, a secret, a terminal control). And the work is bounded: under a 1 GiB address-space
-cap, no single validate of a hostile input takes over 1 s or 200 MB."""
+cap, no single validate of a hostile input takes over 1 s of CPU or 200 MB."""
 
 from __future__ import annotations
 
@@ -72,14 +72,18 @@ _CAPPED = textwrap.dedent("""
         if pid == 0:  # a process per case: its peak RSS is its own
             os.close(read)
             resource.setrlimit(resource.RLIMIT_AS, (1024**3, 1024**3))
+            before = resource.getrusage(resource.RUSAGE_SELF)
             start = time.perf_counter()
             try:
                 code = validate(name)
             except MemoryError:
                 code = "MemoryError"
             wall_s = time.perf_counter() - start
-            peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            os.write(write, json.dumps({"name": name, "code": code, "wall_s": wall_s, "peak_mib": peak_mib}).encode())
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu_s = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            peak_mib = after.ru_maxrss / 1024
+            os.write(write, json.dumps({"name": name, "code": code, "cpu_s": cpu_s, "wall_s": wall_s,
+                                        "peak_mib": peak_mib}).encode())
             os._exit(0)
         os.close(write)
         with os.fdopen(read) as pipe:
@@ -99,9 +103,13 @@ def test_every_hostile_case_is_refused_within_1_s_and_200_mb_under_a_1_gib_cap(h
     assert [r["name"] for r in rows] == names
     for row in rows:
         assert row["code"] == 2, row
-        assert row["wall_s"] < 1.0, row
+        # The work is bounded in CPU seconds: on a loaded 2-core machine a 0.15 s case waited past 1 s of wall
+        # for its turn (CI, load 13). A wait that is no work, a read that blocks on a FIFO, shows only in the wall
+        # time: its bound is loose enough for any load and still ends a hang.
+        assert row["cpu_s"] < 1.0, row
+        assert row["wall_s"] < 15.0, row
         assert row["peak_mib"] < 200, row
-    worst_s = max(rows, key=lambda r: r["wall_s"])
+    worst_s = max(rows, key=lambda r: r["cpu_s"])
     worst_mib = max(rows, key=lambda r: r["peak_mib"])
     classes = sorted({c.klass for c in CASES})
     reliability(
@@ -114,8 +122,9 @@ def test_every_hostile_case_is_refused_within_1_s_and_200_mb_under_a_1_gib_cap(h
         "diffs, a layout that does not fit the model's heads or experts)",
         user_saw="exit 2, one located error each with its fix, nothing from outside the profiles directory, no "
         "secret and no terminal control in the output",
-        recorded=f"each validate in its own process under a 1 GiB RLIMIT_AS: slowest {worst_s['wall_s']:.3f} s "
-        f"({worst_s['name'][:30]!a}), highest peak RSS (the pages the forked process touched) "
+        recorded=f"each validate in its own process under a 1 GiB RLIMIT_AS: most CPU {worst_s['cpu_s']:.3f} s "
+        f"({worst_s['name'][:30]!a}, {worst_s['wall_s']:.3f} s of wall), highest peak RSS (the pages the forked "
+        f"process touched) "
         f"{worst_mib['peak_mib']:.0f} MiB ({worst_mib['name'][:30]!a})",
         next_run="nothing to undo: nothing was read past its cap and no host was contacted",
     )
