@@ -1,4 +1,4 @@
-"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made 50 % faster or
+"""`toolkit upgrade glm5-tp8 --sglang-version 0.5.23` in the lab, for real: the lab's stand-in made twice as fast or
 25 % slower for 0.5.23 through the inventory (toolkit_lab_release_speed), the 0.5.23 venv installed beside
 0.5.9's, old and new applied and probed in alternation, the decision, the rollback. A release whose health fails
 is tests/upgrade/test_upgrade_rollback_lab.py: another module, so CI runs it on another lab instance beside this
@@ -24,15 +24,16 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 TIMES: dict[str, float] = {}
 
 
-def test_half_again_as_fast_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
-    # 50 %, not 10 %: the engine model runs on the CI machine's CPU, and beside seven shards its throughput drifted
-    # by 5 % over the run; +10 % showed as +6.1 %, 99 % [-1.2 %, +13.8 %] after 6 pairs: refused, rightly. +25 %
-    # was promoted, but only after 5 pairs at load 10-12 (2 more than the gate's least, about 4 min of this shard,
-    # the CI run's longest); the gate's power for smaller effects is benchmarks/bench_upgrade_gate.py's to show.
-    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 1.5})
+def test_twice_as_fast_is_promoted_and_keeps_serving(lab_ct: Lab) -> None:
+    # Twice, not 10 % or 50 %: the engine model runs on the CI machine's CPU, and beside seven shards its throughput
+    # drifted by 5 % over the run; +10 % showed as +6.1 %, 99 % [-1.2 %, +13.8 %] after 6 pairs: refused, rightly.
+    # +25 % was promoted only after 5 pairs at load 10-12. On a slower machine at load 14, +50 % showed as +27.4 %,
+    # 99 % [-8.2 %, +76.8 %] after 6 pairs: undecided, so refused, rightly again. The test is of the promotion, its
+    # serving and its records; the gate's power for smaller effects is benchmarks/bench_upgrade_gate.py's to show.
+    inv = lab_ct.inventory_with(toolkit_lab_release_speed={NEW: 2.0})
     rc, out, err, wall = lab_ct.upgrade(inv)
     TIMES["promoted_s"] = wall
-    print(f"\n50 % faster: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
+    print(f"\ntwice as fast: {out.get('decision')} in {wall:.0f} s, {out.get('pairs')} pairs: {out.get('text')}")
     assert rc == 0 and out["decision"] == "promoted", err[-4000:]
     assert out["change"]["low"] > 0 and out["rollback_s"] is None
     assert lab_ct.serving() == (200, NEW)
